@@ -1,0 +1,251 @@
+//! Operating-system evidence about processes: which machine and boot we are on, when a
+//! process started, and whether a given process is still alive.
+//!
+//! Liveness is answered as `alive`, `gone` or `unknown`, never guessed. A process we may
+//! not signal (`EPERM`) exists, so it is alive. A pid whose current start time differs
+//! from the recorded one belongs to a different incarnation of that number.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use fleet_identity::{BootId, HostId, IdentityError, Pid, ProcessStartTime};
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid as NixPid;
+use serde::{Deserialize, Serialize};
+
+/// Why a piece of process evidence could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// A file under `/etc` or `/proc` could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The underlying failure.
+        source: io::Error,
+    },
+    /// A file was read but did not hold what it should.
+    #[error("{path} does not hold a valid value: {detail}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+fn read_trimmed(path: &str) -> Result<String, ProbeError> {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|source| ProbeError::Read { path: path.to_owned(), source })
+}
+
+fn invalid(path: &str, err: IdentityError) -> ProbeError {
+    ProbeError::Invalid { path: path.to_owned(), detail: err.to_string() }
+}
+
+/// This machine's id, from `/etc/machine-id` (or D-Bus's copy of it).
+pub fn host_id() -> Result<HostId, ProbeError> {
+    let path = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("/etc/machine-id");
+    HostId::new(read_trimmed(path)?).map_err(|e| invalid(path, e))
+}
+
+/// The id of this boot of this machine.
+pub fn boot_id() -> Result<BootId, ProbeError> {
+    let path = "/proc/sys/kernel/random/boot_id";
+    BootId::new(read_trimmed(path)?).map_err(|e| invalid(path, e))
+}
+
+/// One line of `/proc/<pid>/stat`, as far as Fleetward reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StatLine {
+    state: char,
+    start_time: u64,
+}
+
+/// Parses `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may itself
+/// hold spaces and parentheses, so fields are counted from the last `)`.
+fn parse_stat(text: &str) -> Option<StatLine> {
+    let after_comm = &text[text.rfind(')')? + 1..];
+    let mut fields = after_comm.split_ascii_whitespace();
+    // Fields 3.. of the man page; `state` is field 3, `starttime` is field 22.
+    let state = fields.next()?.chars().next()?;
+    let start_time = fields.nth(22 - 4)?.parse().ok()?;
+    Some(StatLine { state, start_time })
+}
+
+fn read_stat(pid: Pid) -> Result<Option<StatLine>, ProbeError> {
+    let path = format!("/proc/{pid}/stat");
+    match fs::read_to_string(&path) {
+        Ok(text) => parse_stat(&text)
+            .map(Some)
+            .ok_or_else(|| ProbeError::Invalid { path, detail: "unparsable stat line".into() }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ProbeError::Read { path, source }),
+    }
+}
+
+/// When process `pid` started, in clock ticks since boot; `None` when there is no such
+/// process.
+pub fn process_start_time(pid: Pid) -> Result<Option<ProcessStartTime>, ProbeError> {
+    read_stat(pid)?
+        .map(|stat| {
+            ProcessStartTime::new(stat.start_time)
+                .map_err(|e| invalid(&format!("/proc/{pid}/stat"), e))
+        })
+        .transpose()
+}
+
+/// The answer to "is this process alive?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    /// The process exists and is running (or we may not signal it, which proves it exists).
+    Alive,
+    /// There is no such process, or only its unreaped exit status remains.
+    Gone,
+    /// The probe could not tell.
+    Unknown,
+}
+
+/// Whether the pid number is occupied, without asking which incarnation holds it.
+pub fn probe_pid(pid: Pid) -> Liveness {
+    match kill(NixPid::from_raw(pid.as_raw()), None) {
+        // A zombie has exited; only its exit status waits for its parent.
+        Ok(()) => match read_stat(pid) {
+            Ok(Some(stat)) if stat.state == 'Z' || stat.state == 'X' => Liveness::Gone,
+            Ok(None) => Liveness::Gone,
+            _ => Liveness::Alive,
+        },
+        Err(Errno::EPERM) => Liveness::Alive,
+        Err(Errno::ESRCH) => Liveness::Gone,
+        Err(_) => Liveness::Unknown,
+    }
+}
+
+/// What a recorded process (pid plus start time) is doing now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessVerdict {
+    /// The very process that was recorded is still alive.
+    Alive,
+    /// That process is gone and nothing else holds its pid number.
+    Gone,
+    /// That process is gone, but the pid number now belongs to a different incarnation.
+    PidReused,
+    /// The probe could not tell.
+    Unknown,
+}
+
+/// Probes the recorded process `pid` that started at `start_time` on this boot.
+pub fn probe_process(pid: Pid, start_time: ProcessStartTime) -> ProcessVerdict {
+    match probe_pid(pid) {
+        Liveness::Gone => ProcessVerdict::Gone,
+        Liveness::Unknown => ProcessVerdict::Unknown,
+        Liveness::Alive => match process_start_time(pid) {
+            Ok(Some(now)) if now == start_time => ProcessVerdict::Alive,
+            Ok(Some(_)) => ProcessVerdict::PidReused,
+            // Signalable but no /proc entry (another pid namespace): cannot compare.
+            Ok(None) | Err(_) => ProcessVerdict::Unknown,
+        },
+    }
+}
+
+/// Everything that names one process: machine, boot, pid and start time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    /// The machine.
+    pub host_id: HostId,
+    /// The boot of the machine.
+    pub boot_id: BootId,
+    /// The pid number.
+    pub pid: Pid,
+    /// The start time of the incarnation that holds the pid number.
+    pub process_start_time: ProcessStartTime,
+}
+
+impl ProcessIdentity {
+    /// The identity of process `pid` on this machine, now.
+    pub fn of(pid: Pid) -> Result<Self, ProbeError> {
+        let process_start_time = process_start_time(pid)?.ok_or_else(|| ProbeError::Invalid {
+            path: format!("/proc/{pid}/stat"),
+            detail: "no such process".into(),
+        })?;
+        Ok(Self { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time })
+    }
+
+    /// The identity of the calling process.
+    pub fn current() -> Result<Self, ProbeError> {
+        let pid = Pid::new(i64::from(std::process::id())).map_err(|e| invalid("getpid", e))?;
+        Self::of(pid)
+    }
+}
+
+/// A source of liveness answers about recorded processes. The OS implements it; tests
+/// may script it.
+pub trait LivenessProbe {
+    /// What the recorded process is doing now, judged from this machine.
+    fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict;
+}
+
+/// The liveness probe of this machine: it can speak only of processes on this host and
+/// this boot, and answers `unknown` for any other.
+#[derive(Debug, Clone)]
+pub struct LocalProbe {
+    host_id: HostId,
+    boot_id: BootId,
+}
+
+impl LocalProbe {
+    /// A probe for the current host and boot.
+    pub fn new() -> Result<Self, ProbeError> {
+        Ok(Self { host_id: host_id()?, boot_id: boot_id()? })
+    }
+
+    /// The host this probe speaks for.
+    pub fn host_id(&self) -> &HostId {
+        &self.host_id
+    }
+
+    /// The boot this probe speaks for.
+    pub fn boot_id(&self) -> &BootId {
+        &self.boot_id
+    }
+}
+
+impl LivenessProbe for LocalProbe {
+    fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
+        if process.host_id != self.host_id {
+            return ProcessVerdict::Unknown;
+        }
+        if process.boot_id != self.boot_id {
+            // The machine rebooted since: every process of the old boot is gone, but a
+            // process of this boot may hold the same number.
+            return match probe_pid(process.pid) {
+                Liveness::Gone => ProcessVerdict::Gone,
+                Liveness::Alive => ProcessVerdict::PidReused,
+                Liveness::Unknown => ProcessVerdict::Unknown,
+            };
+        }
+        probe_process(process.pid, process.process_start_time)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_counts_fields_after_the_last_parenthesis() {
+        let line = "4242 (we (ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let stat = parse_stat(line).unwrap();
+        assert_eq!(stat.state, 'S');
+        assert_eq!(stat.start_time, 987_654);
+        assert!(parse_stat("garbage").is_none());
+    }
+}
