@@ -1,0 +1,340 @@
+//! The conformance suite: the behaviour every registry backend must show. A backend runs
+//! it from its own tests with [`registry_conformance!`](crate::registry_conformance),
+//! passing an expression that opens a fresh, empty store.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use fleet_identity::{
+    BootId, ClientInstanceId, ClientType, GenerationId, HostId, LegacyPlaceholder, Namespace, Pid,
+    ProcessStartTime, SessionId, Timestamp,
+};
+use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+
+use crate::{
+    HeartbeatTtl, InstanceRecord, InstanceRef, OwnershipState, Registration, RegistrationOutcome,
+    Registry, RegistryDump, Revisions, Store, StoreError, StoreErrorKind, WorkerCredential,
+    WorkerStatus, WorkerToken,
+};
+
+/// A liveness probe whose answers a test sets; unscripted processes are `unknown`.
+#[derive(Debug, Default)]
+pub struct ScriptedProbe {
+    answers: Mutex<HashMap<ProcessIdentity, ProcessVerdict>>,
+}
+
+impl ScriptedProbe {
+    /// Scripts the answer for `process`.
+    pub fn set(&self, process: &ProcessIdentity, verdict: ProcessVerdict) {
+        if let Ok(mut answers) = self.answers.lock() {
+            answers.insert(process.clone(), verdict);
+        }
+    }
+}
+
+impl LivenessProbe for ScriptedProbe {
+    fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
+        self.answers
+            .lock()
+            .ok()
+            .and_then(|a| a.get(process).copied())
+            .unwrap_or(ProcessVerdict::Unknown)
+    }
+}
+
+/// `2026-07-30T12:00:00Z` plus `secs` seconds.
+pub fn at(secs: i64) -> Timestamp {
+    Timestamp::from_unix_millis((1_785_412_800 + secs) * 1000).expect("in range")
+}
+
+/// A process identity on a fixed test host.
+pub fn process(pid: i64, start: u64) -> ProcessIdentity {
+    ProcessIdentity {
+        host_id: HostId::new("0123456789abcdef0123456789abcdef").expect("valid"),
+        boot_id: BootId::new("11111111-2222-3333-4444-555555555555").expect("valid"),
+        pid: Pid::new(pid).expect("valid"),
+        process_start_time: ProcessStartTime::new(start).expect("valid"),
+    }
+}
+
+/// The test launch's instance ID.
+pub fn instance() -> ClientInstanceId {
+    ClientInstanceId::parse("inst-codex-20260730T120000Z-abc123def456").expect("valid")
+}
+
+/// A registration of `namespace` in the test launch from `process`.
+pub fn registration(namespace: Namespace, process: ProcessIdentity, generation: &str) -> Registration {
+    Registration {
+        client_type: ClientType::new("codex").expect("valid"),
+        instance: InstanceRef::Minted(instance()),
+        instance_provenance: Some("trusted_launcher".into()),
+        fleet_run_id: None,
+        namespace,
+        profile: None,
+        session_id: Some(SessionId::new("sess-1").expect("valid")),
+        generation_id: GenerationId::new(generation).expect("valid"),
+        process,
+        repository: None,
+        heartbeat_ttl: HeartbeatTtl::from_secs(30).expect("valid"),
+        revisions: Revisions::default(),
+    }
+}
+
+fn token(n: u8) -> WorkerToken {
+    WorkerToken::from_bytes([n; 32])
+}
+
+fn credential(reg: &crate::Registered, generation: &str, n: u8) -> WorkerCredential {
+    WorkerCredential {
+        worker_identity: reg.row.worker_identity.clone(),
+        generation_id: GenerationId::new(generation).expect("valid"),
+        token: token(n),
+    }
+}
+
+fn ledger_entry() -> InstanceRecord {
+    InstanceRecord {
+        client_instance_id: instance(),
+        client_type: ClientType::new("codex").expect("valid"),
+        fleet_run_id: None,
+        minted_at: at(0),
+        host_id: None,
+    }
+}
+
+/// The ledger records a minted ID once; recording it again is a conflict.
+pub fn ledger_records_each_id_once<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    registry.record_instance(&ledger_entry()).expect("record");
+    assert_eq!(registry.instance(&instance()).expect("read"), Some(ledger_entry()));
+    let again = registry.record_instance(&ledger_entry()).expect_err("duplicate");
+    assert_eq!(again.kind(), StoreErrorKind::Conflict);
+    assert_eq!(registry.instances().expect("read").len(), 1);
+}
+
+/// A new registration writes an active, owned row carrying every identity it was given.
+pub fn registration_writes_the_whole_row<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let p = process(100, 5000);
+    let reg = registry
+        .register(&registration(Namespace::Author, p.clone(), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    assert_eq!(reg.outcome, RegistrationOutcome::Registered);
+    let rows = registry.workers().expect("read");
+    assert_eq!(rows, vec![reg.row.clone()]);
+    let row = &rows[0];
+    assert!(row.worker_identity.as_str().starts_with("wkr-author-"));
+    assert_eq!(row.client_instance_id.as_deref(), Some(instance().as_str()));
+    assert_eq!(row.status, WorkerStatus::Active);
+    assert_eq!(row.ownership_state, Some(OwnershipState::Owned));
+    assert_eq!(row.pid, Some(p.pid));
+    assert_eq!(row.process_start_time, Some(p.process_start_time));
+    assert_eq!(row.heartbeat_ttl_s, Some(30));
+    assert_eq!(row.fencing_epoch, Some(1));
+    assert_eq!(row.token_fingerprint, Some(token(1).fingerprint()));
+}
+
+/// The same process registering again keeps its row; a new process gets a new identity
+/// and a higher fencing epoch under the same instance.
+pub fn reconnect_keeps_and_restart_renews_the_identity<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let first = registry
+        .register(&registration(Namespace::Merger, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    let again = registry
+        .register(&registration(Namespace::Merger, process(100, 5000), "gen-a"), &token(2), at(5), &probe)
+        .expect("reconnect");
+    assert_eq!(again.outcome, RegistrationOutcome::Reconnected);
+    assert_eq!(again.row.worker_identity, first.row.worker_identity);
+    assert_eq!(registry.workers().expect("read").len(), 1);
+
+    probe.set(&process(100, 5000), ProcessVerdict::Gone);
+    let restarted = registry
+        .register(&registration(Namespace::Merger, process(200, 7000), "gen-b"), &token(3), at(10), &probe)
+        .expect("restart");
+    assert_eq!(restarted.outcome, RegistrationOutcome::Registered);
+    assert_ne!(restarted.row.worker_identity, first.row.worker_identity);
+    assert_eq!(restarted.row.client_instance_id, first.row.client_instance_id);
+    assert_eq!(restarted.row.fencing_epoch, Some(2));
+    assert_eq!(restarted.superseded, vec![first.row.worker_identity.clone()]);
+    let old = registry.workers().expect("read").into_iter().find(|r| r.worker_identity == first.row.worker_identity);
+    assert_eq!(old.map(|r| r.status), Some(WorkerStatus::Superseded));
+}
+
+/// An earlier row whose process may still be alive is never superseded.
+pub fn a_possibly_live_predecessor_is_not_superseded<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    let second = registry
+        .register(&registration(Namespace::Author, process(101, 5001), "gen-b"), &token(2), at(1), &probe)
+        .expect("register");
+    assert!(second.superseded.is_empty());
+    let active = registry.workers().expect("read").iter().filter(|r| r.status == WorkerStatus::Active).count();
+    assert_eq!(active, 2);
+}
+
+/// Heartbeats move `last_heartbeat_at`; a wrong token or generation is refused.
+pub fn heartbeats_need_the_registering_credential<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let reg = registry
+        .register(&registration(Namespace::Reviewer, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    registry.heartbeat(&credential(&reg, "gen-a", 1), at(7)).expect("heartbeat");
+    let row = registry.workers().expect("read").remove(0);
+    assert_eq!(row.heartbeat(), Some(at(7)));
+
+    let forged = registry.heartbeat(&credential(&reg, "gen-a", 9), at(8)).expect_err("forged");
+    assert_eq!(forged.kind(), StoreErrorKind::Conflict);
+    let other_generation = registry.heartbeat(&credential(&reg, "gen-z", 1), at(8)).expect_err("generation");
+    assert_eq!(other_generation.kind(), StoreErrorKind::Conflict);
+    assert_eq!(registry.workers().expect("read").remove(0).heartbeat(), Some(at(7)));
+}
+
+/// Release ends a registration; a released row takes no heartbeat.
+pub fn release_ends_the_registration<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let reg = registry
+        .register(&registration(Namespace::Controller, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    let released = registry.release(&credential(&reg, "gen-a", 1), at(3)).expect("release");
+    assert_eq!(released.status, WorkerStatus::Released);
+    let err = registry.heartbeat(&credential(&reg, "gen-a", 1), at(4)).expect_err("released");
+    assert_eq!(err.kind(), StoreErrorKind::NotFound);
+    let again = registry.release(&credential(&reg, "gen-a", 1), at(5)).expect_err("twice");
+    assert_eq!(again.kind(), StoreErrorKind::NotFound);
+}
+
+/// The sweep marks only rows whose TTL lapsed; a heartbeat makes a stale row owned again.
+pub fn the_sweep_marks_only_expired_rows_stale<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let quiet = registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    let busy = registry
+        .register(&registration(Namespace::Reviewer, process(101, 5001), "gen-b"), &token(2), at(0), &probe)
+        .expect("register");
+    registry.heartbeat(&credential(&busy, "gen-b", 2), at(20)).expect("heartbeat");
+
+    assert!(registry.mark_expired_stale(at(30)).expect("sweep").is_empty(), "ttl is not yet exceeded");
+    let marked = registry.mark_expired_stale(at(31)).expect("sweep");
+    assert_eq!(marked, vec![quiet.row.worker_identity.clone()]);
+    let row = |r: &mut Registry<S>, id| r.workers().expect("read").into_iter().find(|w| &w.worker_identity == id).expect("row");
+    let stale = row(&mut registry, &quiet.row.worker_identity);
+    assert_eq!((stale.status, stale.ownership_state), (WorkerStatus::Active, Some(OwnershipState::Stale)));
+
+    registry.heartbeat(&credential(&quiet, "gen-a", 1), at(32)).expect("late heartbeat");
+    assert_eq!(row(&mut registry, &quiet.row.worker_identity).ownership_state, Some(OwnershipState::Owned));
+}
+
+/// A registration whose instance was minted for another client is refused.
+pub fn a_client_type_mismatch_is_refused<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let mut reg = registration(Namespace::Author, process(100, 5000), "gen-a");
+    reg.client_type = ClientType::new("gemini").expect("valid");
+    let err = registry.register(&reg, &token(1), at(0), &ScriptedProbe::default()).expect_err("mismatch");
+    assert_eq!(err.kind(), StoreErrorKind::Invalid);
+    assert!(registry.workers().expect("read").is_empty());
+}
+
+/// A legacy placeholder registers as written, so the snapshot can report it.
+pub fn legacy_placeholders_register_as_written<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let mut reg = registration(Namespace::Author, process(100, 5000), "gen-a");
+    reg.instance = InstanceRef::Legacy(LegacyPlaceholder::parse("legacy-pid-100").expect("placeholder"));
+    let done = registry.register(&reg, &token(1), at(0), &ScriptedProbe::default()).expect("register");
+    assert_eq!(done.row.client_instance_id.as_deref(), Some("legacy-pid-100"));
+}
+
+/// Export then import into an empty store gives the same registry.
+pub fn export_and_import_round_trip<S: Store>(source: S, target: S) {
+    let mut registry = Registry::new(source);
+    let probe = ScriptedProbe::default();
+    registry.record_instance(&ledger_entry()).expect("record");
+    for (i, ns) in Namespace::ALL.into_iter().enumerate() {
+        let n = i64::try_from(i).expect("small");
+        registry
+            .register(&registration(ns, process(100 + n, 5000), &format!("gen-{i}")), &token(1), at(0), &probe)
+            .expect("register");
+    }
+    let dump = registry.export().expect("export");
+    let text = dump.to_json();
+    let mut copy = Registry::new(target);
+    let summary = copy.import(&RegistryDump::from_json(&text).expect("parse")).expect("import");
+    assert_eq!((summary.instances, summary.workers), (1, 5));
+    assert_eq!(copy.export().expect("export"), dump);
+}
+
+/// An import that clashes with a row already held writes nothing at all.
+pub fn a_failed_import_writes_nothing<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let held = registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    let before = registry.export().expect("export");
+    let mut fresh = held.row.clone();
+    fresh.worker_identity = fleet_identity::WorkerIdentity::new("wkr-fresh").expect("valid");
+    let dump = RegistryDump {
+        instances: vec![ledger_entry()],
+        worker_registrations: vec![fresh, held.row.clone()],
+    };
+    let err = registry.import(&dump).expect_err("conflict");
+    assert_eq!(err.kind(), StoreErrorKind::Conflict);
+    assert_eq!(registry.export().expect("export"), before);
+}
+
+/// A write transaction whose body fails leaves nothing behind.
+pub fn a_failed_write_rolls_back<S: Store>(mut store: S) {
+    let result: Result<(), StoreError> = store.write(|tx| {
+        tx.insert_instance(&ledger_entry())?;
+        Err(StoreError::invalid("abandon"))
+    });
+    assert!(result.is_err());
+    let mut registry = Registry::new(store);
+    assert!(registry.instances().expect("read").is_empty());
+}
+
+/// Generates one `#[test]` per conformance case; `$open` must yield a fresh empty store.
+#[macro_export]
+macro_rules! registry_conformance {
+    ($open:expr) => {
+        mod registry_conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::conformance as c;
+
+            #[test]
+            fn ledger_records_each_id_once() { c::ledger_records_each_id_once($open) }
+            #[test]
+            fn registration_writes_the_whole_row() { c::registration_writes_the_whole_row($open) }
+            #[test]
+            fn reconnect_keeps_and_restart_renews_the_identity() { c::reconnect_keeps_and_restart_renews_the_identity($open) }
+            #[test]
+            fn a_possibly_live_predecessor_is_not_superseded() { c::a_possibly_live_predecessor_is_not_superseded($open) }
+            #[test]
+            fn heartbeats_need_the_registering_credential() { c::heartbeats_need_the_registering_credential($open) }
+            #[test]
+            fn release_ends_the_registration() { c::release_ends_the_registration($open) }
+            #[test]
+            fn the_sweep_marks_only_expired_rows_stale() { c::the_sweep_marks_only_expired_rows_stale($open) }
+            #[test]
+            fn a_client_type_mismatch_is_refused() { c::a_client_type_mismatch_is_refused($open) }
+            #[test]
+            fn legacy_placeholders_register_as_written() { c::legacy_placeholders_register_as_written($open) }
+            #[test]
+            fn export_and_import_round_trip() { c::export_and_import_round_trip($open, $open) }
+            #[test]
+            fn a_failed_import_writes_nothing() { c::a_failed_import_writes_nothing($open) }
+            #[test]
+            fn a_failed_write_rolls_back() { c::a_failed_write_rolls_back($open) }
+        }
+    };
+}

@@ -1,0 +1,75 @@
+//! The error every store operation returns, with a kind that says what went wrong
+//! without naming the database that spoke.
+
+use std::error::Error;
+
+/// What kind of failure a store reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store could not be opened or reached (missing file, permissions, network).
+    Unavailable,
+    /// Another writer held the store longer than the busy timeout.
+    Busy,
+    /// A write lost a race or would duplicate an existing row.
+    Conflict,
+    /// The row the operation names does not exist (or is no longer active).
+    NotFound,
+    /// The caller's input was refused.
+    Invalid,
+    /// The store holds data that is not a valid registry.
+    Corrupt,
+    /// The store was written by a newer Fleetward than this one.
+    NewerSchema,
+}
+
+/// A store failure: a kind, a one-line lowercase message, and the underlying cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    message: String,
+    #[source]
+    source: Option<Box<dyn Error + Send + Sync>>,
+}
+
+impl StoreError {
+    /// A failure of `kind` described by `message`.
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), source: None }
+    }
+
+    /// A failure of `kind` caused by `source`.
+    pub fn with_source(
+        kind: StoreErrorKind,
+        message: impl Into<String>,
+        source: impl Error + Send + Sync + 'static,
+    ) -> Self {
+        Self { kind, message: message.into(), source: Some(Box::new(source)) }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Refused input.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StoreErrorKind::Invalid, message)
+    }
+
+    /// A missing or inactive row.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StoreErrorKind::NotFound, message)
+    }
+
+    /// A lost race or a duplicate.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StoreErrorKind::Conflict, message)
+    }
+
+    /// Data that is not a valid registry.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Self::new(StoreErrorKind::Corrupt, message)
+    }
+}

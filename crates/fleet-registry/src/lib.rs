@@ -1,0 +1,26 @@
+//! The worker registry, independent of any database: the row types of DESIGN.md, the
+//! store traits a backend implements, and the algorithms written once over those traits
+//! (registration, heartbeats, release, the stale sweep, import and export).
+//!
+//! A backend implements [`Store`] and [`Tx`]: a handful of primitive reads and guarded
+//! writes, run inside the transactions the backend opens. Everything with a rule in it
+//! lives here, so two backends cannot drift apart. [`conformance`] holds the suite each
+//! backend runs against itself.
+
+mod error;
+mod registry;
+mod rows;
+mod store;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{StoreError, StoreErrorKind};
+pub use registry::{
+    HeartbeatTtl, InstanceRef, Registered, RegistrationOutcome, Registry, Registration,
+    Revisions, WorkerCredential, WorkerToken,
+};
+pub use rows::{
+    DumpError, InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus,
+};
+pub use store::{ImportSummary, Store, Tx};

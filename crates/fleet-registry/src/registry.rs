@@ -1,0 +1,447 @@
+//! The registry's rules, written once over [`Store`]: registration (reconnect versus
+//! restart), heartbeats, release, the stale sweep, and import and export.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use fleet_identity::{
+    ClientInstanceId, ClientType, FleetRunId, GenerationId, LegacyPlaceholder, Namespace,
+    Profile, Repository, SessionId, Timestamp, WorkerIdentity,
+};
+use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+use serde::Serialize;
+
+use crate::error::StoreError;
+use crate::rows::{InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus};
+use crate::store::{ImportSummary, Store, Tx};
+
+/// The instance a worker says it belongs to: a launcher ID, or a legacy placeholder
+/// from a worker that predates the launcher. Malformed and missing IDs never register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceRef {
+    /// A well-formed launcher ID (trusted only if the ledger holds it).
+    Minted(ClientInstanceId),
+    /// A `legacy-pid-*` / `pid-*` placeholder.
+    Legacy(LegacyPlaceholder),
+}
+
+impl InstanceRef {
+    /// The ID as text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            InstanceRef::Minted(id) => id.as_str(),
+            InstanceRef::Legacy(p) => p.as_str(),
+        }
+    }
+}
+
+/// How long a heartbeat stays valid. Workers heartbeat every third of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HeartbeatTtl(u32);
+
+impl HeartbeatTtl {
+    /// The default: 30 seconds, so a heartbeat every 10.
+    pub const DEFAULT: HeartbeatTtl = HeartbeatTtl(30);
+
+    /// A TTL of `seconds`, from 1 second to one day.
+    pub fn from_secs(seconds: u32) -> Result<Self, StoreError> {
+        if (1..=86_400).contains(&seconds) {
+            Ok(Self(seconds))
+        } else {
+            Err(StoreError::invalid(format!(
+                "heartbeat ttl {seconds}s is outside 1..=86400 seconds"
+            )))
+        }
+    }
+
+    /// The TTL in seconds.
+    pub fn secs(self) -> u32 {
+        self.0
+    }
+
+    /// How often a worker heartbeats: a third of the TTL, so two beats may be lost
+    /// before the row expires.
+    pub fn interval(self) -> std::time::Duration {
+        std::time::Duration::from_millis(u64::from(self.0) * 1000 / 3)
+    }
+}
+
+/// The code, configuration, profile and schema revisions a worker runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Revisions {
+    pub code: Option<String>,
+    pub config: Option<String>,
+    pub profile: Option<String>,
+    pub schema: Option<String>,
+}
+
+/// Everything a worker process says about itself when it registers.
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub struct Registration {
+    pub client_type: ClientType,
+    pub instance: InstanceRef,
+    pub instance_provenance: Option<String>,
+    pub fleet_run_id: Option<FleetRunId>,
+    pub namespace: Namespace,
+    pub profile: Option<Profile>,
+    pub session_id: Option<SessionId>,
+    /// Minted by the worker runtime once per process boot.
+    pub generation_id: GenerationId,
+    pub process: ProcessIdentity,
+    pub repository: Option<Repository>,
+    pub heartbeat_ttl: HeartbeatTtl,
+    pub revisions: Revisions,
+}
+
+/// A secret only the registered process holds. The registry keeps only its fingerprint,
+/// so a heartbeat or release can come only from the process that registered.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WorkerToken([u8; 32]);
+
+impl WorkerToken {
+    /// A fresh random token.
+    pub fn generate() -> Result<Self, StoreError> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            StoreError::new(crate::StoreErrorKind::Unavailable, format!("no randomness: {e}"))
+        })?;
+        Ok(Self(bytes))
+    }
+
+    /// A token from known bytes (tests and benchmarks).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The fingerprint stored in `token_fingerprint`.
+    pub fn fingerprint(&self) -> String {
+        let hash = blake3::hash(&self.0);
+        let hex = hash.to_hex();
+        format!("b3:{}", &hex.as_str()[..32])
+    }
+}
+
+impl fmt::Debug for WorkerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WorkerToken(..)")
+    }
+}
+
+/// What a registered process presents to heartbeat or release.
+#[derive(Debug, Clone)]
+pub struct WorkerCredential {
+    /// The row.
+    pub worker_identity: WorkerIdentity,
+    /// The process boot that registered it.
+    pub generation_id: GenerationId,
+    /// The process's secret.
+    pub token: WorkerToken,
+}
+
+/// Whether a registration made a new row or found the process's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistrationOutcome {
+    /// A new process: a new `worker_identity`.
+    Registered,
+    /// The same process registering again keeps its row.
+    Reconnected,
+}
+
+/// The result of a registration.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// The row as written.
+    pub row: WorkerRow,
+    /// New or reconnected.
+    pub outcome: RegistrationOutcome,
+    /// Earlier rows of the same slot whose processes were proved gone and marked
+    /// superseded.
+    pub superseded: Vec<WorkerIdentity>,
+}
+
+/// The registry: the rules over a [`Store`].
+#[derive(Debug)]
+pub struct Registry<S> {
+    store: S,
+}
+
+impl<S: Store> Registry<S> {
+    /// Wraps a store.
+    pub fn new(store: S) -> Self {
+        Self { store }
+    }
+
+    /// The store underneath.
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Records an ID the launcher minted. Only recorded IDs are trusted.
+    pub fn record_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError> {
+        self.store.write(|tx| tx.insert_instance(record))
+    }
+
+    /// Whether the launcher recorded `id`.
+    pub fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError> {
+        self.store.read(|tx| tx.instance(id))
+    }
+
+    /// The launcher's ledger.
+    pub fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
+        self.store.read(|tx| tx.instances())
+    }
+
+    /// Every worker row.
+    pub fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
+        self.store.read(|tx| tx.workers())
+    }
+
+    /// The ledger and every worker row, read in one transaction.
+    pub fn export(&mut self) -> Result<RegistryDump, StoreError> {
+        self.store.read(|tx| {
+            Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? })
+        })
+    }
+
+    /// Registers a worker process.
+    ///
+    /// The same process registering again (same host, boot, pid, start time and
+    /// generation) keeps its row and identity: a reconnect. Any other process gets a new
+    /// `worker_identity` under the same instance, with a fencing epoch one above every
+    /// earlier row of its `(instance, namespace)` slot. Earlier active rows of that slot
+    /// whose process `probe` proves gone are marked superseded; rows it cannot prove gone
+    /// are left for the snapshot to report.
+    pub fn register(
+        &mut self,
+        reg: &Registration,
+        token: &WorkerToken,
+        now: Timestamp,
+        probe: &dyn LivenessProbe,
+    ) -> Result<Registered, StoreError> {
+        if let InstanceRef::Minted(id) = &reg.instance {
+            if id.client_type() != &reg.client_type {
+                return Err(StoreError::invalid(format!(
+                    "instance id {id} was minted for client {}, not {}",
+                    id.client_type(),
+                    reg.client_type
+                )));
+            }
+        }
+        let worker_identity = mint_worker_identity(reg.namespace)?;
+        self.store.write(|tx| register_in(tx, reg, token, now, probe, worker_identity))
+    }
+
+    /// Records a heartbeat. Fails with `NotFound` when the row is gone or no longer
+    /// active, and with `Conflict` when another generation or token holds it: in both
+    /// cases the caller has lost its registration and must stop acting as that worker.
+    pub fn heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<(), StoreError> {
+        if self.store.touch_heartbeat(who, now)? {
+            return Ok(());
+        }
+        let row = self.store.read(|tx| tx.worker(&who.worker_identity))?;
+        Err(lost_registration(who, row.as_ref()))
+    }
+
+    /// Releases a registration on a clean exit.
+    pub fn release(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<WorkerRow, StoreError> {
+        self.store.write(|tx| {
+            let row = tx.worker(&who.worker_identity)?;
+            let current = match row {
+                Some(row) if holds(who, &row) => row,
+                other => return Err(lost_registration(who, other.as_ref())),
+            };
+            let mut released = current.clone();
+            released.status = WorkerStatus::Released;
+            released.last_heartbeat_at = Some(now.to_string());
+            if !tx.replace_worker(&current, &released)? {
+                return Err(StoreError::conflict(format!(
+                    "worker {} changed while it was being released",
+                    who.worker_identity
+                )));
+            }
+            Ok(released)
+        })
+    }
+
+    /// The stale sweep: marks `ownership_state = stale` on every active, owned row whose
+    /// heartbeat expired by `now` (see [`WorkerRow::heartbeat_expired`]). Status stays
+    /// `active`: the row is now a stale worker still marked active, which only a
+    /// heartbeat from its own process (back to owned) or retirement ends. Each row is
+    /// swapped only if unchanged since it was read, so a heartbeat racing the sweep wins.
+    pub fn mark_expired_stale(&mut self, now: Timestamp) -> Result<Vec<WorkerIdentity>, StoreError> {
+        self.store.write(|tx| {
+            let mut marked = Vec::new();
+            for row in tx.workers()? {
+                let owned = matches!(row.ownership_state, Some(OwnershipState::Owned) | None);
+                if row.status == WorkerStatus::Active && owned && row.heartbeat_expired(now) {
+                    let mut stale = row.clone();
+                    stale.ownership_state = Some(OwnershipState::Stale);
+                    if tx.replace_worker(&row, &stale)? {
+                        marked.push(row.worker_identity);
+                    }
+                }
+            }
+            Ok(marked)
+        })
+    }
+
+    /// Imports a dump in one transaction: either every row is written or none is. A
+    /// worker row whose identity the registry already holds is a conflict; a ledger entry
+    /// already present with the same content is left as it is.
+    pub fn import(&mut self, dump: &RegistryDump) -> Result<ImportSummary, StoreError> {
+        let mut seen = BTreeSet::new();
+        for row in &dump.worker_registrations {
+            if !seen.insert(&row.worker_identity) {
+                return Err(StoreError::invalid(format!(
+                    "worker {} appears twice in the import",
+                    row.worker_identity
+                )));
+            }
+        }
+        self.store.write(|tx| {
+            let mut summary = ImportSummary::default();
+            for record in &dump.instances {
+                match tx.instance(&record.client_instance_id)? {
+                    Some(existing) if existing == *record => summary.instances_unchanged += 1,
+                    Some(_) => {
+                        return Err(StoreError::conflict(format!(
+                            "instance {} is already recorded with other details",
+                            record.client_instance_id
+                        )));
+                    }
+                    None => {
+                        tx.insert_instance(record)?;
+                        summary.instances += 1;
+                    }
+                }
+            }
+            for row in &dump.worker_registrations {
+                tx.insert_worker(row)?;
+                summary.workers += 1;
+            }
+            Ok(summary)
+        })
+    }
+}
+
+fn mint_worker_identity(namespace: Namespace) -> Result<WorkerIdentity, StoreError> {
+    WorkerIdentity::new(format!("wkr-{namespace}-{}", uuid::Uuid::now_v7()))
+        .map_err(|e| StoreError::invalid(e.to_string()))
+}
+
+fn holds(who: &WorkerCredential, row: &WorkerRow) -> bool {
+    row.status == WorkerStatus::Active
+        && row.generation_id.as_ref() == Some(&who.generation_id)
+        && row.token_fingerprint.as_deref() == Some(who.token.fingerprint().as_str())
+}
+
+fn lost_registration(who: &WorkerCredential, row: Option<&WorkerRow>) -> StoreError {
+    match row {
+        None => StoreError::not_found(format!("worker {} is not registered", who.worker_identity)),
+        Some(row) if row.status != WorkerStatus::Active => StoreError::not_found(format!(
+            "worker {} is {}, not active",
+            who.worker_identity, row.status
+        )),
+        Some(_) => StoreError::conflict(format!(
+            "worker {} is held by another generation or token",
+            who.worker_identity
+        )),
+    }
+}
+
+fn same_process(row: &WorkerRow, process: &ProcessIdentity) -> bool {
+    row.host_id.as_ref() == Some(&process.host_id)
+        && row.boot_id.as_ref() == Some(&process.boot_id)
+        && row.pid == Some(process.pid)
+        && row.process_start_time == Some(process.process_start_time)
+}
+
+fn row_process(row: &WorkerRow) -> Option<ProcessIdentity> {
+    Some(ProcessIdentity {
+        host_id: row.host_id.clone()?,
+        boot_id: row.boot_id.clone()?,
+        pid: row.pid?,
+        process_start_time: row.process_start_time?,
+    })
+}
+
+fn register_in(
+    tx: &mut dyn Tx,
+    reg: &Registration,
+    token: &WorkerToken,
+    now: Timestamp,
+    probe: &dyn LivenessProbe,
+    worker_identity: WorkerIdentity,
+) -> Result<Registered, StoreError> {
+    let slot = tx.slot(reg.instance.as_str(), reg.namespace)?;
+    let own = slot.iter().find(|row| {
+        row.status == WorkerStatus::Active
+            && same_process(row, &reg.process)
+            && row.generation_id.as_ref() == Some(&reg.generation_id)
+    });
+    if let Some(own) = own {
+        let mut renewed = own.clone();
+        renewed.token_fingerprint = Some(token.fingerprint());
+        renewed.last_heartbeat_at = Some(now.to_string());
+        renewed.ownership_state = Some(OwnershipState::Owned);
+        if !tx.replace_worker(own, &renewed)? {
+            return Err(StoreError::conflict("registration changed during reconnect"));
+        }
+        return Ok(Registered {
+            row: renewed,
+            outcome: RegistrationOutcome::Reconnected,
+            superseded: Vec::new(),
+        });
+    }
+
+    let mut superseded = Vec::new();
+    for row in slot.iter().filter(|r| r.status == WorkerStatus::Active) {
+        let gone = row_process(row).is_some_and(|p| {
+            matches!(probe.probe(&p), ProcessVerdict::Gone | ProcessVerdict::PidReused)
+        });
+        if gone {
+            let mut replaced = row.clone();
+            replaced.status = WorkerStatus::Superseded;
+            if tx.replace_worker(row, &replaced)? {
+                superseded.push(row.worker_identity.clone());
+            }
+        }
+    }
+
+    let fencing_epoch = slot.iter().filter_map(|r| r.fencing_epoch).max().unwrap_or(0) + 1;
+    let row = WorkerRow {
+        worker_identity,
+        client_type: Some(reg.client_type.clone()),
+        client_instance_id: Some(reg.instance.as_str().to_owned()),
+        instance_provenance: reg.instance_provenance.clone(),
+        fleet_run_id: reg.fleet_run_id.clone(),
+        namespace: reg.namespace,
+        profile: reg.profile.clone(),
+        session_id: reg.session_id.clone(),
+        generation_id: Some(reg.generation_id.clone()),
+        host_id: Some(reg.process.host_id.clone()),
+        boot_id: Some(reg.process.boot_id.clone()),
+        pid: Some(reg.process.pid),
+        process_start_time: Some(reg.process.process_start_time),
+        repository: reg.repository.clone(),
+        status: WorkerStatus::Active,
+        ownership_state: Some(OwnershipState::Owned),
+        registered_at: now,
+        last_heartbeat_at: Some(now.to_string()),
+        heartbeat_ttl_s: Some(reg.heartbeat_ttl.secs()),
+        fencing_epoch: Some(fencing_epoch),
+        token_fingerprint: Some(token.fingerprint()),
+        code_revision: reg.revisions.code.clone(),
+        config_revision: reg.revisions.config.clone(),
+        profile_revision: reg.revisions.profile.clone(),
+        schema_revision: reg.revisions.schema.clone(),
+        retired_at: None,
+        retired_by: None,
+        retirement_reason: None,
+    };
+    tx.insert_worker(&row)?;
+    Ok(Registered { row, outcome: RegistrationOutcome::Registered, superseded })
+}

@@ -1,0 +1,314 @@
+//! The registry's rows, keyed by the column names of DESIGN.md, and the JSON dump that
+//! export writes and import reads.
+
+use std::fmt;
+use std::str::FromStr;
+
+use fleet_identity::{
+    BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid,
+    ProcessStartTime, Profile, Repository, SessionId, Timestamp, WorkerIdentity,
+};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Where a registration is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerStatus {
+    /// The worker registered and has not released.
+    Active,
+    /// The worker exited cleanly and released its registration.
+    Released,
+    /// A later process of the same instance and namespace replaced it.
+    Superseded,
+    /// Stale retirement proved its process gone and retired it.
+    Retired,
+}
+
+/// Who owns an active registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnershipState {
+    /// Its process heartbeats within the TTL.
+    Owned,
+    /// Its heartbeat expired: the sweep marked it stale.
+    Stale,
+    /// Its launch is gone but the row says nothing more.
+    Orphaned,
+    /// No process claims it.
+    Unowned,
+}
+
+macro_rules! text_enum {
+    ($ty:ty { $($variant:ident => $text:literal),* $(,)? }) => {
+        impl $ty {
+            /// The value as stored and printed.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),* }
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok(Self::$variant),)*
+                    other => Err(format!("unknown {} {other:?}", stringify!($ty))),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+text_enum!(WorkerStatus {
+    Active => "active",
+    Released => "released",
+    Superseded => "superseded",
+    Retired => "retired",
+});
+
+text_enum!(OwnershipState {
+    Owned => "owned",
+    Stale => "stale",
+    Orphaned => "orphaned",
+    Unowned => "unowned",
+});
+
+/// Reads a TTL written as `900` or as `900.0` (a REAL that round-tripped through SQLite).
+fn lenient_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let Some(value) = Option::<f64>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if value.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&value) {
+        // The range check above keeps the cast exact.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(Some(value as u32))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "heartbeat_ttl_s {value} is not a whole number of seconds"
+        )))
+    }
+}
+
+/// One row of `worker_registrations`: one worker process, never deleted.
+///
+/// Only the key, the namespace, the status and the registration time are required:
+/// rows written by older workers may lack the rest, and the snapshot and retirement
+/// judge such rows as incomplete rather than refusing to read them. The instance ID and
+/// heartbeat are kept as written, because a malformed one is evidence too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct WorkerRow {
+    pub worker_identity: WorkerIdentity,
+    #[serde(default)]
+    pub client_type: Option<ClientType>,
+    #[serde(default)]
+    pub client_instance_id: Option<String>,
+    #[serde(default)]
+    pub instance_provenance: Option<String>,
+    #[serde(default)]
+    pub fleet_run_id: Option<FleetRunId>,
+    pub namespace: Namespace,
+    #[serde(default)]
+    pub profile: Option<Profile>,
+    #[serde(default)]
+    pub session_id: Option<SessionId>,
+    #[serde(default)]
+    pub generation_id: Option<GenerationId>,
+    #[serde(default)]
+    pub host_id: Option<HostId>,
+    #[serde(default)]
+    pub boot_id: Option<BootId>,
+    #[serde(default)]
+    pub pid: Option<Pid>,
+    #[serde(default)]
+    pub process_start_time: Option<ProcessStartTime>,
+    #[serde(default)]
+    pub repository: Option<Repository>,
+    pub status: WorkerStatus,
+    #[serde(default)]
+    pub ownership_state: Option<OwnershipState>,
+    pub registered_at: Timestamp,
+    #[serde(default)]
+    pub last_heartbeat_at: Option<String>,
+    #[serde(default, deserialize_with = "lenient_seconds")]
+    pub heartbeat_ttl_s: Option<u32>,
+    #[serde(default)]
+    pub fencing_epoch: Option<u64>,
+    #[serde(default)]
+    pub token_fingerprint: Option<String>,
+    #[serde(default)]
+    pub code_revision: Option<String>,
+    #[serde(default)]
+    pub config_revision: Option<String>,
+    #[serde(default)]
+    pub profile_revision: Option<String>,
+    #[serde(default)]
+    pub schema_revision: Option<String>,
+    #[serde(default)]
+    pub retired_at: Option<Timestamp>,
+    #[serde(default)]
+    pub retired_by: Option<String>,
+    #[serde(default)]
+    pub retirement_reason: Option<String>,
+}
+
+impl WorkerRow {
+    /// The last heartbeat, when it parses as a time.
+    pub fn heartbeat(&self) -> Option<Timestamp> {
+        self.last_heartbeat_at.as_deref().and_then(|s| Timestamp::parse(s).ok())
+    }
+
+    /// When the heartbeat lapses: the last heartbeat plus the TTL.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        let ttl = self.heartbeat_ttl_s?;
+        Some(self.heartbeat()?.saturating_add(time::Duration::seconds(i64::from(ttl))))
+    }
+
+    /// The TTL rule: a heartbeat has expired once more than `heartbeat_ttl_s` seconds
+    /// have passed since it. A row without a parsable heartbeat or a TTL is not judged
+    /// expired here; callers that need proof treat it as incomplete.
+    pub fn heartbeat_expired(&self, now: Timestamp) -> bool {
+        self.expires_at().is_some_and(|at| now > at)
+    }
+
+    /// The row's instance ID, when it is a well-formed launcher ID.
+    pub fn instance_id(&self) -> Option<ClientInstanceId> {
+        self.client_instance_id.as_deref().and_then(|s| ClientInstanceId::parse(s).ok())
+    }
+}
+
+/// One row of `instances`: the launcher's ledger of the IDs it minted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct InstanceRecord {
+    pub client_instance_id: ClientInstanceId,
+    pub client_type: ClientType,
+    #[serde(default)]
+    pub fleet_run_id: Option<FleetRunId>,
+    pub minted_at: Timestamp,
+    #[serde(default)]
+    pub host_id: Option<HostId>,
+}
+
+/// The whole registry as JSON: the ledger and every worker row, keyed by table name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryDump {
+    /// The launcher's ledger.
+    #[serde(default)]
+    pub instances: Vec<InstanceRecord>,
+    /// Every worker registration.
+    #[serde(default)]
+    pub worker_registrations: Vec<WorkerRow>,
+}
+
+/// Why a dump could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DumpError(String);
+
+impl RegistryDump {
+    /// Reads a dump: either the object export writes, or a bare array of worker rows.
+    pub fn from_json(text: &str) -> Result<Self, DumpError> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
+        let dump = if value.is_array() {
+            let rows = serde_json::from_value(value).map_err(|e| DumpError(format!("worker row: {e}")))?;
+            RegistryDump { instances: Vec::new(), worker_registrations: rows }
+        } else {
+            Self::from_object(value)?
+        };
+        Ok(dump)
+    }
+
+    fn from_object(value: serde_json::Value) -> Result<Self, DumpError> {
+        let serde_json::Value::Object(mut map) = value else {
+            return Err(DumpError("expected an object with instances and worker_registrations, or an array of rows".into()));
+        };
+        if let Some(key) = map.keys().find(|k| *k != "instances" && *k != "worker_registrations") {
+            return Err(DumpError(format!("unknown table {key:?}")));
+        }
+        let mut dump = RegistryDump::default();
+        if let Some(instances) = map.remove("instances") {
+            dump.instances = numbered(instances, "instances")?;
+        }
+        if let Some(workers) = map.remove("worker_registrations") {
+            dump.worker_registrations = numbered(workers, "worker_registrations")?;
+        }
+        Ok(dump)
+    }
+
+    /// The dump as pretty JSON.
+    pub fn to_json(&self) -> String {
+        // Serialising plain data to a string cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Deserialises an array of rows, naming the index of the first bad row.
+fn numbered<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    table: &str,
+) -> Result<Vec<T>, DumpError> {
+    let serde_json::Value::Array(items) = value else {
+        return Err(DumpError(format!("{table} is not an array")));
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            serde_json::from_value(item).map_err(|e| DumpError(format!("{table}[{i}]: {e}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_written_as_a_real_reads_as_whole_seconds() {
+        let row = r#"[{"worker_identity":"w1","namespace":"author","status":"active",
+            "registered_at":"2026-07-30T12:00:00Z","heartbeat_ttl_s":900.0}]"#;
+        let dump = RegistryDump::from_json(row).unwrap();
+        assert_eq!(dump.worker_registrations[0].heartbeat_ttl_s, Some(900));
+        let fractional = row.replace("900.0", "900.5");
+        assert!(RegistryDump::from_json(&fractional).is_err());
+    }
+
+    #[test]
+    fn a_bad_row_is_named_by_table_and_index() {
+        let text = r#"{"worker_registrations":[
+            {"worker_identity":"w1","namespace":"author","status":"active","registered_at":"2026-07-30T12:00:00Z"},
+            {"worker_identity":"w2","namespace":"planner","status":"active","registered_at":"2026-07-30T12:00:00Z"}]}"#;
+        let err = RegistryDump::from_json(text).unwrap_err().to_string();
+        assert!(err.starts_with("worker_registrations[1]:"), "{err}");
+        assert!(err.contains("planner"), "{err}");
+    }
+
+    #[test]
+    fn unknown_columns_and_tables_are_refused() {
+        let col = r#"[{"worker_identity":"w1","namespace":"author","status":"active","registered_at":"2026-07-30T12:00:00Z","colour":"red"}]"#;
+        assert!(RegistryDump::from_json(col).unwrap_err().to_string().contains("colour"));
+        assert!(RegistryDump::from_json(r#"{"leases":[]}"#).unwrap_err().to_string().contains("leases"));
+        assert!(RegistryDump::from_json("{").unwrap_err().to_string().starts_with("not valid JSON"));
+    }
+
+    #[test]
+    fn expiry_follows_the_ttl_rule() {
+        let text = r#"[{"worker_identity":"w1","namespace":"author","status":"active",
+            "registered_at":"2026-07-30T12:00:00Z","last_heartbeat_at":"2026-07-30T12:00:00Z","heartbeat_ttl_s":30}]"#;
+        let row = RegistryDump::from_json(text).unwrap().worker_registrations.remove(0);
+        let at = |s| Timestamp::parse(s).unwrap();
+        assert!(!row.heartbeat_expired(at("2026-07-30T12:00:30Z")));
+        assert!(row.heartbeat_expired(at("2026-07-30T12:00:30.001Z")));
+    }
+}

@@ -1,0 +1,62 @@
+//! The traits a registry backend implements: transactions over a few primitive reads and
+//! guarded writes. The rules live in [`crate::Registry`], written once over these.
+
+use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
+
+use crate::error::StoreError;
+use crate::registry::WorkerCredential;
+use crate::rows::{InstanceRecord, WorkerRow};
+
+/// The primitive operations available inside one transaction.
+pub trait Tx {
+    /// Every worker row, ordered by `worker_identity`.
+    fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError>;
+    /// One worker row.
+    fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError>;
+    /// Every row, of any status, that claims `(client_instance_id, namespace)`.
+    fn slot(&mut self, instance: &str, namespace: Namespace) -> Result<Vec<WorkerRow>, StoreError>;
+    /// Inserts a new row; a row with the same `worker_identity` is a conflict.
+    fn insert_worker(&mut self, row: &WorkerRow) -> Result<(), StoreError>;
+    /// Compare-and-swap: replaces the row only if every column still equals `expected`.
+    /// Returns whether it did.
+    fn replace_worker(&mut self, expected: &WorkerRow, new: &WorkerRow) -> Result<bool, StoreError>;
+    /// The whole ledger, ordered by `client_instance_id`.
+    fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError>;
+    /// One ledger entry.
+    fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError>;
+    /// Records a minted ID; an ID already recorded is a conflict.
+    fn insert_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError>;
+}
+
+/// A registry backend.
+pub trait Store {
+    /// Runs `f` in a write transaction that holds the write lock from its first
+    /// statement (SQLite's `BEGIN IMMEDIATE`). The transaction commits when `f` returns
+    /// `Ok` and rolls back, leaving nothing written, when it returns `Err`.
+    fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>;
+
+    /// Runs `f` in a read transaction that sees one consistent state of the store.
+    fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>;
+
+    /// The heartbeat, as one guarded statement: sets `last_heartbeat_at = now` and
+    /// `ownership_state = owned` on the row only if it is active and still belongs to the
+    /// credential's generation and token. Returns whether a row matched.
+    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError>;
+}
+
+/// What an import wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ImportSummary {
+    /// Ledger entries written.
+    pub instances: usize,
+    /// Ledger entries already present with the same content.
+    pub instances_unchanged: usize,
+    /// Worker rows written.
+    pub workers: usize,
+}

@@ -1,0 +1,286 @@
+//! The SQLite backend of the registry: one database file, created with mode 0600, in WAL
+//! mode with a busy timeout, its schema brought up to date by versioned migrations.
+//!
+//! WAL with `synchronous = NORMAL` means a crashed process never corrupts the file: a
+//! transaction is either in the log whole or not at all. (A power loss may drop the
+//! last transactions, never corrupt the earlier ones.)
+
+// Store crates convert between Rust and SQL integers; every such cast must be checked.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
+mod columns;
+mod migrations;
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
+use fleet_registry::{InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+pub use migrations::SCHEMA_VERSION;
+
+/// How long a writer waits for another writer before reporting `Busy`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether opening may create the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file (mode 0600) and its directory when missing.
+    CreateIfMissing,
+    /// Fail with `Unavailable` when the file does not exist: readers must not report an
+    /// empty fleet because a path was mistyped.
+    MustExist,
+}
+
+/// A registry in one SQLite file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn unavailable(path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::new(StoreErrorKind::Unavailable, format!("cannot open registry {}: {e}", path.display()))
+}
+
+impl SqliteStore {
+    /// Opens (and, if `mode` allows, creates) the registry at `path`, then migrates it.
+    pub fn open(path: &Path, mode: OpenMode) -> Result<Self, StoreError> {
+        match (path.try_exists(), mode) {
+            (Ok(true), _) => {}
+            (Ok(false), OpenMode::MustExist) => {
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!("registry {} does not exist (run `fleetctl registry init`)", path.display()),
+                ));
+            }
+            (Ok(false), OpenMode::CreateIfMissing) => create_private_file(path)?,
+            (Err(e), _) => return Err(unavailable(path, e)),
+        }
+        if path.is_dir() {
+            return Err(unavailable(path, "it is a directory"));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(|e| unavailable(path, e))?;
+        configure(&conn).map_err(|e| map_open_error(path, e))?;
+        migrations::migrate(&mut conn).map_err(|e| match e.kind() {
+            StoreErrorKind::NewerSchema | StoreErrorKind::Corrupt => e,
+            _ => unavailable(path, e),
+        })?;
+        Ok(Self { conn, path: path.to_owned() })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `PRAGMA integrity_check`; `Ok` when SQLite answers `ok`.
+    pub fn integrity_check(&self) -> Result<(), StoreError> {
+        let answer: String = self
+            .conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .map_err(map_error)?;
+        if answer == "ok" { Ok(()) } else { Err(StoreError::corrupt(format!("integrity check: {answer}"))) }
+    }
+
+    /// The connection, for backend-specific algorithms in this crate's dependants that
+    /// must run SQL of their own (benchmarks compare against it).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| unavailable(path, e))?;
+    }
+    match OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        // Another process created it first: theirs is as good as ours.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(unavailable(path, e)),
+    }
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Reading the schema first proves the file is a database before anything is written.
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::InvalidQuery);
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+fn map_open_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+            StoreError::corrupt(format!("registry {} is not a valid SQLite database", path.display()))
+        }
+        _ => unavailable(path, e),
+    }
+}
+
+/// Maps a SQLite failure onto the store's error kinds.
+pub(crate) fn map_error(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode as C;
+    let kind = match e.sqlite_error_code() {
+        Some(C::DatabaseBusy | C::DatabaseLocked) => StoreErrorKind::Busy,
+        Some(C::ConstraintViolation) => StoreErrorKind::Conflict,
+        Some(C::NotADatabase | C::DatabaseCorrupt) => StoreErrorKind::Corrupt,
+        _ => StoreErrorKind::Unavailable,
+    };
+    let message = match kind {
+        StoreErrorKind::Conflict => format!("registry refused a duplicate: {e}"),
+        _ => format!("registry error: {e}"),
+    };
+    StoreError::with_source(kind, message, e)
+}
+
+struct SqliteTx<'a> {
+    conn: &'a Connection,
+}
+
+impl Tx for SqliteTx<'_> {
+    fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!("SELECT {} FROM worker_registrations ORDER BY worker_identity", columns::LIST);
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let rows = stmt.query_map([], columns::read_worker).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+    }
+
+    fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
+        let sql = format!("SELECT {} FROM worker_registrations WHERE worker_identity = ?1", columns::LIST);
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        stmt.query_row([id.as_str()], columns::read_worker).optional().map_err(map_error)?.transpose()
+    }
+
+    fn slot(&mut self, instance: &str, namespace: Namespace) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM worker_registrations WHERE client_instance_id = ?1 AND namespace = ?2 \
+             ORDER BY worker_identity",
+            columns::LIST
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let rows = stmt.query_map(params![instance, namespace.as_str()], columns::read_worker).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+    }
+
+    fn insert_worker(&mut self, row: &WorkerRow) -> Result<(), StoreError> {
+        let mut stmt = self.conn.prepare_cached(columns::insert_sql()).map_err(map_error)?;
+        stmt.execute(rusqlite::params_from_iter(columns::values(row))).map_err(|e| {
+            let err = map_error(e);
+            if err.kind() == StoreErrorKind::Conflict {
+                StoreError::conflict(format!("worker {} is already registered", row.worker_identity))
+            } else {
+                err
+            }
+        })?;
+        Ok(())
+    }
+
+    fn replace_worker(&mut self, expected: &WorkerRow, new: &WorkerRow) -> Result<bool, StoreError> {
+        let mut stmt = self.conn.prepare_cached(columns::replace_sql()).map_err(map_error)?;
+        let values = columns::values(new).into_iter().chain(columns::values(expected));
+        let changed = stmt.execute(rusqlite::params_from_iter(values)).map_err(map_error)?;
+        Ok(changed == 1)
+    }
+
+    fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!("SELECT {} FROM instances ORDER BY client_instance_id", columns::INSTANCE_LIST);
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let rows = stmt.query_map([], columns::read_instance).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+    }
+
+    fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError> {
+        let sql = format!("SELECT {} FROM instances WHERE client_instance_id = ?1", columns::INSTANCE_LIST);
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        stmt.query_row([id.as_str()], columns::read_instance).optional().map_err(map_error)?.transpose()
+    }
+
+    fn insert_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO instances (client_instance_id, client_type, fleet_run_id, minted_at, host_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(map_error)?;
+        stmt.execute(params![
+            record.client_instance_id.as_str(),
+            record.client_type.as_str(),
+            record.fleet_run_id.as_ref().map(|f| f.as_str()),
+            record.minted_at.to_string(),
+            record.host_id.as_ref().map(|h| h.as_str()),
+        ])
+        .map_err(|e| {
+            let err = map_error(e);
+            if err.kind() == StoreErrorKind::Conflict {
+                StoreError::conflict(format!("instance {} is already recorded", record.client_instance_id))
+            } else {
+                err
+            }
+        })?;
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    fn run<T, E, F>(&mut self, behavior: TransactionBehavior, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        let tx = self.conn.transaction_with_behavior(behavior).map_err(map_error)?;
+        let value = f(&mut SqliteTx { conn: &tx })?;
+        tx.commit().map_err(map_error)?;
+        Ok(value)
+    }
+}
+
+impl Store for SqliteStore {
+    fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.run(TransactionBehavior::Immediate, f)
+    }
+
+    fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.run(TransactionBehavior::Deferred, f)
+    }
+
+    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned' \
+                 WHERE worker_identity = ?2 AND generation_id = ?3 AND token_fingerprint = ?4 \
+                 AND status = 'active'",
+            )
+            .map_err(map_error)?;
+        let changed = stmt
+            .execute(params![
+                now.to_string(),
+                who.worker_identity.as_str(),
+                who.generation_id.as_str(),
+                who.token.fingerprint(),
+            ])
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+}

@@ -1,0 +1,79 @@
+//! Versioned schema migrations, tracked in `PRAGMA user_version`. Each step runs in the
+//! same `BEGIN IMMEDIATE` transaction as the version bump, so a crash mid-migration
+//! leaves the previous version whole.
+
+use fleet_registry::{StoreError, StoreErrorKind};
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::map_error;
+
+/// Each migration, in order; migration `i` brings the schema to version `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the launcher's ledger and the worker registrations of DESIGN.md.
+    "CREATE TABLE instances (
+        client_instance_id TEXT PRIMARY KEY NOT NULL,
+        client_type        TEXT NOT NULL,
+        fleet_run_id       TEXT,
+        minted_at          TEXT NOT NULL,
+        host_id            TEXT
+    );
+    CREATE TABLE worker_registrations (
+        worker_identity     TEXT PRIMARY KEY NOT NULL,
+        client_type         TEXT,
+        client_instance_id  TEXT,
+        instance_provenance TEXT,
+        fleet_run_id        TEXT,
+        namespace           TEXT NOT NULL,
+        profile             TEXT,
+        session_id          TEXT,
+        generation_id       TEXT,
+        host_id             TEXT,
+        boot_id             TEXT,
+        pid                 INTEGER,
+        process_start_time  INTEGER,
+        repository          TEXT,
+        status              TEXT NOT NULL
+            CHECK (status IN ('active', 'released', 'superseded', 'retired')),
+        ownership_state     TEXT
+            CHECK (ownership_state IN ('owned', 'stale', 'orphaned', 'unowned')),
+        registered_at       TEXT NOT NULL,
+        last_heartbeat_at   TEXT,
+        heartbeat_ttl_s     INTEGER,
+        fencing_epoch       INTEGER,
+        token_fingerprint   TEXT,
+        code_revision       TEXT,
+        config_revision     TEXT,
+        profile_revision    TEXT,
+        schema_revision     TEXT,
+        retired_at          TEXT,
+        retired_by          TEXT,
+        retirement_reason   TEXT
+    );
+    CREATE INDEX worker_registrations_slot
+        ON worker_registrations (client_instance_id, namespace);",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database up to [`SCHEMA_VERSION`]; refuses a database from a newer build.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::new(
+            StoreErrorKind::NewerSchema,
+            format!("registry schema version {current} is newer than this build's {SCHEMA_VERSION}"),
+        ));
+    }
+    if current == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_error)?;
+    // Another process may have migrated while we waited for the lock.
+    let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+        tx.execute_batch(sql).map_err(map_error)?;
+        tx.pragma_update(None, "user_version", i64::try_from(index + 1).unwrap_or(i64::MAX)).map_err(map_error)?;
+    }
+    tx.commit().map_err(map_error)
+}

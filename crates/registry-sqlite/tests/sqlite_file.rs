@@ -1,0 +1,88 @@
+//! What only the SQLite backend promises: file mode, WAL, refusal of foreign and newer
+//! files, and safe concurrent migration.
+
+use std::os::unix::fs::PermissionsExt;
+
+use fleet_registry::{Registry, StoreErrorKind};
+use registry_sqlite::{OpenMode, SCHEMA_VERSION, SqliteStore};
+
+#[test]
+fn a_new_registry_file_is_private_and_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/state/registry.sqlite3");
+    let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let journal: String = store.connection().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(journal, "wal");
+    let version: i64 = store.connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    store.integrity_check().unwrap();
+}
+
+#[test]
+fn a_missing_file_is_unavailable_when_it_must_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.sqlite3");
+    let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+    assert!(!path.exists(), "a failed open must not create the file");
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_corrupt_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.sqlite3");
+    let junk = b"these are not the pages you are looking for, not at all, no".repeat(100);
+    std::fs::write(&path, &junk).unwrap();
+    let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), junk);
+}
+
+#[test]
+fn a_registry_from_a_newer_build_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+    store.connection().pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    drop(store);
+    let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::NewerSchema, "{err}");
+}
+
+#[test]
+fn many_threads_opening_one_new_file_migrate_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+                Registry::new(store).workers().unwrap().len()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 0);
+    }
+}
+
+#[test]
+fn a_corrupt_value_in_a_row_is_reported_with_its_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+    store
+        .connection()
+        .execute(
+            "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at, pid) \
+             VALUES ('w1', 'author', 'active', '2026-07-30T12:00:00Z', -5)",
+            [],
+        )
+        .unwrap();
+    let err = Registry::new(store).workers().unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Corrupt);
+    assert!(err.to_string().contains("w1") && err.to_string().contains("pid"), "{err}");
+}
