@@ -1,0 +1,47 @@
+//! `fleetctl`: the operator's tool. Thin by design: parse arguments, open the registry,
+//! call a library, print a table or JSON.
+
+mod registry_cmd;
+mod table;
+mod worker_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use fleet_runtime::{Failure, RegistryLocation};
+
+#[derive(Debug, Parser)]
+#[command(name = "fleetctl", version, about = "Keep a fleet of agent worker processes honest")]
+struct Cli {
+    /// Registry location: a SQLite file, sqlite://PATH or postgres://…
+    /// (default: $XDG_STATE_HOME/fleetward/registry.sqlite3).
+    #[arg(long, global = true, env = "FLEET_REGISTRY")]
+    registry: Option<String>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Create, back up, restore and sweep the registry.
+    #[command(subcommand)]
+    Registry(registry_cmd::RegistryCmd),
+    /// Run a worker under registration, or list the registered workers.
+    #[command(subcommand)]
+    Worker(worker_cmd::WorkerCmd),
+}
+
+fn main() -> ExitCode {
+    match fleet_runtime::parse_args::<Cli>().and_then(run) {
+        Ok(code) => code,
+        Err(failure) => failure.report("fleetctl"),
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    let location = RegistryLocation::resolve(cli.registry.as_deref())?;
+    match cli.command {
+        Cmd::Registry(cmd) => registry_cmd::run(&location, cmd),
+        Cmd::Worker(cmd) => worker_cmd::run(&location, cmd),
+    }
+}

@@ -1,0 +1,83 @@
+//! `fleetctl registry init|export|import|sweep`.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use fleet_registry::RegistryDump;
+use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
+use registry_sqlite::OpenMode;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RegistryCmd {
+    /// Create the registry (or bring an existing one up to date).
+    Init,
+    /// Print the ledger and every worker row as JSON.
+    Export,
+    /// Add the rows of an export to the registry, all or nothing.
+    Import {
+        /// The JSON file to read (`-` for stdin).
+        file: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark active rows whose heartbeat TTL lapsed as stale.
+    Sweep {
+        /// Print the marked worker identities as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitCode, Failure> {
+    match cmd {
+        RegistryCmd::Init => {
+            open_registry(location, OpenMode::CreateIfMissing)?;
+            println!("registry ready at {location}");
+        }
+        RegistryCmd::Export => {
+            let dump = open_registry(location, OpenMode::MustExist)?.export()?;
+            println!("{}", dump.to_json());
+        }
+        RegistryCmd::Import { file, json } => {
+            let text = read_input(&file)?;
+            let dump = RegistryDump::from_json(&text)
+                .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+            let summary = open_registry(location, OpenMode::CreateIfMissing)?.import(&dump)?;
+            if json {
+                println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            } else {
+                println!(
+                    "imported {} instances ({} already present) and {} workers",
+                    summary.instances, summary.instances_unchanged, summary.workers
+                );
+            }
+        }
+        RegistryCmd::Sweep { json } => {
+            let marked = open_registry(location, OpenMode::MustExist)?.mark_expired_stale(now())?;
+            if json {
+                println!("{}", serde_json::json!({ "marked_stale": marked }));
+            } else if marked.is_empty() {
+                println!("no heartbeat has expired");
+            } else {
+                for id in &marked {
+                    println!("stale: {id}");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_input(file: &PathBuf) -> Result<String, Failure> {
+    let mut text = String::new();
+    let result = if file.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text)).map(|_| ())
+    };
+    result.map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
+    Ok(text)
+}

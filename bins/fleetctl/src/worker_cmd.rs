@@ -1,0 +1,196 @@
+//! `fleetctl worker run` registers a child process as a namespace worker, heartbeats
+//! while it runs and releases it when it exits; `fleetctl worker list` shows the rows.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use clap::Subcommand;
+use fleet_identity::{Namespace, Pid, Repository, Timestamp};
+use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
+use fleet_runtime::{Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry};
+use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use registry_sqlite::OpenMode;
+
+use crate::table;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum WorkerCmd {
+    /// Run CMD as a namespace worker of the launch in the environment.
+    Run {
+        /// The namespace the worker serves.
+        #[arg(long, value_parser = parse_namespace)]
+        namespace: Namespace,
+        /// Seconds a heartbeat stays valid; the worker beats every third of it.
+        #[arg(long, default_value_t = 30, value_parser = parse_ttl)]
+        ttl: u32,
+        /// Repository the worker is bound to (default: the current directory).
+        #[arg(long)]
+        repository: Option<String>,
+        /// The worker command and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<OsString>,
+    },
+    /// List the registered workers.
+    List {
+        /// Print the rows as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_namespace(s: &str) -> Result<Namespace, String> {
+    s.parse().map_err(|e: fleet_identity::IdentityError| e.to_string())
+}
+
+fn parse_ttl(s: &str) -> Result<u32, String> {
+    let secs: u32 = s.parse().map_err(|_| format!("{s:?} is not a whole number of seconds"))?;
+    HeartbeatTtl::from_secs(secs).map(|t| t.secs()).map_err(|e| e.to_string())
+}
+
+pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCode, Failure> {
+    match cmd {
+        WorkerCmd::Run { namespace, ttl, repository, command } => {
+            run_worker(location, namespace, ttl, repository, &command)
+        }
+        WorkerCmd::List { json } => {
+            let rows = open_registry(location, OpenMode::MustExist)?.workers()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+            } else {
+                print!("{}", list_table(&rows, now()));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The pid of the running child, for the signal handler to forward to.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: nix::libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        if let Ok(sig) = Signal::try_from(sig) {
+            // kill(2) is async-signal-safe.
+            let _ = signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+}
+
+fn forward_signals_to_child() {
+    let action = SigAction::new(SigHandler::Handler(forward), SaFlags::SA_RESTART, SigSet::empty());
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: the handler only reads an atomic and calls kill(2).
+        let _ = unsafe { signal::sigaction(sig, &action) };
+    }
+}
+
+fn run_worker(
+    location: &RegistryLocation,
+    namespace: Namespace,
+    ttl: u32,
+    repository: Option<String>,
+    command: &[OsString],
+) -> Result<ExitCode, Failure> {
+    // Everything that can be refused is checked before the registry is touched.
+    let env = InstanceEnv::from_process()?;
+    let heartbeat_ttl = HeartbeatTtl::from_secs(ttl)?;
+    let repository = match repository {
+        Some(r) => r,
+        None => std::env::current_dir()
+            .and_then(std::fs::canonicalize)
+            .map(|p| p.display().to_string())
+            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+    };
+    let repository = Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?;
+    let (program, args) = command.split_first().ok_or_else(|| Failure::usage("no worker command"))?;
+
+    let mut child = Command::new(program)
+        .args(args)
+        .spawn()
+        .map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
+    let child_pid = i32::try_from(child.id()).unwrap_or(0);
+    CHILD.store(child_pid, Ordering::SeqCst);
+    forward_signals_to_child();
+
+    let options = WorkerOptions {
+        namespace,
+        pid: Pid::new(i64::from(child_pid)).map_err(|e| Failure::usage(e.to_string()))?,
+        heartbeat_ttl,
+        repository: Some(repository),
+        revisions: revisions(),
+    };
+    let session = match WorkerSession::start(location, &env, options) {
+        Ok(session) => session,
+        Err(e) => {
+            // Nothing was registered: the child must not run as an unregistered worker.
+            let _ = signal::kill(nix::unistd::Pid::from_raw(child_pid), Signal::SIGTERM);
+            let _ = child.wait();
+            return Err(e.into());
+        }
+    };
+
+    let status = child.wait().map_err(|e| Failure::store(format!("cannot wait for the worker: {e}")))?;
+    CHILD.store(0, Ordering::SeqCst);
+    match (status.code(), status.signal()) {
+        (Some(code), _) => {
+            session.release()?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+        (None, Some(sig)) => {
+            // Death by signal is a crash: the row stays until its TTL lapses and the
+            // sweep marks it stale, so the crash stays visible.
+            session.abandon();
+            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)))
+        }
+        (None, None) => {
+            session.abandon();
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn revisions() -> Revisions {
+    let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+    Revisions {
+        code: Some(var("FLEET_CODE_REVISION").unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned())),
+        config: var("FLEET_CONFIG_REVISION"),
+        profile: var("FLEET_PROFILE_REVISION"),
+        schema: Some(registry_sqlite::SCHEMA_VERSION.to_string()),
+    }
+}
+
+fn heartbeat_cell(row: &WorkerRow, now: Timestamp) -> String {
+    match (row.heartbeat(), row.expires_at()) {
+        (Some(_), Some(expires)) if now > expires => {
+            format!("expired {}s ago", now.since(expires).whole_seconds())
+        }
+        (Some(beat), _) => format!("{}s ago", now.since(beat).whole_seconds()),
+        (None, _) => row.last_heartbeat_at.clone().map_or_else(|| "-".into(), |raw| format!("unparsable {raw:?}")),
+    }
+}
+
+fn list_table(rows: &[WorkerRow], now: Timestamp) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let mut sorted: Vec<&WorkerRow> = rows.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.client_instance_id, a.namespace, &a.worker_identity).cmp(&(&b.client_instance_id, b.namespace, &b.worker_identity))
+    });
+    let cells: Vec<Vec<String>> = sorted
+        .into_iter()
+        .map(|r| {
+            vec![
+                opt(r.client_instance_id.clone()),
+                r.namespace.to_string(),
+                r.worker_identity.to_string(),
+                opt(r.pid.map(|p| p.to_string())),
+                r.status.to_string(),
+                opt(r.ownership_state.map(|o| o.to_string())),
+                heartbeat_cell(r, now),
+            ]
+        })
+        .collect();
+    table::render(&["INSTANCE", "NAMESPACE", "WORKER", "PID", "STATUS", "OWNERSHIP", "HEARTBEAT"], &cells)
+}

@@ -1,0 +1,169 @@
+//! The instance environment the launcher injects into every namespace worker. The names
+//! are kept from the seeds so existing launchers and profiles keep working.
+
+use fleet_identity::{
+    ClientInstanceId, ClientType, FleetRunId, IdentityError, InstanceClaim, Profile, SessionId,
+};
+use fleet_registry::InstanceRef;
+
+/// Names of the variables, as the seeds spell them.
+pub mod vars {
+    /// The client type.
+    pub const CLIENT: &str = "GITEA_MCP_CLIENT";
+    /// The launch's instance ID.
+    pub const CLIENT_INSTANCE: &str = "GITEA_MCP_CLIENT_INSTANCE";
+    /// Who minted the instance ID.
+    pub const INSTANCE_PROVENANCE: &str = "GITEA_MCP_INSTANCE_PROVENANCE";
+    /// The client session.
+    pub const CLIENT_SESSION: &str = "GITEA_MCP_CLIENT_SESSION";
+    /// The approved cohort.
+    pub const FLEET_RUN_ID: &str = "GITEA_MCP_FLEET_RUN_ID";
+    /// Set to 1 when a launcher manages the client.
+    pub const CLIENT_MANAGED: &str = "GITEA_CLIENT_MANAGED";
+    /// The role profile.
+    pub const PROFILE: &str = "GITEA_MCP_PROFILE";
+    /// Where the registry is.
+    pub const REGISTRY: &str = "FLEET_REGISTRY";
+}
+
+/// The provenance the launcher declares.
+pub const PROVENANCE_TRUSTED_LAUNCHER: &str = "trusted_launcher";
+
+/// Why the instance environment was refused; each names the variable at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// A required variable is not set.
+    #[error("{0} is not set; start the worker through `fleet-launch run` or `fleet-launch config`")]
+    Missing(&'static str),
+    /// A variable is set to something invalid.
+    #[error("{var} is invalid: {detail}")]
+    Invalid {
+        /// The variable.
+        var: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// The instance environment of one launch.
+#[derive(Debug, Clone)]
+pub struct InstanceEnv {
+    /// `GITEA_MCP_CLIENT`.
+    pub client_type: ClientType,
+    /// `GITEA_MCP_CLIENT_INSTANCE`.
+    pub instance: InstanceRef,
+    /// `GITEA_MCP_INSTANCE_PROVENANCE`.
+    pub provenance: Option<String>,
+    /// `GITEA_MCP_CLIENT_SESSION`.
+    pub session_id: Option<SessionId>,
+    /// `GITEA_MCP_FLEET_RUN_ID`.
+    pub fleet_run_id: Option<FleetRunId>,
+    /// `GITEA_MCP_PROFILE`.
+    pub profile: Option<Profile>,
+}
+
+fn optional<T>(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    var: &'static str,
+    make: fn(String) -> Result<T, IdentityError>,
+) -> Result<Option<T>, EnvError> {
+    lookup(var)
+        .filter(|v| !v.is_empty())
+        .map(|v| make(v).map_err(|e| EnvError::Invalid { var, detail: e.to_string() }))
+        .transpose()
+}
+
+impl InstanceEnv {
+    /// Reads the environment through `lookup` (the process environment in binaries, a
+    /// map in tests). A malformed or missing instance ID is refused; a legacy placeholder
+    /// is accepted, so the snapshot can report it.
+    pub fn read(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let client_type = optional(lookup, vars::CLIENT, ClientType::new)?.ok_or(EnvError::Missing(vars::CLIENT))?;
+        let instance = match InstanceClaim::read(lookup(vars::CLIENT_INSTANCE).as_deref()) {
+            InstanceClaim::Missing => return Err(EnvError::Missing(vars::CLIENT_INSTANCE)),
+            InstanceClaim::Malformed(raw) => {
+                let detail = ClientInstanceId::parse(&raw).err().map(|e| e.to_string()).unwrap_or_default();
+                return Err(EnvError::Invalid { var: vars::CLIENT_INSTANCE, detail });
+            }
+            InstanceClaim::Legacy(p) => InstanceRef::Legacy(p),
+            InstanceClaim::WellFormed(id) => {
+                if id.client_type() != &client_type {
+                    return Err(EnvError::Invalid {
+                        var: vars::CLIENT_INSTANCE,
+                        detail: format!("{id} was minted for client {}, but {} is {client_type}", id.client_type(), vars::CLIENT),
+                    });
+                }
+                InstanceRef::Minted(id)
+            }
+        };
+        Ok(Self {
+            client_type,
+            instance,
+            provenance: lookup(vars::INSTANCE_PROVENANCE).filter(|v| !v.is_empty()),
+            session_id: optional(lookup, vars::CLIENT_SESSION, SessionId::new)?,
+            fleet_run_id: optional(lookup, vars::FLEET_RUN_ID, FleetRunId::new)?,
+            profile: optional(lookup, vars::PROFILE, Profile::new)?,
+        })
+    }
+
+    /// Reads the current process's environment.
+    pub fn from_process() -> Result<Self, EnvError> {
+        Self::read(&|name| std::env::var(name).ok())
+    }
+
+    /// The variables to hand to a worker, in a fixed order. The profile is left to each
+    /// entry, since each namespace runs its own.
+    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (vars::CLIENT, self.client_type.to_string()),
+            (vars::CLIENT_INSTANCE, self.instance.as_str().to_owned()),
+            (vars::INSTANCE_PROVENANCE, self.provenance.clone().unwrap_or_else(|| PROVENANCE_TRUSTED_LAUNCHER.into())),
+        ];
+        if let Some(s) = &self.session_id {
+            out.push((vars::CLIENT_SESSION, s.to_string()));
+        }
+        if let Some(f) = &self.fleet_run_id {
+            out.push((vars::FLEET_RUN_ID, f.to_string()));
+        }
+        out.push((vars::CLIENT_MANAGED, "1".into()));
+        if let Some(p) = &self.profile {
+            out.push((vars::PROFILE, p.to_string()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<InstanceEnv, EnvError> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        InstanceEnv::read(&|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn each_refusal_names_its_variable() {
+        let ok_id = "inst-codex-20260730T120000Z-abc123def456";
+        let err = read(&[(vars::CLIENT_INSTANCE, ok_id)]).unwrap_err().to_string();
+        assert!(err.starts_with("GITEA_MCP_CLIENT is not set"), "{err}");
+        let err = read(&[(vars::CLIENT, "codex")]).unwrap_err().to_string();
+        assert!(err.starts_with("GITEA_MCP_CLIENT_INSTANCE is not set"), "{err}");
+        let err = read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, "inst-codex-bogus")]).unwrap_err().to_string();
+        assert!(err.starts_with("GITEA_MCP_CLIENT_INSTANCE is invalid"), "{err}");
+        let err = read(&[(vars::CLIENT, "gemini"), (vars::CLIENT_INSTANCE, ok_id)]).unwrap_err().to_string();
+        assert!(err.contains("minted for client codex"), "{err}");
+        let err = read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, ok_id), (vars::CLIENT_SESSION, "a b")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("GITEA_MCP_CLIENT_SESSION is invalid"), "{err}");
+    }
+
+    #[test]
+    fn a_legacy_placeholder_is_read_as_legacy() {
+        let env = read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, "legacy-pid-77")]).unwrap();
+        assert!(matches!(env.instance, InstanceRef::Legacy(_)));
+    }
+}

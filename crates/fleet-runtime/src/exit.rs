@@ -1,0 +1,95 @@
+//! How binaries end: one line on stderr and the exit code of DESIGN.md
+//! (0 success, 1 a check said no, 2 bad input, 3 the store could not be used).
+
+use std::fmt;
+use std::process::ExitCode;
+
+use fleet_registry::{StoreError, StoreErrorKind};
+
+/// A failure a binary reports and exits with.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    /// A check that ran and said no (exit 1).
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self { code: 1, message: message.into() }
+    }
+
+    /// Bad input or usage (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self { code: 2, message: message.into() }
+    }
+
+    /// The store could not be used (exit 3).
+    pub fn store(message: impl Into<String>) -> Self {
+        Self { code: 3, message: message.into() }
+    }
+
+    /// The exit code.
+    pub fn code(&self) -> u8 {
+        self.code
+    }
+
+    /// Prints the message as one line on stderr, prefixed with the program name, and
+    /// returns the exit code.
+    pub fn report(&self, program: &str) -> ExitCode {
+        if self.message.is_empty() {
+            return ExitCode::from(self.code);
+        }
+        let line = self.message.replace('\n', " ");
+        eprintln!("{program}: error: {line}");
+        ExitCode::from(self.code)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        let code = match e.kind() {
+            StoreErrorKind::Invalid | StoreErrorKind::NotFound => 2,
+            StoreErrorKind::Conflict => 1,
+            _ => 3,
+        };
+        Self { code, message: e.to_string() }
+    }
+}
+
+impl From<crate::EnvError> for Failure {
+    fn from(e: crate::EnvError) -> Self {
+        Self::usage(e.to_string())
+    }
+}
+
+impl From<crate::LocationError> for Failure {
+    fn from(e: crate::LocationError) -> Self {
+        Self::usage(e.to_string())
+    }
+}
+
+/// Parses the command line. Help and version print as usual; any other error becomes
+/// the first line of clap's message and exit code 2.
+pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
+    T::try_parse().map_err(|e| {
+        use clap::error::ErrorKind;
+        match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                let _ = e.print();
+                Failure { code: if e.use_stderr() { 2 } else { 0 }, message: String::new() }
+            }
+            _ => {
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or("invalid arguments");
+                Failure::usage(first.trim_start_matches("error: ").to_owned())
+            }
+        }
+    })
+}

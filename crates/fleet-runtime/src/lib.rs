@@ -1,0 +1,13 @@
+//! The pieces every Fleetward binary shares: where the registry is and how to open it,
+//! the instance environment the launcher hands to workers, and a worker's registration
+//! with its heartbeat loop.
+
+mod env;
+mod exit;
+mod location;
+mod worker;
+
+pub use exit::{Failure, parse_args};
+pub use env::{EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
+pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
+pub use worker::{WorkerOptions, WorkerSession, now};

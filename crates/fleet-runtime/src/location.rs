@@ -1,0 +1,143 @@
+//! Where the registry lives (`--registry` / `FLEET_REGISTRY`) and opening it on the
+//! backend that location names.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use fleet_identity::Timestamp;
+use fleet_registry::{Registry, Store, StoreError, StoreErrorKind, Tx, WorkerCredential};
+use registry_sqlite::{OpenMode, SqliteStore};
+
+/// Why a registry location was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LocationError {
+    /// Neither a location nor a state directory to put the default in.
+    #[error("no registry location: pass --registry, set FLEET_REGISTRY, or set HOME")]
+    NoDefault,
+    /// An empty location.
+    #[error("registry location is empty")]
+    Empty,
+}
+
+/// A registry location: a SQLite file, or a PostgreSQL URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryLocation {
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL.
+    Postgres(String),
+}
+
+impl RegistryLocation {
+    /// Reads `PATH`, `sqlite://PATH` or `postgres://…`.
+    pub fn parse(text: &str) -> Result<Self, LocationError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(LocationError::Empty);
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Self::Postgres(text.to_owned()));
+        }
+        let path = text.strip_prefix("sqlite://").unwrap_or(text);
+        if path.is_empty() {
+            return Err(LocationError::Empty);
+        }
+        Ok(Self::Sqlite(PathBuf::from(path)))
+    }
+
+    /// The location given, or the default file under the user's state directory
+    /// (`$XDG_STATE_HOME/fleetward/registry.sqlite3`, else `~/.local/state/…`).
+    pub fn resolve(given: Option<&str>) -> Result<Self, LocationError> {
+        if let Some(text) = given {
+            return Self::parse(text);
+        }
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| Path::new(&h).join(".local/state")))
+            .ok_or(LocationError::NoDefault)?;
+        Ok(Self::Sqlite(state.join("fleetward").join("registry.sqlite3")))
+    }
+}
+
+impl fmt::Display for RegistryLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            // Never print credentials a URL may carry.
+            Self::Postgres(url) => match url.split_once('@') {
+                Some((_, host)) => write!(f, "postgres://…@{host}"),
+                None => f.write_str(url),
+            },
+        }
+    }
+}
+
+/// Any registry backend, chosen by location at run time.
+#[derive(Debug)]
+pub enum AnyStore {
+    /// The embedded SQLite store.
+    Sqlite(SqliteStore),
+}
+
+/// Opens the registry at `location`.
+pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Registry<AnyStore>, StoreError> {
+    let store = match location {
+        RegistryLocation::Sqlite(path) => AnyStore::Sqlite(SqliteStore::open(path, mode)?),
+        RegistryLocation::Postgres(_) => {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!("registry {location}: the PostgreSQL backend is not part of this build"),
+            ));
+        }
+    };
+    Ok(Registry::new(store))
+}
+
+impl Store for AnyStore {
+    fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        match self {
+            AnyStore::Sqlite(s) => s.write(f),
+        }
+    }
+
+    fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        match self {
+            AnyStore::Sqlite(s) => s.read(f),
+        }
+    }
+
+    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Sqlite(s) => s.touch_heartbeat(who, now),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_name_their_backend() {
+        assert_eq!(RegistryLocation::parse("/tmp/r.db").unwrap(), RegistryLocation::Sqlite("/tmp/r.db".into()));
+        assert_eq!(RegistryLocation::parse("sqlite://r.db").unwrap(), RegistryLocation::Sqlite("r.db".into()));
+        assert!(matches!(RegistryLocation::parse("postgres://u:p@h/db").unwrap(), RegistryLocation::Postgres(_)));
+        assert!(RegistryLocation::parse("  ").is_err());
+        assert!(RegistryLocation::parse("sqlite://").is_err());
+    }
+
+    #[test]
+    fn a_postgres_url_never_prints_its_password() {
+        let loc = RegistryLocation::parse("postgres://fleet:secret@db.example/fleet").unwrap();
+        assert!(!loc.to_string().contains("secret"));
+    }
+}

@@ -1,0 +1,182 @@
+//! A worker's life in the registry: register from the instance environment, heartbeat
+//! on a background thread every third of the TTL, then release on a clean exit or stop
+//! heartbeating (and leave the row for the TTL to lapse) after a crash.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+
+use fleet_identity::{GenerationId, Namespace, Pid, Repository, Timestamp};
+use fleet_probe::{LocalProbe, ProcessIdentity};
+use fleet_registry::{
+    HeartbeatTtl, Registration, Revisions, StoreError, StoreErrorKind, WorkerCredential, WorkerRow,
+    WorkerToken,
+};
+use registry_sqlite::OpenMode;
+use time::OffsetDateTime;
+
+use crate::env::InstanceEnv;
+use crate::location::{RegistryLocation, open_registry};
+
+/// The current time as the registry stores it.
+pub fn now() -> Timestamp {
+    Timestamp::new(OffsetDateTime::now_utc())
+}
+
+/// What a worker registers beyond its instance environment.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The namespace it serves.
+    pub namespace: Namespace,
+    /// The process the row describes.
+    pub pid: Pid,
+    /// How long a heartbeat stays valid.
+    pub heartbeat_ttl: HeartbeatTtl,
+    /// The repository it is bound to.
+    pub repository: Option<Repository>,
+    /// The revisions it runs.
+    pub revisions: Revisions,
+}
+
+enum Stop {
+    Now,
+}
+
+/// A registered worker with its heartbeat thread running.
+#[derive(Debug)]
+pub struct WorkerSession {
+    location: RegistryLocation,
+    row: WorkerRow,
+    credential: WorkerCredential,
+    lost: Arc<AtomicBool>,
+    stop: Option<mpsc::Sender<Stop>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stop")
+    }
+}
+
+fn probe_error(e: fleet_probe::ProbeError) -> StoreError {
+    StoreError::new(StoreErrorKind::Unavailable, format!("cannot read process evidence: {e}"))
+}
+
+impl WorkerSession {
+    /// Registers the worker and starts heartbeating. The registry is created if missing.
+    pub fn start(location: &RegistryLocation, env: &InstanceEnv, options: WorkerOptions) -> Result<Self, StoreError> {
+        let process = ProcessIdentity::of(options.pid).map_err(probe_error)?;
+        let probe = LocalProbe::new().map_err(probe_error)?;
+        let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
+            .map_err(|e| StoreError::invalid(e.to_string()))?;
+        let registration = Registration {
+            client_type: env.client_type.clone(),
+            instance: env.instance.clone(),
+            instance_provenance: env.provenance.clone(),
+            fleet_run_id: env.fleet_run_id.clone(),
+            namespace: options.namespace,
+            profile: env.profile.clone(),
+            session_id: env.session_id.clone(),
+            generation_id: generation_id.clone(),
+            process,
+            repository: options.repository,
+            heartbeat_ttl: options.heartbeat_ttl,
+            revisions: options.revisions,
+        };
+        let token = WorkerToken::generate()?;
+        let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
+        let registered = registry.register(&registration, &token, now(), &probe)?;
+        let credential = WorkerCredential {
+            worker_identity: registered.row.worker_identity.clone(),
+            generation_id,
+            token,
+        };
+        let lost = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel();
+        let thread = {
+            let location = location.clone();
+            let credential = credential.clone();
+            let lost = Arc::clone(&lost);
+            let interval = options.heartbeat_ttl.interval();
+            std::thread::Builder::new()
+                .name("fleet-heartbeat".into())
+                .spawn(move || heartbeat_loop(&location, &credential, interval, &stopped, &lost))
+                .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, format!("cannot start heartbeat: {e}")))?
+        };
+        Ok(Self { location: location.clone(), row: registered.row, credential, lost, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// The row as registered.
+    pub fn row(&self) -> &WorkerRow {
+        &self.row
+    }
+
+    /// Whether the registry stopped accepting this worker's heartbeats (its row was
+    /// released, retired or taken by another generation).
+    pub fn registration_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    fn stop_heartbeats(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The thread may already have ended; then there is nothing to stop.
+            let _ = stop.send(Stop::Now);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Stops heartbeating and releases the registration: the clean-exit path.
+    pub fn release(mut self) -> Result<WorkerRow, StoreError> {
+        self.stop_heartbeats();
+        let mut registry = open_registry(&self.location, OpenMode::MustExist)?;
+        registry.release(&self.credential, now())
+    }
+
+    /// Stops heartbeating and leaves the row as it is: the crash path. The row stays
+    /// active until its TTL lapses, then the sweep marks it stale.
+    pub fn abandon(mut self) {
+        self.stop_heartbeats();
+    }
+}
+
+impl Drop for WorkerSession {
+    fn drop(&mut self) {
+        self.stop_heartbeats();
+    }
+}
+
+fn heartbeat_loop(
+    location: &RegistryLocation,
+    credential: &WorkerCredential,
+    interval: std::time::Duration,
+    stopped: &mpsc::Receiver<Stop>,
+    lost: &AtomicBool,
+) {
+    let mut registry = None;
+    loop {
+        match stopped.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(Stop::Now) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if registry.is_none() {
+            registry = open_registry(location, OpenMode::MustExist)
+                .map_err(|e| eprintln!("fleet: heartbeat cannot open registry: {e}"))
+                .ok();
+        }
+        let Some(reg) = registry.as_mut() else { continue };
+        match reg.heartbeat(credential, now()) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), StoreErrorKind::NotFound | StoreErrorKind::Conflict) => {
+                eprintln!("fleet: registration lost: {e}");
+                lost.store(true, Ordering::SeqCst);
+                return;
+            }
+            // A busy or briefly unreachable registry: try again next beat.
+            Err(e) => eprintln!("fleet: heartbeat failed, will retry: {e}"),
+        }
+    }
+}
