@@ -8,14 +8,16 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use fleet_identity::{ClientInstanceId, ClientType, FleetRunId, INSTANCE_DIGEST_BYTES, Namespace, SessionId};
-use fleet_registry::{InstanceRecord, InstanceRef};
-use fleet_runtime::{Failure, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, RegistryLocation, now, open_registry, vars};
-use registry_sqlite::OpenMode;
+use fleet_identity::{ClientType, FleetRunId, Namespace, SessionId};
+use fleet_runtime::{Failure, Launch, RegistryLocation, vars};
 use serde_json::{Value, json};
 
 #[derive(Debug, Parser)]
-#[command(name = "fleet-launch", version, about = "Mint a trusted instance identity and hand it to the five namespace workers")]
+#[command(
+    name = "fleet-launch",
+    version,
+    about = "Mint a trusted instance identity and hand it to the five namespace workers"
+)]
 struct Cli {
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     #[arg(long, global = true, env = "FLEET_REGISTRY")]
@@ -92,72 +94,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// A launch whose ID is recorded in the ledger.
-struct Launch {
-    location: RegistryLocation,
-    env: InstanceEnv,
-}
-
 fn mint_and_record(registry: Option<&str>, args: LaunchArgs) -> Result<Launch, Failure> {
     let location = RegistryLocation::resolve(registry)?;
-    let mut random = [0u8; INSTANCE_DIGEST_BYTES];
-    getrandom::fill(&mut random).map_err(|e| Failure::store(format!("no randomness to mint with: {e}")))?;
-    let minted_at = now();
-    let id = ClientInstanceId::mint(&args.client, minted_at.get(), random)
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let record = InstanceRecord {
-        client_instance_id: id.clone(),
-        client_type: args.client.clone(),
-        fleet_run_id: args.fleet_run_id.clone(),
-        minted_at,
-        host_id: fleet_probe::host_id().ok(),
-    };
-    let mut registry = open_registry(&location, OpenMode::CreateIfMissing)?;
-    // Recorded before it is printed or passed on: an ID the ledger lacks is never trusted.
-    registry.record_instance(&record)?;
-    let session_id = match args.session {
-        Some(s) => s,
-        None => SessionId::new(format!("sess-{}", uuid::Uuid::now_v7())).map_err(|e| Failure::usage(e.to_string()))?,
-    };
-    let env = InstanceEnv {
-        client_type: args.client,
-        instance: InstanceRef::Minted(id),
-        provenance: Some(PROVENANCE_TRUSTED_LAUNCHER.into()),
-        session_id: Some(session_id),
-        fleet_run_id: args.fleet_run_id,
-        profile: None,
-    };
-    Ok(Launch { location: absolute(location), env })
-}
-
-/// Workers may start in another directory, so a relative SQLite path is made absolute.
-fn absolute(location: RegistryLocation) -> RegistryLocation {
-    match location {
-        RegistryLocation::Sqlite(path) => {
-            RegistryLocation::Sqlite(std::path::absolute(&path).unwrap_or(path))
-        }
-        other => other,
-    }
-}
-
-fn location_text(location: &RegistryLocation) -> String {
-    match location {
-        RegistryLocation::Sqlite(path) => path.display().to_string(),
-        RegistryLocation::Postgres(url) => url.clone(),
-    }
-}
-
-fn launch_vars(launch: &Launch) -> Vec<(&'static str, String)> {
-    let mut out = launch.env.to_vars();
-    out.push((vars::REGISTRY, location_text(&launch.location)));
-    out
+    Ok(Launch::mint(&location, args.client, args.fleet_run_id, args.session)?)
 }
 
 fn server_entries(launch: &Launch, command: &str) -> BTreeMap<String, Value> {
     Namespace::ALL
         .into_iter()
         .map(|ns| {
-            let mut env: BTreeMap<&str, String> = launch_vars(launch).into_iter().collect();
+            let mut env: BTreeMap<&str, String> = launch.vars().into_iter().collect();
             env.insert(vars::PROFILE, ns.as_str().to_owned());
             let entry = json!({ "command": command, "args": ["--namespace", ns.as_str()], "env": env });
             (format!("gitea-{ns}"), entry)
@@ -205,10 +151,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Mint { launch, json } => {
             let launch = mint_and_record(registry, launch)?;
             if json {
-                let env: BTreeMap<&str, String> = launch_vars(&launch).into_iter().collect();
-                println!("{}", json!({ "client_instance_id": launch.env.instance.as_str(), "env": env }));
+                let env: BTreeMap<&str, String> = launch.vars().into_iter().collect();
+                println!("{}", json!({ "client_instance_id": launch.id(), "env": env }));
             } else {
-                println!("{}", launch.env.instance.as_str());
+                println!("{}", launch.id());
             }
             Ok(())
         }
@@ -219,10 +165,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             match format {
                 Format::Claude => println!("{:#}", json!({ "mcpServers": servers })),
                 Format::Codex => print!("{}", codex_toml(&servers)),
-                Format::Json => println!(
-                    "{:#}",
-                    json!({ "client_instance_id": launch.env.instance.as_str(), "mcpServers": servers })
-                ),
+                Format::Json => {
+                    println!("{:#}", json!({ "client_instance_id": launch.id(), "mcpServers": servers }))
+                }
             }
             Ok(())
         }
@@ -231,7 +176,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let (program, args) = app.split_first().ok_or_else(|| Failure::usage("no application to run"))?;
             let mut command = Command::new(program);
             command.args(args).env_remove(vars::PROFILE);
-            for (k, v) in launch_vars(&launch) {
+            for (k, v) in launch.vars() {
                 command.env(k, v);
             }
             // exec only returns on failure.

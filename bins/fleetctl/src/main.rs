@@ -1,6 +1,7 @@
 //! `fleetctl`: the operator's tool. Thin by design: parse arguments, open the registry,
 //! call a library, print a table or JSON.
 
+mod demo;
 mod registry_cmd;
 mod table;
 mod worker_cmd;
@@ -29,6 +30,12 @@ enum Cmd {
     /// Run a worker under registration, or list the registered workers.
     #[command(subcommand)]
     Worker(worker_cmd::WorkerCmd),
+    /// A guided tour on a throw-away registry: a real small fleet, a crash, the sweep.
+    Demo {
+        /// Keep the demo's registry in this directory instead of a temporary one.
+        #[arg(long)]
+        keep: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -43,5 +50,6 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Cmd::Registry(cmd) => registry_cmd::run(&location, cmd),
         Cmd::Worker(cmd) => worker_cmd::run(&location, cmd),
+        Cmd::Demo { keep } => demo::run(keep),
     }
 }

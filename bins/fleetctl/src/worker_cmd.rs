@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use clap::Subcommand;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
-use fleet_runtime::{Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry};
+use fleet_runtime::{
+    Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
+};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use registry_sqlite::OpenMode;
 
@@ -71,11 +73,11 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: nix::libc::c_int) {
     let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0 {
-        if let Ok(sig) = Signal::try_from(sig) {
-            // kill(2) is async-signal-safe.
-            let _ = signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-        }
+    if pid > 0
+        && let Ok(sig) = Signal::try_from(sig)
+    {
+        // kill(2) is async-signal-safe.
+        let _ = signal::kill(nix::unistd::Pid::from_raw(pid), sig);
     }
 }
 
@@ -168,15 +170,21 @@ fn heartbeat_cell(row: &WorkerRow, now: Timestamp) -> String {
             format!("expired {}s ago", now.since(expires).whole_seconds())
         }
         (Some(beat), _) => format!("{}s ago", now.since(beat).whole_seconds()),
-        (None, _) => row.last_heartbeat_at.clone().map_or_else(|| "-".into(), |raw| format!("unparsable {raw:?}")),
+        (None, _) => {
+            row.last_heartbeat_at.clone().map_or_else(|| "-".into(), |raw| format!("unparsable {raw:?}"))
+        }
     }
 }
 
-fn list_table(rows: &[WorkerRow], now: Timestamp) -> String {
+pub(crate) fn list_table(rows: &[WorkerRow], now: Timestamp) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let mut sorted: Vec<&WorkerRow> = rows.iter().collect();
     sorted.sort_by(|a, b| {
-        (&a.client_instance_id, a.namespace, &a.worker_identity).cmp(&(&b.client_instance_id, b.namespace, &b.worker_identity))
+        (&a.client_instance_id, a.namespace, &a.worker_identity).cmp(&(
+            &b.client_instance_id,
+            b.namespace,
+            &b.worker_identity,
+        ))
     });
     let cells: Vec<Vec<String>> = sorted
         .into_iter()

@@ -62,14 +62,10 @@ impl ClientInstanceId {
         now: OffsetDateTime,
         random: [u8; INSTANCE_DIGEST_BYTES],
     ) -> Result<Self, InstanceIdError> {
-        let minted_at = now
-            .to_offset(UtcOffset::UTC)
-            .replace_nanosecond(0)
-            .map_err(|_| InstanceIdError::Unspellable)?;
+        let minted_at =
+            now.to_offset(UtcOffset::UTC).replace_nanosecond(0).map_err(|_| InstanceIdError::Unspellable)?;
         let stamp = minted_at
-            .format(format_description!(
-                "[year][month][day]T[hour][minute][second]Z"
-            ))
+            .format(format_description!("[year][month][day]T[hour][minute][second]Z"))
             .map_err(|_| InstanceIdError::Unspellable)?;
         if stamp.len() != STAMP_LEN {
             return Err(InstanceIdError::Unspellable);
@@ -85,19 +81,15 @@ impl ClientInstanceId {
 
     /// Parses and validates an instance ID.
     pub fn parse(value: &str) -> Result<Self, InstanceIdError> {
-        let rest = value
-            .strip_prefix(PREFIX)
-            .ok_or_else(|| InstanceIdError::MissingPrefix(value.to_owned()))?;
+        let rest =
+            value.strip_prefix(PREFIX).ok_or_else(|| InstanceIdError::MissingPrefix(value.to_owned()))?;
         // The client type never contains '-', so the two last '-' separate the parts.
         let mut parts = rest.rsplitn(3, '-');
-        let (Some(digest), Some(stamp), Some(client)) = (parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(digest), Some(stamp), Some(client)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(InstanceIdError::Shape(value.to_owned()));
         };
-        let client_type = ClientType::new(client).map_err(|source| InstanceIdError::ClientType {
-            value: value.to_owned(),
-            source,
-        })?;
+        let client_type = ClientType::new(client)
+            .map_err(|source| InstanceIdError::ClientType { value: value.to_owned(), source })?;
         if stamp.len() != STAMP_LEN {
             return Err(InstanceIdError::Timestamp(value.to_owned()));
         }
@@ -133,9 +125,7 @@ impl ClientInstanceId {
 }
 
 fn parse_digest(text: &str) -> Option<[u8; INSTANCE_DIGEST_BYTES]> {
-    if text.len() != DIGEST_LEN
-        || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+    if text.len() != DIGEST_LEN || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return None;
     }
     let mut out = [0u8; INSTANCE_DIGEST_BYTES];

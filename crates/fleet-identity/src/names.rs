@@ -116,9 +116,7 @@ fn check_client_type(kind: &'static str, value: &str) -> Result<(), IdentityErro
     let shaped = !bytes.is_empty()
         && bytes.len() <= 32
         && bytes[0].is_ascii_lowercase()
-        && bytes[1..]
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
+        && bytes[1..].iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
     if shaped {
         Ok(())
     } else {
@@ -342,14 +340,11 @@ impl Namespace {
 impl FromStr for Namespace {
     type Err = IdentityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Namespace::ALL
-            .into_iter()
-            .find(|ns| ns.as_str() == s)
-            .ok_or_else(|| IdentityError::Malformed {
-                kind: "namespace",
-                value: s.to_owned(),
-                expected: "one of author, reviewer, merger, controller, reconciler",
-            })
+        Namespace::ALL.into_iter().find(|ns| ns.as_str() == s).ok_or_else(|| IdentityError::Malformed {
+            kind: "namespace",
+            value: s.to_owned(),
+            expected: "one of author, reviewer, merger, controller, reconciler",
+        })
     }
 }
 

@@ -28,16 +28,12 @@ impl Timestamp {
 
     /// A time from whole milliseconds since the Unix epoch.
     pub fn from_unix_millis(millis: i64) -> Option<Self> {
-        OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000)
-            .ok()
-            .map(Self)
+        OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000).ok().map(Self)
     }
 
     /// Parses any RFC 3339 time.
     pub fn parse(text: &str) -> Result<Self, TimestampError> {
-        OffsetDateTime::parse(text, &Rfc3339)
-            .map(Self::new)
-            .map_err(|_| TimestampError(text.to_owned()))
+        OffsetDateTime::parse(text, &Rfc3339).map(Self::new).map_err(|_| TimestampError(text.to_owned()))
     }
 
     /// The wrapped time.

@@ -95,8 +95,7 @@ fn read_stat(pid: Pid) -> Result<Option<StatLine>, ProbeError> {
 pub fn process_start_time(pid: Pid) -> Result<Option<ProcessStartTime>, ProbeError> {
     read_stat(pid)?
         .map(|stat| {
-            ProcessStartTime::new(stat.start_time)
-                .map_err(|e| invalid(&format!("/proc/{pid}/stat"), e))
+            ProcessStartTime::new(stat.start_time).map_err(|e| invalid(&format!("/proc/{pid}/stat"), e))
         })
         .transpose()
 }
@@ -242,7 +241,8 @@ mod tests {
 
     #[test]
     fn stat_parsing_counts_fields_after_the_last_parenthesis() {
-        let line = "4242 (we (ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let line =
+            "4242 (we (ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         let stat = parse_stat(line).unwrap();
         assert_eq!(stat.state, 'S');
         assert_eq!(stat.start_time, 987_654);

@@ -4,8 +4,8 @@ use std::process::{Child, Command};
 
 use fleet_identity::{Pid, ProcessStartTime};
 use fleet_probe::{
-    Liveness, LivenessProbe, LocalProbe, ProcessIdentity, ProcessVerdict, probe_pid,
-    probe_process, process_start_time,
+    Liveness, LivenessProbe, LocalProbe, ProcessIdentity, ProcessVerdict, probe_pid, probe_process,
+    process_start_time,
 };
 
 fn sleeper() -> (Child, Pid) {

@@ -12,9 +12,8 @@ use fleet_identity::{
 use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
 
 use crate::{
-    HeartbeatTtl, InstanceRecord, InstanceRef, OwnershipState, Registration, RegistrationOutcome,
-    Registry, RegistryDump, Revisions, Store, StoreError, StoreErrorKind, WorkerCredential,
-    WorkerStatus, WorkerToken,
+    HeartbeatTtl, InstanceRecord, InstanceRef, OwnershipState, Registration, RegistrationOutcome, Registry,
+    RegistryDump, Revisions, Store, StoreError, StoreErrorKind, WorkerCredential, WorkerStatus, WorkerToken,
 };
 
 /// A liveness probe whose answers a test sets; unscripted processes are `unknown`.
@@ -34,11 +33,7 @@ impl ScriptedProbe {
 
 impl LivenessProbe for ScriptedProbe {
     fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
-        self.answers
-            .lock()
-            .ok()
-            .and_then(|a| a.get(process).copied())
-            .unwrap_or(ProcessVerdict::Unknown)
+        self.answers.lock().ok().and_then(|a| a.get(process).copied()).unwrap_or(ProcessVerdict::Unknown)
     }
 }
 
@@ -132,7 +127,7 @@ pub fn registration_writes_the_whole_row<S: Store>(store: S) {
     assert_eq!(row.process_start_time, Some(p.process_start_time));
     assert_eq!(row.heartbeat_ttl_s, Some(30));
     assert_eq!(row.fencing_epoch, Some(1));
-    assert_eq!(row.token_fingerprint, Some(token(1).fingerprint()));
+    assert_eq!(row.token_fingerprint.as_deref(), Some(token(1).fingerprint()));
 }
 
 /// The same process registering again keeps its row; a new process gets a new identity
@@ -159,7 +154,11 @@ pub fn reconnect_keeps_and_restart_renews_the_identity<S: Store>(store: S) {
     assert_eq!(restarted.row.client_instance_id, first.row.client_instance_id);
     assert_eq!(restarted.row.fencing_epoch, Some(2));
     assert_eq!(restarted.superseded, vec![first.row.worker_identity.clone()]);
-    let old = registry.workers().expect("read").into_iter().find(|r| r.worker_identity == first.row.worker_identity);
+    let old = registry
+        .workers()
+        .expect("read")
+        .into_iter()
+        .find(|r| r.worker_identity == first.row.worker_identity);
     assert_eq!(old.map(|r| r.status), Some(WorkerStatus::Superseded));
 }
 
@@ -174,7 +173,8 @@ pub fn a_possibly_live_predecessor_is_not_superseded<S: Store>(store: S) {
         .register(&registration(Namespace::Author, process(101, 5001), "gen-b"), &token(2), at(1), &probe)
         .expect("register");
     assert!(second.superseded.is_empty());
-    let active = registry.workers().expect("read").iter().filter(|r| r.status == WorkerStatus::Active).count();
+    let active =
+        registry.workers().expect("read").iter().filter(|r| r.status == WorkerStatus::Active).count();
     assert_eq!(active, 2);
 }
 
@@ -226,7 +226,9 @@ pub fn the_sweep_marks_only_expired_rows_stale<S: Store>(store: S) {
     assert!(registry.mark_expired_stale(at(30)).expect("sweep").is_empty(), "ttl is not yet exceeded");
     let marked = registry.mark_expired_stale(at(31)).expect("sweep");
     assert_eq!(marked, vec![quiet.row.worker_identity.clone()]);
-    let row = |r: &mut Registry<S>, id| r.workers().expect("read").into_iter().find(|w| &w.worker_identity == id).expect("row");
+    let row = |r: &mut Registry<S>, id| {
+        r.workers().expect("read").into_iter().find(|w| &w.worker_identity == id).expect("row")
+    };
     let stale = row(&mut registry, &quiet.row.worker_identity);
     assert_eq!((stale.status, stale.ownership_state), (WorkerStatus::Active, Some(OwnershipState::Stale)));
 
@@ -261,7 +263,12 @@ pub fn export_and_import_round_trip<S: Store>(source: S, target: S) {
     for (i, ns) in Namespace::ALL.into_iter().enumerate() {
         let n = i64::try_from(i).expect("small");
         registry
-            .register(&registration(ns, process(100 + n, 5000), &format!("gen-{i}")), &token(1), at(0), &probe)
+            .register(
+                &registration(ns, process(100 + n, 5000), &format!("gen-{i}")),
+                &token(1),
+                at(0),
+                &probe,
+            )
             .expect("register");
     }
     let dump = registry.export().expect("export");
@@ -282,10 +289,8 @@ pub fn a_failed_import_writes_nothing<S: Store>(store: S) {
     let before = registry.export().expect("export");
     let mut fresh = held.row.clone();
     fresh.worker_identity = fleet_identity::WorkerIdentity::new("wkr-fresh").expect("valid");
-    let dump = RegistryDump {
-        instances: vec![ledger_entry()],
-        worker_registrations: vec![fresh, held.row.clone()],
-    };
+    let dump =
+        RegistryDump { instances: vec![ledger_entry()], worker_registrations: vec![fresh, held.row.clone()] };
     let err = registry.import(&dump).expect_err("conflict");
     assert_eq!(err.kind(), StoreErrorKind::Conflict);
     assert_eq!(registry.export().expect("export"), before);
@@ -312,29 +317,53 @@ macro_rules! registry_conformance {
             use $crate::conformance as c;
 
             #[test]
-            fn ledger_records_each_id_once() { c::ledger_records_each_id_once($open) }
+            fn ledger_records_each_id_once() {
+                c::ledger_records_each_id_once($open)
+            }
             #[test]
-            fn registration_writes_the_whole_row() { c::registration_writes_the_whole_row($open) }
+            fn registration_writes_the_whole_row() {
+                c::registration_writes_the_whole_row($open)
+            }
             #[test]
-            fn reconnect_keeps_and_restart_renews_the_identity() { c::reconnect_keeps_and_restart_renews_the_identity($open) }
+            fn reconnect_keeps_and_restart_renews_the_identity() {
+                c::reconnect_keeps_and_restart_renews_the_identity($open)
+            }
             #[test]
-            fn a_possibly_live_predecessor_is_not_superseded() { c::a_possibly_live_predecessor_is_not_superseded($open) }
+            fn a_possibly_live_predecessor_is_not_superseded() {
+                c::a_possibly_live_predecessor_is_not_superseded($open)
+            }
             #[test]
-            fn heartbeats_need_the_registering_credential() { c::heartbeats_need_the_registering_credential($open) }
+            fn heartbeats_need_the_registering_credential() {
+                c::heartbeats_need_the_registering_credential($open)
+            }
             #[test]
-            fn release_ends_the_registration() { c::release_ends_the_registration($open) }
+            fn release_ends_the_registration() {
+                c::release_ends_the_registration($open)
+            }
             #[test]
-            fn the_sweep_marks_only_expired_rows_stale() { c::the_sweep_marks_only_expired_rows_stale($open) }
+            fn the_sweep_marks_only_expired_rows_stale() {
+                c::the_sweep_marks_only_expired_rows_stale($open)
+            }
             #[test]
-            fn a_client_type_mismatch_is_refused() { c::a_client_type_mismatch_is_refused($open) }
+            fn a_client_type_mismatch_is_refused() {
+                c::a_client_type_mismatch_is_refused($open)
+            }
             #[test]
-            fn legacy_placeholders_register_as_written() { c::legacy_placeholders_register_as_written($open) }
+            fn legacy_placeholders_register_as_written() {
+                c::legacy_placeholders_register_as_written($open)
+            }
             #[test]
-            fn export_and_import_round_trip() { c::export_and_import_round_trip($open, $open) }
+            fn export_and_import_round_trip() {
+                c::export_and_import_round_trip($open, $open)
+            }
             #[test]
-            fn a_failed_import_writes_nothing() { c::a_failed_import_writes_nothing($open) }
+            fn a_failed_import_writes_nothing() {
+                c::a_failed_import_writes_nothing($open)
+            }
             #[test]
-            fn a_failed_write_rolls_back() { c::a_failed_write_rolls_back($open) }
+            fn a_failed_write_rolls_back() {
+                c::a_failed_write_rolls_back($open)
+            }
         }
     };
 }

@@ -17,10 +17,8 @@ pub mod conformance;
 
 pub use error::{StoreError, StoreErrorKind};
 pub use registry::{
-    HeartbeatTtl, InstanceRef, Registered, RegistrationOutcome, Registry, Registration,
-    Revisions, WorkerCredential, WorkerToken,
+    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
+    WorkerCredential, WorkerToken,
 };
-pub use rows::{
-    DumpError, InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus,
-};
+pub use rows::{DumpError, InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus};
 pub use store::{ImportSummary, Store, Tx};

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use fleet_identity::{
-    ClientInstanceId, ClientType, FleetRunId, GenerationId, LegacyPlaceholder, Namespace,
-    Profile, Repository, SessionId, Timestamp, WorkerIdentity,
+    ClientInstanceId, ClientType, FleetRunId, GenerationId, LegacyPlaceholder, Namespace, Profile,
+    Repository, SessionId, Timestamp, WorkerIdentity,
 };
 use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
 use serde::Serialize;
@@ -48,9 +48,7 @@ impl HeartbeatTtl {
         if (1..=86_400).contains(&seconds) {
             Ok(Self(seconds))
         } else {
-            Err(StoreError::invalid(format!(
-                "heartbeat ttl {seconds}s is outside 1..=86400 seconds"
-            )))
+            Err(StoreError::invalid(format!("heartbeat ttl {seconds}s is outside 1..=86400 seconds")))
         }
     }
 
@@ -98,7 +96,10 @@ pub struct Registration {
 /// A secret only the registered process holds. The registry keeps only its fingerprint,
 /// so a heartbeat or release can come only from the process that registered.
 #[derive(Clone, PartialEq, Eq)]
-pub struct WorkerToken([u8; 32]);
+pub struct WorkerToken {
+    // Only the fingerprint is kept, computed once: heartbeats present it on every beat.
+    fingerprint: String,
+}
 
 impl WorkerToken {
     /// A fresh random token.
@@ -107,19 +108,18 @@ impl WorkerToken {
         getrandom::fill(&mut bytes).map_err(|e| {
             StoreError::new(crate::StoreErrorKind::Unavailable, format!("no randomness: {e}"))
         })?;
-        Ok(Self(bytes))
+        Ok(Self::from_bytes(bytes))
     }
 
     /// A token from known bytes (tests and benchmarks).
-    pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(bytes)
+    pub fn from_bytes(secret: [u8; 32]) -> Self {
+        let hex = blake3::hash(&secret).to_hex();
+        Self { fingerprint: format!("b3:{}", &hex.as_str()[..32]) }
     }
 
     /// The fingerprint stored in `token_fingerprint`.
-    pub fn fingerprint(&self) -> String {
-        let hash = blake3::hash(&self.0);
-        let hex = hash.to_hex();
-        format!("b3:{}", &hex.as_str()[..32])
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 }
 
@@ -201,9 +201,8 @@ impl<S: Store> Registry<S> {
 
     /// The ledger and every worker row, read in one transaction.
     pub fn export(&mut self) -> Result<RegistryDump, StoreError> {
-        self.store.read(|tx| {
-            Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? })
-        })
+        self.store
+            .read(|tx| Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? }))
     }
 
     /// Registers a worker process.
@@ -221,14 +220,14 @@ impl<S: Store> Registry<S> {
         now: Timestamp,
         probe: &dyn LivenessProbe,
     ) -> Result<Registered, StoreError> {
-        if let InstanceRef::Minted(id) = &reg.instance {
-            if id.client_type() != &reg.client_type {
-                return Err(StoreError::invalid(format!(
-                    "instance id {id} was minted for client {}, not {}",
-                    id.client_type(),
-                    reg.client_type
-                )));
-            }
+        if let InstanceRef::Minted(id) = &reg.instance
+            && id.client_type() != &reg.client_type
+        {
+            return Err(StoreError::invalid(format!(
+                "instance id {id} was minted for client {}, not {}",
+                id.client_type(),
+                reg.client_type
+            )));
         }
         let worker_identity = mint_worker_identity(reg.namespace)?;
         self.store.write(|tx| register_in(tx, reg, token, now, probe, worker_identity))
@@ -335,16 +334,15 @@ fn mint_worker_identity(namespace: Namespace) -> Result<WorkerIdentity, StoreErr
 fn holds(who: &WorkerCredential, row: &WorkerRow) -> bool {
     row.status == WorkerStatus::Active
         && row.generation_id.as_ref() == Some(&who.generation_id)
-        && row.token_fingerprint.as_deref() == Some(who.token.fingerprint().as_str())
+        && row.token_fingerprint.as_deref() == Some(who.token.fingerprint())
 }
 
 fn lost_registration(who: &WorkerCredential, row: Option<&WorkerRow>) -> StoreError {
     match row {
         None => StoreError::not_found(format!("worker {} is not registered", who.worker_identity)),
-        Some(row) if row.status != WorkerStatus::Active => StoreError::not_found(format!(
-            "worker {} is {}, not active",
-            who.worker_identity, row.status
-        )),
+        Some(row) if row.status != WorkerStatus::Active => {
+            StoreError::not_found(format!("worker {} is {}, not active", who.worker_identity, row.status))
+        }
         Some(_) => StoreError::conflict(format!(
             "worker {} is held by another generation or token",
             who.worker_identity
@@ -384,7 +382,7 @@ fn register_in(
     });
     if let Some(own) = own {
         let mut renewed = own.clone();
-        renewed.token_fingerprint = Some(token.fingerprint());
+        renewed.token_fingerprint = Some(token.fingerprint().to_owned());
         renewed.last_heartbeat_at = Some(now.to_string());
         renewed.ownership_state = Some(OwnershipState::Owned);
         if !tx.replace_worker(own, &renewed)? {
@@ -399,9 +397,8 @@ fn register_in(
 
     let mut superseded = Vec::new();
     for row in slot.iter().filter(|r| r.status == WorkerStatus::Active) {
-        let gone = row_process(row).is_some_and(|p| {
-            matches!(probe.probe(&p), ProcessVerdict::Gone | ProcessVerdict::PidReused)
-        });
+        let gone = row_process(row)
+            .is_some_and(|p| matches!(probe.probe(&p), ProcessVerdict::Gone | ProcessVerdict::PidReused));
         if gone {
             let mut replaced = row.clone();
             replaced.status = WorkerStatus::Superseded;
@@ -433,7 +430,7 @@ fn register_in(
         last_heartbeat_at: Some(now.to_string()),
         heartbeat_ttl_s: Some(reg.heartbeat_ttl.secs()),
         fencing_epoch: Some(fencing_epoch),
-        token_fingerprint: Some(token.fingerprint()),
+        token_fingerprint: Some(token.fingerprint().to_owned()),
         code_revision: reg.revisions.code.clone(),
         config_revision: reg.revisions.config.clone(),
         profile_revision: reg.revisions.profile.clone(),

@@ -5,8 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use fleet_identity::{
-    BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid,
-    ProcessStartTime, Profile, Repository, SessionId, Timestamp, WorkerIdentity,
+    BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid, ProcessStartTime,
+    Profile, Repository, SessionId, Timestamp, WorkerIdentity,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -89,9 +89,7 @@ fn lenient_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Er
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Ok(Some(value as u32))
     } else {
-        Err(serde::de::Error::custom(format!(
-            "heartbeat_ttl_s {value} is not a whole number of seconds"
-        )))
+        Err(serde::de::Error::custom(format!("heartbeat_ttl_s {value} is not a whole number of seconds")))
     }
 }
 
@@ -218,8 +216,8 @@ pub struct DumpError(String);
 impl RegistryDump {
     /// Reads a dump: either the object export writes, or a bare array of worker rows.
     pub fn from_json(text: &str) -> Result<Self, DumpError> {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
         let dump = if value.is_array() {
             let rows = serde_json::from_value(value).map_err(|e| DumpError(format!("worker row: {e}")))?;
             RegistryDump { instances: Vec::new(), worker_registrations: rows }
@@ -231,7 +229,9 @@ impl RegistryDump {
 
     fn from_object(value: serde_json::Value) -> Result<Self, DumpError> {
         let serde_json::Value::Object(mut map) = value else {
-            return Err(DumpError("expected an object with instances and worker_registrations, or an array of rows".into()));
+            return Err(DumpError(
+                "expected an object with instances and worker_registrations, or an array of rows".into(),
+            ));
         };
         if let Some(key) = map.keys().find(|k| *k != "instances" && *k != "worker_registrations") {
             return Err(DumpError(format!("unknown table {key:?}")));
@@ -264,9 +264,7 @@ fn numbered<T: serde::de::DeserializeOwned>(
     items
         .into_iter()
         .enumerate()
-        .map(|(i, item)| {
-            serde_json::from_value(item).map_err(|e| DumpError(format!("{table}[{i}]: {e}")))
-        })
+        .map(|(i, item)| serde_json::from_value(item).map_err(|e| DumpError(format!("{table}[{i}]: {e}"))))
         .collect()
 }
 

@@ -78,7 +78,8 @@ impl InstanceEnv {
     /// map in tests). A malformed or missing instance ID is refused; a legacy placeholder
     /// is accepted, so the snapshot can report it.
     pub fn read(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
-        let client_type = optional(lookup, vars::CLIENT, ClientType::new)?.ok_or(EnvError::Missing(vars::CLIENT))?;
+        let client_type =
+            optional(lookup, vars::CLIENT, ClientType::new)?.ok_or(EnvError::Missing(vars::CLIENT))?;
         let instance = match InstanceClaim::read(lookup(vars::CLIENT_INSTANCE).as_deref()) {
             InstanceClaim::Missing => return Err(EnvError::Missing(vars::CLIENT_INSTANCE)),
             InstanceClaim::Malformed(raw) => {
@@ -90,7 +91,11 @@ impl InstanceEnv {
                 if id.client_type() != &client_type {
                     return Err(EnvError::Invalid {
                         var: vars::CLIENT_INSTANCE,
-                        detail: format!("{id} was minted for client {}, but {} is {client_type}", id.client_type(), vars::CLIENT),
+                        detail: format!(
+                            "{id} was minted for client {}, but {} is {client_type}",
+                            id.client_type(),
+                            vars::CLIENT
+                        ),
                     });
                 }
                 InstanceRef::Minted(id)
@@ -117,7 +122,10 @@ impl InstanceEnv {
         let mut out = vec![
             (vars::CLIENT, self.client_type.to_string()),
             (vars::CLIENT_INSTANCE, self.instance.as_str().to_owned()),
-            (vars::INSTANCE_PROVENANCE, self.provenance.clone().unwrap_or_else(|| PROVENANCE_TRUSTED_LAUNCHER.into())),
+            (
+                vars::INSTANCE_PROVENANCE,
+                self.provenance.clone().unwrap_or_else(|| PROVENANCE_TRUSTED_LAUNCHER.into()),
+            ),
         ];
         if let Some(s) = &self.session_id {
             out.push((vars::CLIENT_SESSION, s.to_string()));
@@ -151,13 +159,16 @@ mod tests {
         assert!(err.starts_with("GITEA_MCP_CLIENT is not set"), "{err}");
         let err = read(&[(vars::CLIENT, "codex")]).unwrap_err().to_string();
         assert!(err.starts_with("GITEA_MCP_CLIENT_INSTANCE is not set"), "{err}");
-        let err = read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, "inst-codex-bogus")]).unwrap_err().to_string();
+        let err = read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, "inst-codex-bogus")])
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("GITEA_MCP_CLIENT_INSTANCE is invalid"), "{err}");
         let err = read(&[(vars::CLIENT, "gemini"), (vars::CLIENT_INSTANCE, ok_id)]).unwrap_err().to_string();
         assert!(err.contains("minted for client codex"), "{err}");
-        let err = read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, ok_id), (vars::CLIENT_SESSION, "a b")])
-            .unwrap_err()
-            .to_string();
+        let err =
+            read(&[(vars::CLIENT, "codex"), (vars::CLIENT_INSTANCE, ok_id), (vars::CLIENT_SESSION, "a b")])
+                .unwrap_err()
+                .to_string();
         assert!(err.starts_with("GITEA_MCP_CLIENT_SESSION is invalid"), "{err}");
     }
 

@@ -81,7 +81,9 @@ pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
     T::try_parse().map_err(|e| {
         use clap::error::ErrorKind;
         match e.kind() {
-            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
                 let _ = e.print();
                 Failure { code: if e.use_stderr() { 2 } else { 0 }, message: String::new() }
             }

@@ -4,10 +4,12 @@
 
 mod env;
 mod exit;
+mod launch;
 mod location;
 mod worker;
 
-pub use exit::{Failure, parse_args};
 pub use env::{EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
+pub use exit::{Failure, parse_args};
+pub use launch::Launch;
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
 pub use worker::{WorkerOptions, WorkerSession, now};

@@ -54,9 +54,31 @@ impl RegistryLocation {
         let state = std::env::var_os("XDG_STATE_HOME")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| Path::new(&h).join(".local/state")))
+            .or_else(|| {
+                std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| Path::new(&h).join(".local/state"))
+            })
             .ok_or(LocationError::NoDefault)?;
         Ok(Self::Sqlite(state.join("fleetward").join("registry.sqlite3")))
+    }
+}
+
+impl RegistryLocation {
+    /// The same location with a relative SQLite path made absolute, so processes that
+    /// start in another directory find the same file.
+    pub fn absolute(&self) -> Self {
+        match self {
+            Self::Sqlite(path) => Self::Sqlite(std::path::absolute(path).unwrap_or_else(|_| path.clone())),
+            other => other.clone(),
+        }
+    }
+
+    /// The location as `FLEET_REGISTRY` takes it (URLs keep their credentials: this
+    /// value goes into worker environments, not onto screens).
+    pub fn as_config_value(&self) -> String {
+        match self {
+            Self::Sqlite(path) => path.display().to_string(),
+            Self::Postgres(url) => url.clone(),
+        }
     }
 }
 
@@ -128,9 +150,18 @@ mod tests {
 
     #[test]
     fn locations_name_their_backend() {
-        assert_eq!(RegistryLocation::parse("/tmp/r.db").unwrap(), RegistryLocation::Sqlite("/tmp/r.db".into()));
-        assert_eq!(RegistryLocation::parse("sqlite://r.db").unwrap(), RegistryLocation::Sqlite("r.db".into()));
-        assert!(matches!(RegistryLocation::parse("postgres://u:p@h/db").unwrap(), RegistryLocation::Postgres(_)));
+        assert_eq!(
+            RegistryLocation::parse("/tmp/r.db").unwrap(),
+            RegistryLocation::Sqlite("/tmp/r.db".into())
+        );
+        assert_eq!(
+            RegistryLocation::parse("sqlite://r.db").unwrap(),
+            RegistryLocation::Sqlite("r.db".into())
+        );
+        assert!(matches!(
+            RegistryLocation::parse("postgres://u:p@h/db").unwrap(),
+            RegistryLocation::Postgres(_)
+        ));
         assert!(RegistryLocation::parse("  ").is_err());
         assert!(RegistryLocation::parse("sqlite://").is_err());
     }

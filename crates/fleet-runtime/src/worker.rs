@@ -66,7 +66,11 @@ fn probe_error(e: fleet_probe::ProbeError) -> StoreError {
 
 impl WorkerSession {
     /// Registers the worker and starts heartbeating. The registry is created if missing.
-    pub fn start(location: &RegistryLocation, env: &InstanceEnv, options: WorkerOptions) -> Result<Self, StoreError> {
+    pub fn start(
+        location: &RegistryLocation,
+        env: &InstanceEnv,
+        options: WorkerOptions,
+    ) -> Result<Self, StoreError> {
         let process = ProcessIdentity::of(options.pid).map_err(probe_error)?;
         let probe = LocalProbe::new().map_err(probe_error)?;
         let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
@@ -103,9 +107,18 @@ impl WorkerSession {
             std::thread::Builder::new()
                 .name("fleet-heartbeat".into())
                 .spawn(move || heartbeat_loop(&location, &credential, interval, &stopped, &lost))
-                .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, format!("cannot start heartbeat: {e}")))?
+                .map_err(|e| {
+                    StoreError::new(StoreErrorKind::Unavailable, format!("cannot start heartbeat: {e}"))
+                })?
         };
-        Ok(Self { location: location.clone(), row: registered.row, credential, lost, stop: Some(stop), thread: Some(thread) })
+        Ok(Self {
+            location: location.clone(),
+            row: registered.row,
+            credential,
+            lost,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 
     /// The row as registered.

@@ -132,9 +132,7 @@ impl Reader<'_, '_> {
         T: FromStr,
         T::Err: std::fmt::Display,
     {
-        self.raw_text(idx)?
-            .map(|s| s.parse::<T>().map_err(|e| self.corrupt(COLUMNS[idx], e)))
-            .transpose()
+        self.raw_text(idx)?.map(|s| s.parse::<T>().map_err(|e| self.corrupt(COLUMNS[idx], e))).transpose()
     }
 
     fn required<T>(&self, idx: usize) -> Result<T, StoreError>
@@ -178,7 +176,11 @@ pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, S
             generation_id: r.parsed(8)?,
             host_id: r.parsed(9)?,
             boot_id: r.parsed(10)?,
-            pid: r.integer::<i64>(11)?.map(fleet_identity::Pid::new).transpose().map_err(|e| r.corrupt("pid", e))?,
+            pid: r
+                .integer::<i64>(11)?
+                .map(fleet_identity::Pid::new)
+                .transpose()
+                .map_err(|e| r.corrupt("pid", e))?,
             process_start_time: r
                 .integer::<i64>(12)?
                 .map(fleet_identity::ProcessStartTime::try_from)

@@ -64,13 +64,26 @@ impl SqliteStore {
         if path.is_dir() {
             return Err(unavailable(path, "it is a directory"));
         }
+        // While other processes are creating or migrating the same new file, SQLite can
+        // report it locked without consulting the busy handler; such an open is retried
+        // until the busy timeout.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match Self::open_existing(path) {
+                Err(e) if e.kind() == StoreErrorKind::Busy && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) if e.kind() == StoreErrorKind::Busy => return Err(unavailable(path, e)),
+                other => return other,
+            }
+        }
+    }
+
+    fn open_existing(path: &Path) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| unavailable(path, e))?;
         configure(&conn).map_err(|e| map_open_error(path, e))?;
-        migrations::migrate(&mut conn).map_err(|e| match e.kind() {
-            StoreErrorKind::NewerSchema | StoreErrorKind::Corrupt => e,
-            _ => unavailable(path, e),
-        })?;
+        migrations::migrate(&mut conn)?;
         Ok(Self { conn, path: path.to_owned() })
     }
 
@@ -81,10 +94,8 @@ impl SqliteStore {
 
     /// Runs `PRAGMA integrity_check`; `Ok` when SQLite answers `ok`.
     pub fn integrity_check(&self) -> Result<(), StoreError> {
-        let answer: String = self
-            .conn
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-            .map_err(map_error)?;
+        let answer: String =
+            self.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(map_error)?;
         if answer == "ok" { Ok(()) } else { Err(StoreError::corrupt(format!("integrity check: {answer}"))) }
     }
 
@@ -111,13 +122,29 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Reading the schema first proves the file is a database before anything is written.
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(rusqlite::Error::InvalidQuery);
-    }
+    enable_wal(conn)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
+}
+
+/// Switches the file to WAL. Switching needs a moment of exclusive access, which SQLite
+/// does not wait for through the busy handler: when several processes open a new file at
+/// once, all but one see the old mode returned. WAL is persistent, so each retries until
+/// the file reports WAL, whoever switched it.
+fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let attempt = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0));
+        match attempt {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(_) | Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(_) => return Err(rusqlite::Error::InvalidQuery),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn map_open_error(path: &Path, e: rusqlite::Error) -> StoreError {
@@ -125,6 +152,7 @@ fn map_open_error(path: &Path, e: rusqlite::Error) -> StoreError {
         Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
             StoreError::corrupt(format!("registry {} is not a valid SQLite database", path.display()))
         }
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => map_error(e),
         _ => unavailable(path, e),
     }
 }
@@ -170,7 +198,8 @@ impl Tx for SqliteTx<'_> {
             columns::LIST
         );
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
-        let rows = stmt.query_map(params![instance, namespace.as_str()], columns::read_worker).map_err(map_error)?;
+        let rows =
+            stmt.query_map(params![instance, namespace.as_str()], columns::read_worker).map_err(map_error)?;
         rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
     }
 

@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// The schema version this build writes.
+#[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Brings the database up to [`SCHEMA_VERSION`]; refuses a database from a newer build.
@@ -73,7 +74,8 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
         tx.execute_batch(sql).map_err(map_error)?;
-        tx.pragma_update(None, "user_version", i64::try_from(index + 1).unwrap_or(i64::MAX)).map_err(map_error)?;
+        tx.pragma_update(None, "user_version", i64::try_from(index + 1).unwrap_or(i64::MAX))
+            .map_err(map_error)?;
     }
     tx.commit().map_err(map_error)
 }

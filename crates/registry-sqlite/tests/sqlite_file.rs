@@ -86,3 +86,36 @@ fn a_corrupt_value_in_a_row_is_reported_with_its_column() {
     assert_eq!(err.kind(), StoreErrorKind::Corrupt);
     assert!(err.to_string().contains("w1") && err.to_string().contains("pid"), "{err}");
 }
+
+#[test]
+fn many_processes_opening_one_new_file_all_succeed() {
+    // Threads share one process's locks; processes do not. Each child is this test
+    // binary re-entered through the helper test below.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "open_from_env_helper", "--nocapture"])
+                .env("FLEET_OPEN_HELPER_PATH", &path)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "every process opens the new registry");
+    }
+    let store = SqliteStore::open(&path, OpenMode::MustExist).unwrap();
+    store.integrity_check().unwrap();
+}
+
+/// Opens the registry named by `FLEET_OPEN_HELPER_PATH`; does nothing when unset.
+#[test]
+fn open_from_env_helper() {
+    if let Some(path) = std::env::var_os("FLEET_OPEN_HELPER_PATH") {
+        let store = SqliteStore::open(std::path::Path::new(&path), OpenMode::CreateIfMissing).unwrap();
+        Registry::new(store).workers().unwrap();
+    }
+}

@@ -1,0 +1,151 @@
+//! `fleetctl demo`: a guided tour on a throw-away registry. It starts a real small fleet
+//! (two launches of five workers), then shows what Fleetward sees and does as a worker
+//! crashes and its heartbeat lapses.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use fleet_identity::{ClientType, Namespace};
+use fleet_registry::{Registry, WorkerRow, WorkerStatus};
+use fleet_runtime::{AnyStore, Failure, Launch, RegistryLocation, now, open_registry};
+use registry_sqlite::OpenMode;
+
+use crate::worker_cmd::list_table;
+
+/// Heartbeat TTL of the demo's workers: short, so the tour does not wait long.
+const DEMO_TTL_SECS: u32 = 2;
+
+struct Tour {
+    location: RegistryLocation,
+    stop: PathBuf,
+    workers: Vec<Child>,
+}
+
+impl Drop for Tour {
+    fn drop(&mut self) {
+        // However the tour ends, no worker outlives it.
+        let _ = std::fs::write(&self.stop, b"");
+        for child in &mut self.workers {
+            let _ = child.wait();
+        }
+    }
+}
+
+fn step(n: u32, title: &str) {
+    println!("\n== {n}. {title}");
+}
+
+fn registry(location: &RegistryLocation) -> Result<Registry<AnyStore>, Failure> {
+    Ok(open_registry(location, OpenMode::MustExist)?)
+}
+
+fn wait_until<T>(
+    limit: Duration,
+    mut check: impl FnMut() -> Result<Option<T>, Failure>,
+) -> Result<T, Failure> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check()? {
+            return Ok(v);
+        }
+        if start.elapsed() > limit {
+            return Err(Failure::refused(format!("the demo fleet did not settle within {limit:?}")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn spawn_worker(exe: &Path, tour: &Tour, launch: &Launch, ns: Namespace) -> Result<Child, Failure> {
+    let wait_for_stop = format!("while [ ! -e '{}' ]; do sleep 0.1; done", tour.stop.display());
+    Command::new(exe)
+        .args(["worker", "run", "--namespace", ns.as_str(), "--ttl", &DEMO_TTL_SECS.to_string(), "--"])
+        .args(["sh", "-c", &wait_for_stop])
+        .envs(launch.vars())
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| Failure::store(format!("cannot start a demo worker: {e}")))
+}
+
+pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
+    let keep_dir = keep.is_some();
+    let dir = match keep {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
+            dir
+        }
+        None => std::env::temp_dir().join(format!("fleetward-demo-{}", std::process::id())),
+    };
+    let location = RegistryLocation::Sqlite(dir.join("registry.sqlite3"));
+    let exe =
+        std::env::current_exe().map_err(|e| Failure::store(format!("cannot find fleetctl itself: {e}")))?;
+    let mut tour = Tour { location: location.clone(), stop: dir.join("stop"), workers: Vec::new() };
+    let _ = std::fs::remove_file(&tour.stop);
+
+    step(1, "Two launches of the same client, five namespace workers each");
+    println!("registry: {location}");
+    let codex = ClientType::new("codex").map_err(|e| Failure::usage(e.to_string()))?;
+    let mut launches = Vec::new();
+    for _ in 0..2 {
+        let launch = Launch::mint(&location, codex.clone(), None, None)?;
+        println!("fleet-launch minted and recorded {}", launch.id());
+        for ns in Namespace::ALL {
+            let child = spawn_worker(&exe, &tour, &launch, ns)?;
+            tour.workers.push(child);
+        }
+        launches.push(launch);
+    }
+    let rows = wait_until(Duration::from_secs(30), || {
+        let rows = registry(&tour.location)?.workers()?;
+        Ok((rows.iter().filter(|r| r.status == WorkerStatus::Active).count() == 10).then_some(rows))
+    })?;
+    print!("{}", list_table(&rows, now()));
+    println!("Two distinct trusted instance IDs share the client type codex: that is not a collision.");
+
+    step(2, "A worker crashes (SIGKILL)");
+    let victim = pick(&rows, launches[1].id(), Namespace::Author)?;
+    let pid = victim.pid.ok_or_else(|| Failure::store("the demo worker has no pid"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid.as_raw()), nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| Failure::store(format!("cannot kill pid {pid}: {e}")))?;
+    println!("killed pid {pid} ({} of {})", victim.worker_identity, launches[1].id());
+    println!(
+        "Its row stays active: a crash does not release, and the heartbeat still counts for {DEMO_TTL_SECS}s."
+    );
+
+    step(3, "The heartbeat lapses and the sweep marks the row stale");
+    let marked = wait_until(Duration::from_secs(30), || {
+        let marked = registry(&tour.location)?.mark_expired_stale(now())?;
+        Ok((!marked.is_empty()).then_some(marked))
+    })?;
+    for id in &marked {
+        println!("fleetctl registry sweep: stale {id}");
+    }
+
+    step(4, "The other workers exit cleanly and release their rows");
+    std::fs::write(&tour.stop, b"").map_err(|e| Failure::store(format!("cannot stop the demo: {e}")))?;
+    for child in &mut tour.workers {
+        let _ = child.wait();
+    }
+    tour.workers.clear();
+    let rows = registry(&tour.location)?.workers()?;
+    print!("{}", list_table(&rows, now()));
+    let released = rows.iter().filter(|r| r.status == WorkerStatus::Released).count();
+    println!("{released} released, and the crashed worker's row is left active and stale for retirement.");
+    if keep_dir {
+        println!("\nThe registry is kept at {location}: `fleetctl --registry {location} worker list`.");
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("\nRun `fleetctl demo --keep DIR` to keep the registry for a closer look.");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pick<'a>(rows: &'a [WorkerRow], instance: &str, ns: Namespace) -> Result<&'a WorkerRow, Failure> {
+    rows.iter()
+        .find(|r| {
+            r.client_instance_id.as_deref() == Some(instance)
+                && r.namespace == ns
+                && r.status == WorkerStatus::Active
+        })
+        .ok_or_else(|| Failure::store(format!("no active {ns} worker for {instance}")))
+}

@@ -1,0 +1,145 @@
+//! Bad input exits non-zero with one clear line and leaves the registry as it was.
+
+mod common;
+
+use common::{Fleet, assert_one_line_error};
+
+/// A registry holding one minted instance and one released worker.
+fn populated() -> (Fleet, String) {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--", "true"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    (fleet, id)
+}
+
+#[test]
+fn a_malformed_instance_id_in_the_environment_is_refused() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    let marker = fleet.dir.path().join("ran");
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--", "touch"])
+        .arg(&marker)
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", "inst-codex-yesterday-abc")
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, 2, "GITEA_MCP_CLIENT_INSTANCE is invalid");
+    assert!(!marker.exists(), "the worker command must not run");
+    assert_eq!(fleet.export(), before);
+}
+
+#[test]
+fn a_missing_instance_id_is_refused() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--", "true"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, 2, "GITEA_MCP_CLIENT_INSTANCE is not set");
+    assert_eq!(fleet.export(), before);
+}
+
+#[test]
+fn an_unknown_namespace_is_refused() {
+    let (fleet, id) = populated();
+    let before = fleet.export();
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "planner", "--", "true"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, 2, "planner");
+    assert_eq!(fleet.export(), before);
+}
+
+#[test]
+fn an_unusable_registry_path_fails_with_exit_3() {
+    let fleet = Fleet::new();
+    let file = fleet.dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let under_a_file = file.join("registry.sqlite3");
+    let out =
+        fleet.fleetctl().args(["worker", "list"]).env("FLEET_REGISTRY", &under_a_file).output().unwrap();
+    assert_one_line_error(&out, 3, "registry");
+    let out =
+        fleet.fleetctl().args(["registry", "init"]).env("FLEET_REGISTRY", &under_a_file).output().unwrap();
+    assert_one_line_error(&out, 3, "registry");
+    let missing = fleet.dir.path().join("absent.sqlite3");
+    let out = fleet.fleetctl().args(["worker", "list"]).env("FLEET_REGISTRY", &missing).output().unwrap();
+    assert_one_line_error(&out, 3, "does not exist");
+    assert!(!missing.exists(), "reading must not create a registry");
+}
+
+#[test]
+fn a_registry_that_is_not_a_database_fails_with_exit_3_and_is_untouched() {
+    let fleet = Fleet::new();
+    let junk = b"definitely not sqlite ".repeat(200);
+    std::fs::write(&fleet.registry, &junk).unwrap();
+    let out = fleet.ctl(&["worker", "list"]);
+    assert_one_line_error(&out, 3, "not a valid SQLite database");
+    assert_eq!(std::fs::read(&fleet.registry).unwrap(), junk);
+}
+
+#[test]
+fn a_corrupt_import_file_is_refused_whole() {
+    let (fleet, id) = populated();
+    let before = fleet.export();
+    let cases = [
+        ("truncated.json", "{\"worker_registrations\": [".to_owned(), "not valid JSON"),
+        (
+            "bad-row.json",
+            format!(
+                r#"{{"worker_registrations": [
+                {{"worker_identity":"w-new","namespace":"author","status":"active","registered_at":"2026-07-30T12:00:00Z","client_instance_id":"{id}"}},
+                {{"worker_identity":"w-bad","namespace":"author","status":"zombie","registered_at":"2026-07-30T12:00:00Z"}}]}}"#
+            ),
+            "worker_registrations[1]",
+        ),
+        ("clash.json", serde_json::to_string(&before).unwrap(), "already"),
+    ];
+    for (name, text, needle) in cases {
+        let path = fleet.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = fleet.ctl(&["registry", "import", path.to_str().unwrap()]);
+        let code = if name == "clash.json" { 1 } else { 2 };
+        assert_one_line_error(&out, code, needle);
+        assert_eq!(fleet.export(), before, "{name} must leave the registry unchanged");
+    }
+    let out = fleet.ctl(&["registry", "import", "/nonexistent/file.json"]);
+    assert_one_line_error(&out, 2, "cannot read /nonexistent/file.json");
+}
+
+#[test]
+fn an_invalid_client_type_is_refused_by_the_launcher() {
+    let fleet = Fleet::new();
+    let out = fleet.launcher().args(["mint", "--client", "Not-A-Client"]).output().unwrap();
+    assert_one_line_error(&out, 2, "client type");
+    assert!(!fleet.registry.exists(), "nothing is recorded for refused input");
+}
+
+#[test]
+fn export_then_import_into_a_fresh_registry_round_trips() {
+    let (fleet, _) = populated();
+    let dump_path = fleet.dir.path().join("dump.json");
+    let out = fleet.ctl(&["registry", "export"]);
+    assert!(out.status.success());
+    std::fs::write(&dump_path, &out.stdout).unwrap();
+    let copy = Fleet::new();
+    let out = copy.ctl(&["registry", "import", dump_path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(copy.export(), fleet.export());
+}

@@ -1,0 +1,130 @@
+//! Helpers for driving the real binaries against a real registry file in a temporary
+//! directory.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use fleet_registry::{Registry, RegistryDump, WorkerRow};
+use registry_sqlite::{OpenMode, SqliteStore};
+
+pub const INSTANCE_VARS: [&str; 7] = [
+    "GITEA_MCP_CLIENT",
+    "GITEA_MCP_CLIENT_INSTANCE",
+    "GITEA_MCP_INSTANCE_PROVENANCE",
+    "GITEA_MCP_CLIENT_SESSION",
+    "GITEA_MCP_FLEET_RUN_ID",
+    "GITEA_CLIENT_MANAGED",
+    "GITEA_MCP_PROFILE",
+];
+
+pub fn fleetctl_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fleetctl"))
+}
+
+/// A sibling binary of the workspace, built by the same `cargo test` run.
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let path = fleetctl_bin().with_file_name(name);
+    assert!(path.exists(), "{} is not built; run the tests with `cargo test --workspace`", path.display());
+    path
+}
+
+/// A throw-away registry and the commands that use it.
+pub struct Fleet {
+    pub dir: tempfile::TempDir,
+    pub registry: PathBuf,
+}
+
+impl Fleet {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let registry = dir.path().join("registry.sqlite3");
+        Self { dir, registry }
+    }
+
+    fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("FLEET_REGISTRY", &self.registry).current_dir(self.dir.path());
+        for var in INSTANCE_VARS {
+            cmd.env_remove(var);
+        }
+        cmd
+    }
+
+    pub fn fleetctl(&self) -> Command {
+        self.command(&fleetctl_bin())
+    }
+
+    pub fn launcher(&self) -> Command {
+        self.command(&sibling_bin("fleet-launch"))
+    }
+
+    pub fn open(&self) -> Registry<SqliteStore> {
+        Registry::new(SqliteStore::open(&self.registry, OpenMode::MustExist).expect("open registry"))
+    }
+
+    pub fn workers(&self) -> Vec<WorkerRow> {
+        self.open().workers().expect("read workers")
+    }
+
+    /// The worker rows, or `None` while the registry does not exist yet.
+    pub fn workers_once_created(&self) -> Option<Vec<WorkerRow>> {
+        let store = SqliteStore::open(&self.registry, OpenMode::MustExist).ok()?;
+        Registry::new(store).workers().ok()
+    }
+
+    pub fn export(&self) -> RegistryDump {
+        self.open().export().expect("export")
+    }
+
+    /// Runs fleetctl with `args` and returns its output.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        self.fleetctl().args(args).output().expect("run fleetctl")
+    }
+
+    /// Mints and records an instance, returning its ID.
+    pub fn mint(&self, client: &str) -> String {
+        let out = self.launcher().args(["mint", "--client", client]).output().expect("mint");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8").trim().to_owned()
+    }
+}
+
+/// Polls `check` every 25 ms until it returns `Some`, for at most `limit`.
+pub fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "condition not reached within {limit:?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Asserts that a failed command printed exactly one line on stderr containing `needle`.
+pub fn assert_one_line_error(out: &Output, code: i32, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "expected one line, got: {stderr}");
+    assert!(stderr.contains(needle), "{stderr:?} does not mention {needle:?}");
+}
+
+/// Creates the stop file and waits for the children when dropped, so a failing test
+/// never leaves workers running (they would hold the test harness's output pipes open).
+pub struct StopGuard {
+    pub stop: PathBuf,
+    pub children: Vec<std::process::Child>,
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        // The launches wait for their workers, and the workers for the stop file: waiting
+        // on the launches is waiting for every process the test started.
+        let _ = std::fs::write(&self.stop, b"");
+        for child in &mut self.children {
+            let _ = child.wait();
+        }
+    }
+}

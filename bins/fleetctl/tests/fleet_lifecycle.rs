@@ -1,0 +1,146 @@
+//! The registry's life through the real binaries: launches, workers, crashes and exits.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Fleet, fleetctl_bin, wait_for};
+use fleet_identity::Namespace;
+use fleet_registry::{OwnershipState, WorkerStatus};
+
+const NAMESPACES: [&str; 5] = ["author", "reviewer", "merger", "controller", "reconciler"];
+
+/// Starts `fleet-launch run` whose application starts five `fleetctl worker run`
+/// workers that each wait for `stop` to exist.
+fn launch_five(fleet: &Fleet, client: &str, stop: &std::path::Path) -> Child {
+    let fleetctl = fleetctl_bin();
+    let script = format!(
+        "for ns in {}; do '{}' worker run --namespace $ns -- sh -c 'while [ ! -e \"{}\" ]; do sleep 0.05; done' & done; wait",
+        NAMESPACES.join(" "),
+        fleetctl.display(),
+        stop.display()
+    );
+    fleet
+        .launcher()
+        .args(["run", "--client", client, "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn launch")
+}
+
+#[test]
+fn two_launches_of_one_client_leave_ten_distinct_trusted_workers() {
+    let fleet = Fleet::new();
+    let stop = fleet.dir.path().join("stop");
+    let mut guard = common::StopGuard {
+        stop: stop.clone(),
+        children: vec![launch_five(&fleet, "codex", &stop), launch_five(&fleet, "codex", &stop)],
+    };
+
+    let rows = wait_for(Duration::from_secs(60), || {
+        let rows = fleet.workers_once_created()?;
+        (rows.iter().filter(|r| r.status == WorkerStatus::Active).count() == 10).then_some(rows)
+    });
+    let ledger: BTreeSet<String> =
+        fleet.open().instances().unwrap().into_iter().map(|i| i.client_instance_id.to_string()).collect();
+    let instances: BTreeSet<String> = rows.iter().filter_map(|r| r.client_instance_id.clone()).collect();
+    assert_eq!(instances.len(), 2, "two launches, two instance IDs");
+    assert!(instances.is_subset(&ledger), "every instance ID is in the launcher's ledger");
+    for instance in &instances {
+        let namespaces: BTreeSet<Namespace> = rows
+            .iter()
+            .filter(|r| r.client_instance_id.as_ref() == Some(instance))
+            .map(|r| r.namespace)
+            .collect();
+        assert_eq!(namespaces, Namespace::ALL.into_iter().collect(), "{instance} has all five namespaces");
+    }
+    let distinct =
+        |f: fn(&fleet_registry::WorkerRow) -> String| rows.iter().map(f).collect::<BTreeSet<_>>().len();
+    assert_eq!(distinct(|r| r.worker_identity.to_string()), 10);
+    assert_eq!(distinct(|r| format!("{:?}", r.generation_id)), 10);
+    assert_eq!(distinct(|r| format!("{:?}", r.pid)), 10);
+    assert!(rows.iter().all(|r| r.client_type.as_ref().map(|c| c.as_str()) == Some("codex")));
+
+    std::fs::write(&stop, b"").unwrap();
+    for launch in &mut guard.children {
+        assert!(launch.wait().unwrap().success());
+    }
+    let after = fleet.workers();
+    assert_eq!(after.len(), 10);
+    assert!(after.iter().all(|r| r.status == WorkerStatus::Released), "a clean exit releases every worker");
+}
+
+#[test]
+fn a_killed_worker_stays_active_until_its_ttl_lapses_then_turns_stale() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("claude_code");
+    let mut wrapper = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--ttl", "2", "--", "sleep", "60"])
+        .env("GITEA_MCP_CLIENT", "claude_code")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .spawn()
+        .unwrap();
+    let row = wait_for(Duration::from_secs(30), || fleet.workers_once_created()?.into_iter().next());
+    let pid = row.pid.unwrap();
+    Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    let status = wrapper.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 9), "the wrapper reports the signal death");
+
+    let row = fleet.workers().remove(0);
+    assert_eq!(row.status, WorkerStatus::Active, "a crash does not release");
+    // Exactly at the expiry instant the row is not yet expired.
+    let expires = row.expires_at().unwrap();
+    assert!(fleet.open().mark_expired_stale(expires).unwrap().is_empty());
+
+    let marked = wait_for(Duration::from_secs(30), || {
+        let out = fleet.ctl(&["registry", "sweep", "--json"]);
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let marked = v["marked_stale"].as_array().unwrap().clone();
+        (!marked.is_empty()).then_some(marked)
+    });
+    assert_eq!(marked, vec![serde_json::json!(row.worker_identity.as_str())]);
+    let row = fleet.workers().remove(0);
+    assert_eq!((row.status, row.ownership_state), (WorkerStatus::Active, Some(OwnershipState::Stale)));
+}
+
+#[test]
+fn a_worker_passes_on_its_exit_code_and_releases() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("gemini");
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "reviewer", "--", "sh", "-c", "exit 7"])
+        .env("GITEA_MCP_CLIENT", "gemini")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let rows = fleet.workers();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, WorkerStatus::Released);
+}
+
+#[test]
+fn worker_list_prints_a_table_and_json() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("grok");
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "merger", "--", "true"])
+        .env("GITEA_MCP_CLIENT", "grok")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8(fleet.ctl(&["worker", "list"]).stdout).unwrap();
+    assert!(table.starts_with("INSTANCE"), "{table}");
+    assert!(table.contains(&id) && table.contains("merger") && table.contains("released"), "{table}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&fleet.ctl(&["worker", "list", "--json"]).stdout).unwrap();
+    assert_eq!(json[0]["client_instance_id"], serde_json::json!(id));
+    assert_eq!(json[0]["status"], "released");
+}
