@@ -1,0 +1,173 @@
+//! Findings: what the snapshot found, with the workers and the evidence behind it.
+
+use std::collections::BTreeMap;
+
+use fleet_identity::{Namespace, WorkerIdentity};
+use serde::Serialize;
+
+/// Every class of finding. All but `historical_dead` are active blockers: any one of
+/// them makes `live_fleet_safe` false. The exact rule for each is in
+/// `docs/SNAPSHOT.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingCode {
+    /// An instance (or one of its namespaces) on the manifest has no live worker.
+    MissingExpected,
+    /// A live instance is not on the manifest.
+    Unmanifested,
+    /// More than one live worker for one `(client_instance_id, namespace)`.
+    DuplicateNamespaceWorker,
+    /// Live workers of one `client_instance_id` disagree on who launched them.
+    ClientInstanceCollision,
+    /// One `worker_identity` on more than one row.
+    ReusedWorkerIdentity,
+    /// One `session_id` on active workers of different instances.
+    ReusedSessionIdentity,
+    /// One `generation_id` on more than one active worker.
+    ReusedGenerationIdentity,
+    /// One process (host, boot, pid, start time) behind more than one active worker.
+    ReusedProcessIdentity,
+    /// One pid number (host, boot, pid) on active workers with different start times.
+    ReusedPid,
+    /// One fencing epoch in one slot on two rows, or one token on two active workers.
+    ReusedFencingIdentity,
+    /// An active worker whose ownership is `orphaned`.
+    OrphanedWorker,
+    /// An active worker whose ownership is `unowned`.
+    UnownedWorker,
+    /// An active worker whose client type is missing or contradicts its instance ID.
+    UnknownClient,
+    /// An active worker bound to another repository than the canonical one.
+    ForeignRepository,
+    /// An active worker running another code revision than the expected one.
+    OldRevision,
+    /// An active worker whose heartbeat expired, or whose process is proved gone.
+    StaleWorker,
+    /// An active worker without a trusted-format instance ID or without process evidence.
+    LegacyIncompleteIdentity,
+    /// A well-formed instance ID the launcher's ledger does not hold.
+    UnmintedInstanceId,
+    /// Released, superseded or retired rows: history, never a blocker.
+    HistoricalDead,
+}
+
+impl FindingCode {
+    /// Every code, in report order.
+    pub const ALL: [FindingCode; 19] = [
+        FindingCode::MissingExpected,
+        FindingCode::Unmanifested,
+        FindingCode::DuplicateNamespaceWorker,
+        FindingCode::ClientInstanceCollision,
+        FindingCode::ReusedWorkerIdentity,
+        FindingCode::ReusedSessionIdentity,
+        FindingCode::ReusedGenerationIdentity,
+        FindingCode::ReusedProcessIdentity,
+        FindingCode::ReusedPid,
+        FindingCode::ReusedFencingIdentity,
+        FindingCode::OrphanedWorker,
+        FindingCode::UnownedWorker,
+        FindingCode::UnknownClient,
+        FindingCode::ForeignRepository,
+        FindingCode::OldRevision,
+        FindingCode::StaleWorker,
+        FindingCode::LegacyIncompleteIdentity,
+        FindingCode::UnmintedInstanceId,
+        FindingCode::HistoricalDead,
+    ];
+
+    /// Whether the finding makes the live fleet unsafe.
+    pub fn is_active_blocker(self) -> bool {
+        self != FindingCode::HistoricalDead
+    }
+
+    /// The code as JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingCode::MissingExpected => "missing_expected",
+            FindingCode::Unmanifested => "unmanifested",
+            FindingCode::DuplicateNamespaceWorker => "duplicate_namespace_worker",
+            FindingCode::ClientInstanceCollision => "client_instance_collision",
+            FindingCode::ReusedWorkerIdentity => "reused_worker_identity",
+            FindingCode::ReusedSessionIdentity => "reused_session_identity",
+            FindingCode::ReusedGenerationIdentity => "reused_generation_identity",
+            FindingCode::ReusedProcessIdentity => "reused_process_identity",
+            FindingCode::ReusedPid => "reused_pid",
+            FindingCode::ReusedFencingIdentity => "reused_fencing_identity",
+            FindingCode::OrphanedWorker => "orphaned_worker",
+            FindingCode::UnownedWorker => "unowned_worker",
+            FindingCode::UnknownClient => "unknown_client",
+            FindingCode::ForeignRepository => "foreign_repository",
+            FindingCode::OldRevision => "old_revision",
+            FindingCode::StaleWorker => "stale_worker",
+            FindingCode::LegacyIncompleteIdentity => "legacy_incomplete_identity",
+            FindingCode::UnmintedInstanceId => "unminted_instance_id",
+            FindingCode::HistoricalDead => "historical_dead",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// What was found.
+    pub code: FindingCode,
+    /// Whether it makes the live fleet unsafe.
+    pub active_blocker: bool,
+    /// The instance it concerns, as the rows spell it (`null` for rows without one).
+    pub client_instance_id: Option<String>,
+    /// The namespace it concerns, when it concerns one.
+    pub namespace: Option<Namespace>,
+    /// The workers involved, sorted.
+    pub worker_identities: Vec<WorkerIdentity>,
+    /// The evidence that triggered it, keyed by field name.
+    pub evidence: BTreeMap<String, serde_json::Value>,
+    /// One sentence for a person.
+    pub detail: String,
+}
+
+impl Finding {
+    pub(crate) fn new(code: FindingCode, detail: impl Into<String>) -> Self {
+        Self {
+            code,
+            active_blocker: code.is_active_blocker(),
+            client_instance_id: None,
+            namespace: None,
+            worker_identities: Vec::new(),
+            evidence: BTreeMap::new(),
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn instance(mut self, id: Option<&str>) -> Self {
+        self.client_instance_id = id.map(str::to_owned);
+        self
+    }
+
+    pub(crate) fn namespace(mut self, ns: Namespace) -> Self {
+        self.namespace = Some(ns);
+        self
+    }
+
+    pub(crate) fn workers<'a>(mut self, ids: impl IntoIterator<Item = &'a WorkerIdentity>) -> Self {
+        let mut ids: Vec<WorkerIdentity> = ids.into_iter().cloned().collect();
+        ids.sort();
+        ids.dedup();
+        self.worker_identities = ids;
+        self
+    }
+
+    pub(crate) fn evidence(mut self, key: &str, value: impl Serialize) -> Self {
+        self.evidence.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(serde_json::Value::Null));
+        self
+    }
+
+    pub(crate) fn sort_key(&self) -> (FindingCode, &Option<String>, Option<Namespace>, &[WorkerIdentity], &str) {
+        (self.code, &self.client_instance_id, self.namespace, &self.worker_identities, &self.detail)
+    }
+}
