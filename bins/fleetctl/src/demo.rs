@@ -100,6 +100,8 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
         Ok((rows.iter().filter(|r| r.status == WorkerStatus::Active).count() == 10).then_some(rows))
     })?;
     print!("{}", list_table(&rows, now()));
+    println!("\n$ fleetctl snapshot");
+    print!("{}", fleet_snapshot_text(&tour.location)?);
     println!("Two distinct trusted instance IDs share the client type codex: that is not a collision.");
 
     step(2, "A worker crashes (SIGKILL)");
@@ -120,6 +122,9 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
     for id in &marked {
         println!("fleetctl registry sweep: stale {id}");
     }
+    println!("\n$ fleetctl snapshot");
+    print!("{}", fleet_snapshot_text(&tour.location)?);
+    println!("A stale worker still marked active blocks mutation until it is retired.");
 
     step(4, "The other workers exit cleanly and release their rows");
     std::fs::write(&tour.stop, b"").map_err(|e| Failure::store(format!("cannot stop the demo: {e}")))?;
@@ -148,4 +153,9 @@ fn pick<'a>(rows: &'a [WorkerRow], instance: &str, ns: Namespace) -> Result<&'a 
                 && r.status == WorkerStatus::Active
         })
         .ok_or_else(|| Failure::store(format!("no active {ns} worker for {instance}")))
+}
+
+fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
+    let snap = crate::snapshot_cmd::take(location, None, &fleet_snapshot::Policy::default(), now())?;
+    Ok(crate::snapshot_cmd::render(&snap, false))
 }

@@ -3,6 +3,7 @@
 
 mod demo;
 mod registry_cmd;
+mod snapshot_cmd;
 mod table;
 mod worker_cmd;
 
@@ -30,6 +31,8 @@ enum Cmd {
     /// Run a worker under registration, or list the registered workers.
     #[command(subcommand)]
     Worker(worker_cmd::WorkerCmd),
+    /// Take the fleet health snapshot: is the fleet safe to mutate, and if not, why.
+    Snapshot(snapshot_cmd::SnapshotArgs),
     /// A guided tour on a throw-away registry: a real small fleet, a crash, the sweep.
     Demo {
         /// Keep the demo's registry in this directory instead of a temporary one.
@@ -50,6 +53,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Cmd::Registry(cmd) => registry_cmd::run(&location, cmd),
         Cmd::Worker(cmd) => worker_cmd::run(&location, cmd),
+        Cmd::Snapshot(args) => snapshot_cmd::run(&location, args),
         Cmd::Demo { keep } => demo::run(keep),
     }
 }

@@ -161,7 +161,8 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
     // Sorting on the full content makes every later step independent of input order,
     // even for rows that share a worker identity.
     rows.sort_by_cached_key(|r| (r.worker_identity.clone(), serde_json::to_string(r).unwrap_or_default()));
-    let ledger: BTreeSet<ClientInstanceId> = input.ledger.iter().map(|i| i.client_instance_id.clone()).collect();
+    let ledger: BTreeSet<ClientInstanceId> =
+        input.ledger.iter().map(|i| i.client_instance_id.clone()).collect();
     let ledger_hosts: HashMap<&str, &fleet_identity::HostId> = input
         .ledger
         .iter()
@@ -190,8 +191,10 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
         .collect();
 
     let mut findings = Vec::new();
-    let expected_revision =
-        input.manifest.and_then(|m| m.code_revision.as_deref()).or(input.policy.expected_code_revision.as_deref());
+    let expected_revision = input
+        .manifest
+        .and_then(|m| m.code_revision.as_deref())
+        .or(input.policy.expected_code_revision.as_deref());
     let pairs: Vec<(&WorkerRow, &WorkerView)> = rows.iter().copied().zip(&views).collect();
     for &(row, view) in &pairs {
         if view.state != WorkerState::Historical {
@@ -246,16 +249,21 @@ fn row_findings(
 ) {
     let instance = row.client_instance_id.as_deref();
     let me = std::iter::once(&row.worker_identity);
-    let base = |code, detail: String| Finding::new(code, detail).instance(instance).namespace(row.namespace).workers(me.clone());
+    let base = |code, detail: String| {
+        Finding::new(code, detail).instance(instance).namespace(row.namespace).workers(me.clone())
+    };
 
     if view.state == WorkerState::Stale {
         out.push(
-            base(FindingCode::StaleWorker, format!("{} is marked active but nothing vouches for it", row.worker_identity))
-                .evidence("last_heartbeat_at", &row.last_heartbeat_at)
-                .evidence("heartbeat_ttl_s", row.heartbeat_ttl_s)
-                .evidence("expires_at", view.expires_at)
-                .evidence("ownership_state", row.ownership_state)
-                .evidence("liveness", view.liveness),
+            base(
+                FindingCode::StaleWorker,
+                format!("{} is marked active but nothing vouches for it", row.worker_identity),
+            )
+            .evidence("last_heartbeat_at", &row.last_heartbeat_at)
+            .evidence("heartbeat_ttl_s", row.heartbeat_ttl_s)
+            .evidence("expires_at", view.expires_at)
+            .evidence("ownership_state", row.ownership_state)
+            .evidence("liveness", view.liveness),
         );
     }
     match row.ownership_state {
@@ -302,15 +310,21 @@ fn row_findings(
     if let InstanceClaim::WellFormed(id) = &claim {
         if !ledger.contains(id) {
             out.push(
-                base(FindingCode::UnmintedInstanceId, format!("{id} is well-formed but the launcher never minted it"))
-                    .evidence("trust", TrustVerdict::Unminted),
+                base(
+                    FindingCode::UnmintedInstanceId,
+                    format!("{id} is well-formed but the launcher never minted it"),
+                )
+                .evidence("trust", TrustVerdict::Unminted),
             );
         }
         if row.client_type.as_ref() != Some(id.client_type()) {
             out.push(
-                base(FindingCode::UnknownClient, format!("{} reports a client type its instance ID contradicts", row.worker_identity))
-                    .evidence("client_type", &row.client_type)
-                    .evidence("instance_client_type", id.client_type()),
+                base(
+                    FindingCode::UnknownClient,
+                    format!("{} reports a client type its instance ID contradicts", row.worker_identity),
+                )
+                .evidence("client_type", &row.client_type)
+                .evidence("instance_client_type", id.client_type()),
             );
         }
     } else if row.client_type.is_none() {
@@ -323,9 +337,12 @@ fn row_findings(
         && row.repository.as_ref() != Some(canonical)
     {
         out.push(
-            base(FindingCode::ForeignRepository, format!("{} is bound to another repository", row.worker_identity))
-                .evidence("repository", &row.repository)
-                .evidence("canonical_repository", canonical),
+            base(
+                FindingCode::ForeignRepository,
+                format!("{} is bound to another repository", row.worker_identity),
+            )
+            .evidence("repository", &row.repository)
+            .evidence("canonical_repository", canonical),
         );
     }
     if let Some(expected) = expected_revision
@@ -352,10 +369,13 @@ fn historical_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
             *statuses.entry(row.status.as_str()).or_default() += 1;
         }
         out.push(
-            Finding::new(FindingCode::HistoricalDead, format!("{} released, superseded or retired rows", rows.len()))
-                .instance(instance)
-                .workers(rows.iter().map(|r| &r.worker_identity))
-                .evidence("statuses", statuses),
+            Finding::new(
+                FindingCode::HistoricalDead,
+                format!("{} released, superseded or retired rows", rows.len()),
+            )
+            .instance(instance)
+            .workers(rows.iter().map(|r| &r.worker_identity))
+            .evidence("statuses", statuses),
         );
     }
 }
@@ -379,7 +399,8 @@ fn instance_findings(
     ledger_hosts: &HashMap<&str, &fleet_identity::HostId>,
     out: &mut Vec<Finding>,
 ) {
-    let live: Vec<&WorkerRow> = members.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| *r).collect();
+    let live: Vec<&WorkerRow> =
+        members.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| *r).collect();
     let mut by_namespace: BTreeMap<Namespace, Vec<&WorkerRow>> = BTreeMap::new();
     for row in &live {
         by_namespace.entry(row.namespace).or_default().push(row);
@@ -424,7 +445,10 @@ fn instance_findings(
         out.push(
             Finding::new(
                 FindingCode::ClientInstanceCollision,
-                format!("live workers of {id} disagree on {}", conflicts.keys().copied().collect::<Vec<_>>().join(", ")),
+                format!(
+                    "live workers of {id} disagree on {}",
+                    conflicts.keys().copied().collect::<Vec<_>>().join(", ")
+                ),
             )
             .instance(Some(id))
             .workers(live.iter().map(|r| &r.worker_identity))
@@ -450,7 +474,8 @@ fn report_shared<'a, K: Ord + Serialize>(
     }
     for (k, rows) in groups {
         if rows.len() > 1 && distinct(&rows) {
-            let instances: BTreeSet<Option<&str>> = rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
+            let instances: BTreeSet<Option<&str>> =
+                rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
             let instance = if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
             out.push(
                 Finding::new(code, format!("{} active rows share one {what}", rows.len()))
@@ -467,7 +492,14 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     let always = |_: &[&WorkerRow]| true;
 
     // Only active rows are compared: history never makes a live fleet unsafe.
-    report_shared(active(), |r| Some(r.worker_identity.clone()), always, FindingCode::ReusedWorkerIdentity, "worker identity", out);
+    report_shared(
+        active(),
+        |r| Some(r.worker_identity.clone()),
+        always,
+        FindingCode::ReusedWorkerIdentity,
+        "worker identity",
+        out,
+    );
     report_shared(
         active(),
         |r| r.session_id.clone(),
@@ -476,7 +508,14 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
         "session across instances",
         out,
     );
-    report_shared(active(), |r| r.generation_id.clone(), always, FindingCode::ReusedGenerationIdentity, "generation", out);
+    report_shared(
+        active(),
+        |r| r.generation_id.clone(),
+        always,
+        FindingCode::ReusedGenerationIdentity,
+        "generation",
+        out,
+    );
     report_shared(
         active(),
         |r| Some((r.host_id.clone()?, r.boot_id.clone()?, r.pid?, r.process_start_time?)),
@@ -501,7 +540,14 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
         "fencing epoch in one slot",
         out,
     );
-    report_shared(active(), |r| r.token_fingerprint.clone(), always, FindingCode::ReusedFencingIdentity, "worker token", out);
+    report_shared(
+        active(),
+        |r| r.token_fingerprint.clone(),
+        always,
+        FindingCode::ReusedFencingIdentity,
+        "worker token",
+        out,
+    );
 }
 
 fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Finding>) {
@@ -510,7 +556,9 @@ fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Fin
         let id = expected.client_instance_id.as_str();
         let live: BTreeSet<Namespace> = groups
             .get(&Some(id))
-            .map(|m| m.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| r.namespace).collect())
+            .map(|m| {
+                m.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| r.namespace).collect()
+            })
             .unwrap_or_default();
         if live.is_empty() {
             out.push(
@@ -561,16 +609,21 @@ fn instance_views(
             let mut stale_workers = Vec::new();
             for (row, view) in members {
                 match view.state {
-                    WorkerState::Live => namespaces.entry(row.namespace).or_default().push(row.worker_identity.clone()),
+                    WorkerState::Live => {
+                        namespaces.entry(row.namespace).or_default().push(row.worker_identity.clone())
+                    }
                     WorkerState::Stale => stale_workers.push(row.worker_identity.clone()),
                     WorkerState::Historical => {}
                 }
             }
             InstanceView {
                 client_instance_id: key.map(str::to_owned),
-                client_type: members.iter().find_map(|(r, _)| r.client_type.as_ref().map(ToString::to_string)),
+                client_type: members
+                    .iter()
+                    .find_map(|(r, _)| r.client_type.as_ref().map(ToString::to_string)),
                 trust: assess_instance_id(*key, ledger),
-                manifested: manifest.map(|m| m.instances.iter().any(|i| Some(i.client_instance_id.as_str()) == *key)),
+                manifested: manifest
+                    .map(|m| m.instances.iter().any(|i| Some(i.client_instance_id.as_str()) == *key)),
                 missing_namespaces: expected.into_iter().filter(|ns| !namespaces.contains_key(ns)).collect(),
                 namespaces,
                 stale_workers,

@@ -167,7 +167,9 @@ impl Finding {
         self
     }
 
-    pub(crate) fn sort_key(&self) -> (FindingCode, &Option<String>, Option<Namespace>, &[WorkerIdentity], &str) {
+    pub(crate) fn sort_key(
+        &self,
+    ) -> (FindingCode, &Option<String>, Option<Namespace>, &[WorkerIdentity], &str) {
         (self.code, &self.client_instance_id, self.namespace, &self.worker_identities, &self.detail)
     }
 }

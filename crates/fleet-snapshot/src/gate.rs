@@ -65,17 +65,15 @@ pub fn mutation_gate(snapshot: &FleetSnapshot, worker: &WorkerIdentity) -> GateV
         WorkerState::Stale => reasons.push(GateReason::WorkerStale),
         WorkerState::Live => {}
     }
-    let trust = snapshot
-        .instances
-        .iter()
-        .find(|i| i.client_instance_id == view.client_instance_id)
-        .map(|i| i.trust);
+    let trust =
+        snapshot.instances.iter().find(|i| i.client_instance_id == view.client_instance_id).map(|i| i.trust);
     if trust != Some(TrustVerdict::Trusted) {
         reasons.push(GateReason::UntrustedInstanceIdentity);
     }
     for finding in &snapshot.findings {
         let mine = finding.worker_identities.contains(worker);
-        let my_instance = finding.client_instance_id.is_some() && finding.client_instance_id == view.client_instance_id;
+        let my_instance =
+            finding.client_instance_id.is_some() && finding.client_instance_id == view.client_instance_id;
         let reason = match finding.code {
             FindingCode::DuplicateNamespaceWorker if mine => GateReason::DuplicateNamespaceWorker,
             FindingCode::ClientInstanceCollision if my_instance => GateReason::ClientInstanceCollision,

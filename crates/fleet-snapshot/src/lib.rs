@@ -13,7 +13,7 @@ mod heartbeats;
 mod manifest;
 
 pub use classify::{
-    Counts, InstanceView, Policy, ProbeResults, SnapshotInput, WorkerView, WorkerState, snapshot,
+    Counts, InstanceView, Policy, ProbeResults, SnapshotInput, WorkerState, WorkerView, snapshot,
 };
 pub use findings::{Finding, FindingCode};
 pub use gate::{GateReason, GateVerdict, mutation_gate};

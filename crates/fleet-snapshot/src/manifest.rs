@@ -91,7 +91,8 @@ mod tests {
     #[test]
     fn invalid_json_and_duplicates_are_refused() {
         assert!(Manifest::from_json("{").unwrap_err().to_string().starts_with("manifest is not valid"));
-        let one = r#"{"client_type": "codex", "client_instance_id": "inst-codex-20260730T120000Z-abc123def456"}"#;
+        let one =
+            r#"{"client_type": "codex", "client_instance_id": "inst-codex-20260730T120000Z-abc123def456"}"#;
         let twice = format!(r#"{{"instances": [{one}, {one}]}}"#);
         assert!(Manifest::from_json(&twice).unwrap_err().to_string().contains("twice"));
     }

@@ -1,11 +1,13 @@
 //! The snapshot's rules, one scenario each, on a fixed clock.
 
-use fleet_identity::{ClientInstanceId, ClientType, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity};
+use fleet_identity::{
+    ClientInstanceId, ClientType, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
+};
 use fleet_probe::ProcessVerdict;
 use fleet_registry::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
 use fleet_snapshot::{
-    FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput, compare_snapshot_heartbeats,
-    mutation_gate, snapshot,
+    FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput,
+    compare_snapshot_heartbeats, mutation_gate, snapshot,
 };
 use proptest::prelude::*;
 
@@ -148,7 +150,10 @@ fn two_live_workers_in_one_namespace_of_one_instance_are_a_duplicate() {
     assert_eq!(dup[0].worker_identities, vec![id("wkr-merger-0002"), id("wkr-merger-0099")]);
     let gate = mutation_gate(&s, &id("wkr-merger-0099"));
     assert_eq!(gate.reasons, vec![GateReason::DuplicateNamespaceWorker]);
-    assert!(mutation_gate(&s, &id("wkr-controller-0003")).mutation_allowed, "the rest of the instance is fine");
+    assert!(
+        mutation_gate(&s, &id("wkr-controller-0003")).mutation_allowed,
+        "the rest of the instance is fine"
+    );
 }
 
 // Fail-closed table, row 4.
@@ -257,7 +262,10 @@ fn reused_identities_each_have_their_code() {
         assert!(s.findings_of(code).next().is_some(), "{code} missing: {:?}", codes(&s));
     }
     assert!(!mutation_gate(&s, &id("wkr-reviewer-0011")).mutation_allowed);
-    assert!(s.findings_of(FindingCode::ReusedFencingIdentity).any(|f| f.evidence["shared"].is_string()), "token reuse");
+    assert!(
+        s.findings_of(FindingCode::ReusedFencingIdentity).any(|f| f.evidence["shared"].is_string()),
+        "token reuse"
+    );
 }
 
 #[test]

@@ -1,0 +1,189 @@
+//! `fleetctl snapshot`: the fleet health snapshot as a table a person reads at a glance,
+//! or as the JSON object; `--gate` turns it into a check.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use fleet_identity::{Namespace, Repository, Timestamp};
+use fleet_probe::{LivenessProbe, LocalProbe, ProcessIdentity};
+use fleet_registry::{WorkerRow, WorkerStatus};
+use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
+use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, WorkerState, snapshot};
+use registry_sqlite::OpenMode;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SnapshotArgs {
+    /// The approved fleet manifest (JSON: {"instances": [...]}).
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Exit 1 when the fleet is not safe to mutate.
+    #[arg(long)]
+    gate: bool,
+    /// Print the snapshot as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The repository every worker should be bound to.
+    #[arg(long)]
+    canonical_repository: Option<String>,
+    /// The code revision every worker should run (a manifest's code_revision wins).
+    #[arg(long)]
+    expected_code_revision: Option<String>,
+    /// Judge heartbeats as of this RFC 3339 time instead of now (reproducible reports).
+    #[arg(long, value_parser = parse_time)]
+    at: Option<Timestamp>,
+}
+
+fn parse_time(s: &str) -> Result<Timestamp, String> {
+    Timestamp::parse(s).map_err(|e| e.to_string())
+}
+
+/// Probes every active row that this machine can speak for; others stay unprobed.
+pub(crate) fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
+    let Ok(probe) = LocalProbe::new() else { return ProbeResults::new() };
+    rows.iter()
+        .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(probe.host_id()))
+        .filter_map(|r| {
+            let process = ProcessIdentity {
+                host_id: r.host_id.clone()?,
+                boot_id: r.boot_id.clone()?,
+                pid: r.pid?,
+                process_start_time: r.process_start_time?,
+            };
+            Some((r.worker_identity.clone(), probe.probe(&process)))
+        })
+        .collect()
+}
+
+pub(crate) fn read_manifest(path: &PathBuf) -> Result<Manifest, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("cannot read manifest {}: {e}", path.display())))?;
+    Manifest::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// Reads the registry, probes the rows this machine can speak for, and classifies. A
+/// registry that cannot be read fails closed: never an empty, safe fleet.
+pub(crate) fn take(
+    location: &RegistryLocation,
+    manifest: Option<&Manifest>,
+    policy: &Policy,
+    at: Timestamp,
+) -> Result<FleetSnapshot, Failure> {
+    let dump = open_registry(location, OpenMode::MustExist)?.export()?;
+    let probes = probe_local(&dump.worker_registrations);
+    Ok(snapshot(SnapshotInput {
+        rows: &dump.worker_registrations,
+        ledger: &dump.instances,
+        manifest,
+        probes: &probes,
+        policy,
+        now: at,
+    }))
+}
+
+pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<ExitCode, Failure> {
+    // Input is checked before the registry is read.
+    let manifest = args.manifest.as_ref().map(read_manifest).transpose()?;
+    let canonical_repository = args
+        .canonical_repository
+        .map(|r| Repository::new(r).map_err(|e| Failure::usage(e.to_string())))
+        .transpose()?;
+    let policy = Policy { canonical_repository, expected_code_revision: args.expected_code_revision };
+    let snap = take(location, manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default());
+    } else {
+        let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        print!("{}", render(&snap, colour));
+    }
+    if args.gate && !snap.live_fleet_safe {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+struct Paint(bool);
+
+impl Paint {
+    fn wrap(&self, code: &str, text: &str) -> String {
+        if self.0 { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
+    }
+    fn red(&self, t: &str) -> String {
+        self.wrap("1;31", t)
+    }
+    fn green(&self, t: &str) -> String {
+        self.wrap("1;32", t)
+    }
+    fn yellow(&self, t: &str) -> String {
+        self.wrap("33", t)
+    }
+    fn dim(&self, t: &str) -> String {
+        self.wrap("2", t)
+    }
+}
+
+/// The snapshot as text: a verdict line, one block per instance with its five
+/// namespaces, then the findings.
+pub(crate) fn render(snap: &FleetSnapshot, colour: bool) -> String {
+    let p = Paint(colour);
+    let c = &snap.counts;
+    let verdict = if snap.live_fleet_safe { p.green("SAFE") } else { p.red("UNSAFE") };
+    let mut out = format!(
+        "fleet {verdict}: {} instances, {} live, {} stale, {} historical, {} active blockers (at {})\n",
+        c.instance_count,
+        c.live_worker_count,
+        c.stale_worker_count,
+        c.historical_row_count,
+        c.active_blocker_count,
+        snap.snapshot_at
+    );
+    let workers: BTreeMap<&str, &fleet_snapshot::WorkerView> =
+        snap.workers.iter().map(|w| (w.worker_identity.as_str(), w)).collect();
+    for instance in &snap.instances {
+        let name = instance.client_instance_id.as_deref().unwrap_or("(no instance id)");
+        let trust = serde_json::to_value(instance.trust)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let trust = if instance.trust.is_trusted() { trust } else { p.red(&trust) };
+        out.push_str(&format!("\n{name}  {}  {trust}\n", instance.client_type.as_deref().unwrap_or("-")));
+        for ns in Namespace::ALL {
+            let live = instance.namespaces.get(&ns).map(Vec::as_slice).unwrap_or_default();
+            if live.is_empty() {
+                out.push_str(&format!("  {:<11} {}\n", ns.as_str(), p.yellow("no live worker")));
+            }
+            for id in live {
+                let pid = workers.get(id.as_str()).and_then(|w| w.pid).map_or("-".into(), |p| p.to_string());
+                let line = format!("  {:<11} {id}  pid {pid}", ns.as_str());
+                out.push_str(&if live.len() > 1 { p.red(&line) } else { line });
+                out.push('\n');
+            }
+        }
+        for id in &instance.stale_workers {
+            let ns = workers.get(id.as_str()).map_or("-", |w| w.namespace.as_str());
+            out.push_str(&format!("  {:<11} {}\n", ns, p.yellow(&format!("{id}  stale"))));
+        }
+        if !instance.blockers.is_empty() {
+            let codes: Vec<&str> = instance.blockers.iter().map(|b| b.as_str()).collect();
+            out.push_str(&format!("  blockers: {}\n", p.red(&codes.join(", "))));
+        }
+    }
+    if !snap.findings.is_empty() {
+        out.push_str("\nfindings:\n");
+        for f in &snap.findings {
+            let mark = if f.active_blocker { p.red("✗") } else { p.dim("·") };
+            let mut where_ = f.client_instance_id.clone().unwrap_or_else(|| "-".into());
+            if let Some(ns) = f.namespace {
+                where_.push_str(&format!(" {ns}"));
+            }
+            let line = format!("{} {where_}: {}", f.code, f.detail);
+            out.push_str(&format!("  {mark} {}\n", if f.active_blocker { line } else { p.dim(&line) }));
+        }
+    }
+    let historical = snap.workers.iter().filter(|w| w.state == WorkerState::Historical).count();
+    if snap.instances.is_empty() && historical == 0 {
+        out.push_str("\nno workers are registered\n");
+    }
+    out
+}

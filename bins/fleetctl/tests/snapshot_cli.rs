@@ -1,0 +1,165 @@
+//! `fleetctl snapshot` on every SQLite fixture: the table as insta snapshots, the JSON
+//! equal to the library's, `--gate` exit codes, and fail-closed input handling.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{Fleet, assert_one_line_error};
+
+fn fixtures() -> Vec<(String, serde_json::Value)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/snapshot");
+    let mut out: Vec<(String, serde_json::Value)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .map(|p| {
+            (
+                p.file_stem().unwrap().to_string_lossy().into_owned(),
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap(),
+            )
+        })
+        .filter(|(_, f): &(String, serde_json::Value)| f["sqlite"].as_bool().unwrap_or(true))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// A registry holding the fixture's rows, and the snapshot arguments it needs.
+fn load(fixture: &serde_json::Value) -> (Fleet, Vec<String>) {
+    let fleet = Fleet::new();
+    let registry = fleet.dir.path().join("registry.json");
+    std::fs::write(&registry, fixture["registry"].to_string()).unwrap();
+    let out = fleet.ctl(&["registry", "import", registry.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut args: Vec<String> =
+        vec!["snapshot".into(), "--at".into(), fixture["now"].as_str().unwrap().into()];
+    args.extend(serde_json::from_value::<Vec<String>>(fixture["args"].clone()).unwrap());
+    if !fixture["manifest"].is_null() {
+        let path = fleet.dir.path().join("manifest.json");
+        std::fs::write(&path, fixture["manifest"].to_string()).unwrap();
+        args.extend(["--manifest".into(), path.display().to_string()]);
+    }
+    (fleet, args)
+}
+
+fn run(fleet: &Fleet, args: &[String], extra: &[&str]) -> std::process::Output {
+    let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+    all.extend(extra);
+    fleet.ctl(&all)
+}
+
+#[test]
+fn every_fixture_prints_its_table() {
+    for (name, fixture) in fixtures() {
+        let (fleet, args) = load(&fixture);
+        let out = run(&fleet, &args, &[]);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        insta::assert_snapshot!(name.clone(), String::from_utf8(out.stdout).unwrap());
+    }
+}
+
+#[test]
+fn the_json_is_the_library_snapshot_and_the_gate_follows_it() {
+    for (name, fixture) in fixtures() {
+        let (fleet, args) = load(&fixture);
+        let out = run(&fleet, &args, &["--json"]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let expected: serde_json::Value = {
+            let dump = fleet.export();
+            let args: Vec<String> = serde_json::from_value(fixture["args"].clone()).unwrap();
+            let flag = |f: &str| args.iter().position(|a| a == f).map(|i| args[i + 1].clone());
+            let manifest = (!fixture["manifest"].is_null())
+                .then(|| fleet_snapshot::Manifest::from_json(&fixture["manifest"].to_string()).unwrap());
+            let policy = fleet_snapshot::Policy {
+                canonical_repository: flag("--canonical-repository").map(|r| r.parse().unwrap()),
+                expected_code_revision: flag("--expected-code-revision"),
+            };
+            serde_json::to_value(fleet_snapshot::snapshot(fleet_snapshot::SnapshotInput {
+                rows: &dump.worker_registrations,
+                ledger: &dump.instances,
+                manifest: manifest.as_ref(),
+                probes: &fleet_snapshot::ProbeResults::new(),
+                policy: &policy,
+                now: fixture["now"].as_str().unwrap().parse().unwrap(),
+            }))
+            .unwrap()
+        };
+        assert_eq!(json, expected, "{name}");
+        let safe = json["live_fleet_safe"].as_bool().unwrap();
+        let gated = run(&fleet, &args, &["--gate"]);
+        assert_eq!(gated.status.code(), Some(if safe { 0 } else { 1 }), "{name}");
+    }
+}
+
+#[test]
+fn an_unreadable_registry_fails_closed_with_exit_3() {
+    let fleet = Fleet::new();
+    let out = fleet.ctl(&["snapshot", "--gate"]);
+    assert_one_line_error(&out, 3, "does not exist");
+    std::fs::write(&fleet.registry, b"garbage ".repeat(300)).unwrap();
+    let out = fleet.ctl(&["snapshot", "--json"]);
+    assert_one_line_error(&out, 3, "not a valid SQLite database");
+    assert!(out.stdout.is_empty(), "nothing that looks like a snapshot is printed");
+}
+
+#[test]
+fn a_bad_manifest_exits_2_with_one_line() {
+    let fixture = &fixtures()[0].1;
+    let (fleet, _) = load(fixture);
+    let before = fleet.export();
+    let cases = [
+        ("broken.json", "{\"instances\": [".to_owned(), "is not valid"),
+        (
+            "planner.json",
+            r#"{"instances": [{"client_type": "codex", "client_instance_id": "inst-codex-20260730T120000Z-aaaaaaaaaaaa", "namespaces": ["planner"]}]}"#.to_owned(),
+            "planner",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let path = fleet.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = fleet.ctl(&["snapshot", "--manifest", path.to_str().unwrap()]);
+        assert_one_line_error(&out, 2, needle);
+    }
+    let out = fleet.ctl(&["snapshot", "--manifest", "/nonexistent/manifest.json"]);
+    assert_one_line_error(&out, 2, "cannot read manifest");
+    assert_eq!(fleet.export(), before);
+}
+
+#[test]
+fn a_live_local_fleet_is_safe_and_a_second_worker_in_one_namespace_is_not() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let stop = fleet.dir.path().join("stop");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", stop.display());
+    let spawn = |ns: &str| {
+        fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", ns, "--", "sh", "-c", &wait])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .spawn()
+            .unwrap()
+    };
+    let mut guard = common::StopGuard { stop: stop.clone(), children: Vec::new() };
+    for ns in ["author", "reviewer", "merger", "controller", "reconciler"] {
+        guard.children.push(spawn(ns));
+    }
+    common::wait_for(std::time::Duration::from_secs(30), || {
+        (fleet.workers_once_created()?.len() == 5).then_some(())
+    });
+    let out = fleet.ctl(&["snapshot", "--gate", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{json:#}");
+    assert_eq!(json["counts"]["live_worker_count"], 5);
+
+    guard.children.push(spawn("merger"));
+    common::wait_for(std::time::Duration::from_secs(30), || {
+        (fleet.workers_once_created()?.len() == 6).then_some(())
+    });
+    let out = fleet.ctl(&["snapshot", "--gate", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json["findings"][0]["code"], "duplicate_namespace_worker");
+}
