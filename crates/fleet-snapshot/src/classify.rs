@@ -160,7 +160,12 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
     let mut rows: Vec<&WorkerRow> = input.rows.iter().collect();
     // Sorting on the full content makes every later step independent of input order,
     // even for rows that share a worker identity.
-    rows.sort_by_cached_key(|r| (r.worker_identity.clone(), serde_json::to_string(r).unwrap_or_default()));
+    rows.sort_unstable_by(|a, b| {
+        a.worker_identity.cmp(&b.worker_identity).then_with(|| {
+            // Only rows that share an identity (a reuse finding) pay for this.
+            serde_json::to_string(a).unwrap_or_default().cmp(&serde_json::to_string(b).unwrap_or_default())
+        })
+    });
     let ledger: BTreeSet<ClientInstanceId> =
         input.ledger.iter().map(|i| i.client_instance_id.clone()).collect();
     let ledger_hosts: HashMap<&str, &fleet_identity::HostId> = input
@@ -196,9 +201,13 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
         .and_then(|m| m.code_revision.as_deref())
         .or(input.policy.expected_code_revision.as_deref());
     let pairs: Vec<(&WorkerRow, &WorkerView)> = rows.iter().copied().zip(&views).collect();
+    // Each distinct instance ID is parsed once, however many workers claim it.
+    let mut claims: HashMap<Option<&str>, InstanceClaim> = HashMap::new();
     for &(row, view) in &pairs {
         if view.state != WorkerState::Historical {
-            row_findings(row, view, &ledger, input.policy, expected_revision, &mut findings);
+            let key = row.client_instance_id.as_deref();
+            let claim = claims.entry(key).or_insert_with(|| InstanceClaim::read(key));
+            row_findings(row, view, claim, &ledger, input.policy, expected_revision, &mut findings);
         }
     }
     historical_findings(&pairs, &mut findings);
@@ -242,6 +251,7 @@ type Pair<'a> = (&'a WorkerRow, &'a WorkerView);
 fn row_findings(
     row: &WorkerRow,
     view: &WorkerView,
+    claim: &InstanceClaim,
     ledger: &BTreeSet<ClientInstanceId>,
     policy: &Policy,
     expected_revision: Option<&str>,
@@ -278,7 +288,6 @@ fn row_findings(
         _ => {}
     }
 
-    let claim = InstanceClaim::read(instance);
     let mut missing: Vec<&str> = Vec::new();
     for (field, present) in [
         ("generation_id", row.generation_id.is_some()),
@@ -291,7 +300,7 @@ fn row_findings(
             missing.push(field);
         }
     }
-    let claim_kind = match &claim {
+    let claim_kind = match claim {
         InstanceClaim::Missing => Some("missing"),
         InstanceClaim::Legacy(_) => Some("legacy_placeholder"),
         InstanceClaim::Malformed(_) => Some("malformed"),
@@ -307,7 +316,7 @@ fn row_findings(
             .evidence("missing_fields", &missing),
         );
     }
-    if let InstanceClaim::WellFormed(id) = &claim {
+    if let InstanceClaim::WellFormed(id) = claim {
         if !ledger.contains(id) {
             out.push(
                 base(
@@ -420,14 +429,14 @@ fn instance_findings(
 
     // Workers of one launch share who launched them; disagreement is two launches on one ID.
     let Some(id) = instance else { return };
-    let mut conflicts: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut conflicts: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for row in &live {
-        let fields: [(&str, Option<String>); 5] = [
-            ("client_type", row.client_type.as_ref().map(ToString::to_string)),
-            ("session_id", row.session_id.as_ref().map(ToString::to_string)),
-            ("fleet_run_id", row.fleet_run_id.as_ref().map(ToString::to_string)),
-            ("host_id", row.host_id.as_ref().map(ToString::to_string)),
-            ("boot_id", row.boot_id.as_ref().map(ToString::to_string)),
+        let fields: [(&str, Option<&str>); 5] = [
+            ("client_type", row.client_type.as_ref().map(|v| v.as_str())),
+            ("session_id", row.session_id.as_ref().map(|v| v.as_str())),
+            ("fleet_run_id", row.fleet_run_id.as_ref().map(|v| v.as_str())),
+            ("host_id", row.host_id.as_ref().map(|v| v.as_str())),
+            ("boot_id", row.boot_id.as_ref().map(|v| v.as_str())),
         ];
         for (field, value) in fields {
             if let Some(value) = value {
@@ -438,7 +447,7 @@ fn instance_findings(
     if let Some(host) = ledger_hosts.get(id)
         && live.iter().any(|r| r.host_id.as_ref().is_some_and(|h| h != *host))
     {
-        conflicts.entry("host_id").or_default().insert(host.to_string());
+        conflicts.entry("host_id").or_default().insert(host.as_str());
     }
     conflicts.retain(|_, values| values.len() > 1);
     if !conflicts.is_empty() {
@@ -458,32 +467,47 @@ fn instance_findings(
 }
 
 /// Groups `rows` by `key` and reports each group of more than one with `code`.
-fn report_shared<'a, K: Ord + Serialize>(
+///
+/// Rows are sorted by a 64-bit hash of their key (cache-friendly, no string compares),
+/// and each run of equal hashes is split by the keys themselves, so a hash collision
+/// can never merge two groups.
+fn report_shared<'a, K: Ord + std::hash::Hash + Serialize>(
     rows: impl Iterator<Item = &'a WorkerRow>,
-    key: impl Fn(&WorkerRow) -> Option<K>,
+    key: impl Fn(&'a WorkerRow) -> Option<K>,
     distinct: impl Fn(&[&WorkerRow]) -> bool,
     code: FindingCode,
     what: &str,
     out: &mut Vec<Finding>,
 ) {
-    let mut groups: BTreeMap<K, Vec<&WorkerRow>> = BTreeMap::new();
-    for row in rows {
-        if let Some(k) = key(row) {
-            groups.entry(k).or_default().push(row);
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    let mut hashed: Vec<(u64, &'a WorkerRow)> =
+        rows.filter_map(|r| key(r).map(|k| (hasher.hash_one(&k), r))).collect();
+    hashed.sort_unstable_by_key(|(h, _)| *h);
+    let mut start = 0;
+    while start < hashed.len() {
+        let end = start + hashed[start..].iter().take_while(|(h, _)| *h == hashed[start].0).count();
+        if end - start > 1 {
+            let mut run: Vec<(K, &WorkerRow)> =
+                hashed[start..end].iter().filter_map(|(_, r)| Some((key(r)?, *r))).collect();
+            run.sort_by(|a, b| a.0.cmp(&b.0));
+            for group in run.chunk_by(|a, b| a.0 == b.0).filter(|g| g.len() > 1) {
+                let rows: Vec<&WorkerRow> = group.iter().map(|(_, r)| *r).collect();
+                if distinct(&rows) {
+                    let instances: BTreeSet<Option<&str>> =
+                        rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
+                    let instance =
+                        if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
+                    out.push(
+                        Finding::new(code, format!("{} active rows share one {what}", rows.len()))
+                            .instance(instance)
+                            .workers(rows.iter().map(|r| &r.worker_identity))
+                            .evidence("shared", &group[0].0),
+                    );
+                }
+            }
         }
-    }
-    for (k, rows) in groups {
-        if rows.len() > 1 && distinct(&rows) {
-            let instances: BTreeSet<Option<&str>> =
-                rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
-            let instance = if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
-            out.push(
-                Finding::new(code, format!("{} active rows share one {what}", rows.len()))
-                    .instance(instance)
-                    .workers(rows.iter().map(|r| &r.worker_identity))
-                    .evidence("shared", k),
-            );
-        }
+        start = end;
     }
 }
 
@@ -494,7 +518,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     // Only active rows are compared: history never makes a live fleet unsafe.
     report_shared(
         active(),
-        |r| Some(r.worker_identity.clone()),
+        |r| Some(r.worker_identity.as_str()),
         always,
         FindingCode::ReusedWorkerIdentity,
         "worker identity",
@@ -502,7 +526,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     );
     report_shared(
         active(),
-        |r| r.session_id.clone(),
+        |r| r.session_id.as_ref().map(|s| s.as_str()),
         |rows| rows.iter().map(|r| &r.client_instance_id).collect::<BTreeSet<_>>().len() > 1,
         FindingCode::ReusedSessionIdentity,
         "session across instances",
@@ -510,7 +534,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     );
     report_shared(
         active(),
-        |r| r.generation_id.clone(),
+        |r| r.generation_id.as_ref().map(|g| g.as_str()),
         always,
         FindingCode::ReusedGenerationIdentity,
         "generation",
@@ -518,7 +542,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     );
     report_shared(
         active(),
-        |r| Some((r.host_id.clone()?, r.boot_id.clone()?, r.pid?, r.process_start_time?)),
+        |r| Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?, r.process_start_time?)),
         always,
         FindingCode::ReusedProcessIdentity,
         "process",
@@ -526,7 +550,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     );
     report_shared(
         active(),
-        |r| Some((r.host_id.clone()?, r.boot_id.clone()?, r.pid?)),
+        |r| Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?)),
         |rows| rows.iter().map(|r| r.process_start_time).collect::<BTreeSet<_>>().len() > 1,
         FindingCode::ReusedPid,
         "pid number with different start times",
@@ -534,7 +558,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     );
     report_shared(
         active(),
-        |r| Some((r.client_instance_id.clone()?, r.namespace, r.fencing_epoch?)),
+        |r| Some((r.client_instance_id.as_deref()?, r.namespace, r.fencing_epoch?)),
         always,
         FindingCode::ReusedFencingIdentity,
         "fencing epoch in one slot",
@@ -542,7 +566,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     );
     report_shared(
         active(),
-        |r| r.token_fingerprint.clone(),
+        |r| r.token_fingerprint.as_deref(),
         always,
         FindingCode::ReusedFencingIdentity,
         "worker token",
@@ -636,17 +660,25 @@ fn instance_views(
 fn consistency_token(now: Timestamp, rows: &[&WorkerRow]) -> String {
     let mut hasher = blake3::Hasher::new();
     hasher.update(now.to_string().as_bytes());
+    let mut field = |value: Option<&str>| {
+        // A length prefix keeps field boundaries unambiguous; absent differs from empty.
+        match value {
+            Some(v) => {
+                hasher.update(&(v.len() as u64).to_le_bytes());
+                hasher.update(v.as_bytes());
+            }
+            None => {
+                hasher.update(&u64::MAX.to_le_bytes());
+            }
+        }
+    };
     for row in rows {
-        let fields = (
-            row.worker_identity.as_str(),
-            row.client_instance_id.as_deref(),
-            row.status.as_str(),
-            row.last_heartbeat_at.as_deref(),
-            row.fencing_epoch,
-            row.generation_id.as_ref().map(|g| g.as_str()),
-        );
-        hasher.update(serde_json::to_string(&fields).unwrap_or_default().as_bytes());
-        hasher.update(b"\n");
+        field(Some(row.worker_identity.as_str()));
+        field(row.client_instance_id.as_deref());
+        field(Some(row.status.as_str()));
+        field(row.last_heartbeat_at.as_deref());
+        field(row.fencing_epoch.map(|e| e.to_string()).as_deref());
+        field(row.generation_id.as_ref().map(|g| g.as_str()));
     }
     format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
 }

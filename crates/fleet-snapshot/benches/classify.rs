@@ -1,0 +1,36 @@
+//! Time to classify 1k, 10k and 100k rows (one core; the snapshot is single-threaded).
+
+#[path = "synthetic.rs"]
+mod synthetic;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fleet_snapshot::{Policy, ProbeResults, SnapshotInput, snapshot};
+
+fn classify(c: &mut Criterion) {
+    let mut group = c.benchmark_group("snapshot_classify");
+    group.sample_size(20);
+    for rows in [1_000usize, 10_000, 100_000] {
+        let (fleet, ledger, now) = synthetic::fleet(rows);
+        let probes = ProbeResults::new();
+        let policy = Policy::default();
+        group.throughput(Throughput::Elements(rows as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(rows), &rows, |b, _| {
+            b.iter(|| {
+                let s = snapshot(SnapshotInput {
+                    rows: &fleet,
+                    ledger: &ledger,
+                    manifest: None,
+                    probes: &probes,
+                    policy: &policy,
+                    now,
+                });
+                assert!(!s.live_fleet_safe);
+                s
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, classify);
+criterion_main!(benches);
