@@ -1,0 +1,382 @@
+//! Connector identities, scopes, execution grants and the policy that gates them
+//! (seed 002). A grant is minted with a key that lives only in the issuing process, so a
+//! forged, cloned or pre-restart grant fails validation.
+
+use std::collections::BTreeSet;
+
+use fleet_identity::Timestamp;
+use serde::{Deserialize, Serialize};
+use time::Duration;
+
+use crate::lease::{FencingEpoch, LeaseId, LeaseKey, LeaseRecord, LeaseState};
+
+/// The normalized identity of a connector binding: `(tenant, logical agent, binding)`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConnectorIdentity {
+    /// The tenant.
+    pub tenant_id: String,
+    /// The server-owned logical agent.
+    pub logical_agent_id: String,
+    /// The binding.
+    pub binding_id: String,
+}
+
+impl ConnectorIdentity {
+    /// Validates the three parts: each 1 to 128 of `[A-Za-z0-9._-]`.
+    pub fn new(tenant: &str, agent: &str, binding: &str) -> Result<Self, String> {
+        for (name, part) in [("tenant", tenant), ("logical agent", agent), ("binding", binding)] {
+            let ok = !part.is_empty()
+                && part.len() <= 128
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !ok {
+                return Err(format!("{name} id {part:?} must be 1 to 128 of [A-Za-z0-9._-]"));
+            }
+        }
+        Ok(Self { tenant_id: tenant.into(), logical_agent_id: agent.into(), binding_id: binding.into() })
+    }
+
+    /// The lease key of this binding.
+    pub fn lease_key(&self) -> LeaseKey {
+        // The parts exclude whitespace, so the key is always valid.
+        LeaseKey::new(format!("connector:{}/{}/{}", self.tenant_id, self.logical_agent_id, self.binding_id))
+            .unwrap_or_else(|_| unreachable!("validated parts make a valid key"))
+    }
+}
+
+/// Normalizes scopes: trimmed, lowercased, deduplicated, sorted; an empty scope is refused.
+pub fn normalize_scopes<S: AsRef<str>>(scopes: &[S]) -> Result<Vec<String>, String> {
+    let mut out = BTreeSet::new();
+    for s in scopes {
+        let scope = s.as_ref().trim().to_ascii_lowercase();
+        if scope.is_empty() || scope.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("scope {:?} is empty or holds whitespace", s.as_ref()));
+        }
+        out.insert(scope);
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// Caps: a lease lasts at most 5 minutes and a grant at most 30 seconds by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantLimits {
+    max_lease_ttl: Duration,
+    max_grant_ttl: Duration,
+}
+
+impl Default for GrantLimits {
+    fn default() -> Self {
+        Self { max_lease_ttl: Duration::minutes(5), max_grant_ttl: Duration::seconds(30) }
+    }
+}
+
+impl GrantLimits {
+    /// Tighter caps; a value above the default is clamped to the default.
+    pub fn tightened(max_lease_ttl: Duration, max_grant_ttl: Duration) -> Self {
+        let d = Self::default();
+        Self {
+            max_lease_ttl: max_lease_ttl.min(d.max_lease_ttl),
+            max_grant_ttl: max_grant_ttl.min(d.max_grant_ttl),
+        }
+    }
+
+    /// The lease cap.
+    pub fn max_lease_ttl(&self) -> Duration {
+        self.max_lease_ttl
+    }
+
+    /// The grant cap.
+    pub fn max_grant_ttl(&self) -> Duration {
+        self.max_grant_ttl
+    }
+}
+
+/// A policy's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyDecision {
+    /// Allowed.
+    Allow,
+    /// Refused.
+    Deny,
+}
+
+/// The gateway-owned policy surface. Every decision sees the normalized scopes and the
+/// TTL (`None` where no TTL applies).
+pub trait ConnectorPolicy {
+    /// May `connector` hold a lease on `identity` with these scopes for `ttl`?
+    fn authorize_lease(
+        &self,
+        identity: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Option<Duration>,
+    ) -> PolicyDecision;
+    /// May `connector` receive a grant for these scopes for `ttl`?
+    fn authorize_grant(
+        &self,
+        identity: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Option<Duration>,
+    ) -> PolicyDecision;
+}
+
+/// The production default: every lease and grant is denied until a policy is configured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DenyAll;
+
+impl ConnectorPolicy for DenyAll {
+    fn authorize_lease(
+        &self,
+        _: &ConnectorIdentity,
+        _: &str,
+        _: &[String],
+        _: Option<Duration>,
+    ) -> PolicyDecision {
+        PolicyDecision::Deny
+    }
+    fn authorize_grant(
+        &self,
+        _: &ConnectorIdentity,
+        _: &str,
+        _: &[String],
+        _: Option<Duration>,
+    ) -> PolicyDecision {
+        PolicyDecision::Deny
+    }
+}
+
+/// Why a grant was not issued, or is not valid. One per denial case of seed 002.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantDenial {
+    /// Not minted by this issuer (forged, cloned from elsewhere, or from before a restart).
+    #[error("grant_not_minted_here: the grant was not minted by this process")]
+    NotMintedHere,
+    /// The grant's own expiry passed.
+    #[error("grant_expired: the grant expired")]
+    GrantExpired,
+    /// The lease lapsed.
+    #[error("lease_expired: the lease lapsed")]
+    LeaseExpired,
+    /// The lease was released.
+    #[error("lease_released: the lease was released")]
+    LeaseReleased,
+    /// The lease was taken over: the grant's epoch is stale.
+    #[error("stale_epoch: the lease was taken over since the grant was minted")]
+    StaleEpoch,
+    /// The lease now belongs to another connector or tenure.
+    #[error("lease_replaced: the lease belongs to another connector or lease id")]
+    LeaseReplaced,
+    /// No lease for the binding.
+    #[error("lease_missing: no lease for the binding")]
+    LeaseMissing,
+    /// The grant is for another tenant.
+    #[error("cross_tenant: the grant belongs to another tenant")]
+    CrossTenant,
+    /// The grant is for another logical agent.
+    #[error("cross_agent: the grant belongs to another logical agent")]
+    CrossAgent,
+    /// The grant is for another binding.
+    #[error("cross_binding: the grant belongs to another binding")]
+    CrossBinding,
+    /// A requested scope is not authorized by both grant and current lease.
+    #[error("scope_not_authorized: a scope is not authorized by both the grant and the lease")]
+    ScopeNotAuthorized,
+    /// The requested grant TTL exceeds the cap.
+    #[error("ttl_exceeds_cap: the requested grant ttl is above the cap")]
+    TtlExceedsCap,
+    /// The policy refused.
+    #[error("policy_denied: the connector policy refused")]
+    PolicyDenied,
+}
+
+/// A short-lived execution grant. It cannot be cloned, built or deserialized outside this
+/// crate; its MAC binds every field to the issuing process's key.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Grant {
+    identity: ConnectorIdentity,
+    connector: String,
+    lease_id: LeaseId,
+    scopes: Vec<String>,
+    expires_at: Timestamp,
+    fencing_epoch: FencingEpoch,
+    mac: [u8; 32],
+}
+
+impl Grant {
+    /// The binding the grant is for.
+    pub fn identity(&self) -> &ConnectorIdentity {
+        &self.identity
+    }
+    /// The connector it was issued to.
+    pub fn connector(&self) -> &str {
+        &self.connector
+    }
+    /// The lease tenure it was issued under.
+    pub fn lease_id(&self) -> &LeaseId {
+        &self.lease_id
+    }
+    /// Its scopes.
+    pub fn scopes(&self) -> &[String] {
+        &self.scopes
+    }
+    /// When it expires.
+    pub fn expires_at(&self) -> Timestamp {
+        self.expires_at
+    }
+    /// The epoch adapters must propagate so effect boundaries can fence too.
+    pub fn fencing_epoch(&self) -> FencingEpoch {
+        self.fencing_epoch
+    }
+
+    /// A copy with altered fields but the original MAC: what a forger could build if the
+    /// fields were public. For tests of the issuer's defences.
+    #[doc(hidden)]
+    pub fn forged_with_scopes(&self, scopes: Vec<String>) -> Grant {
+        Grant {
+            identity: self.identity.clone(),
+            connector: self.connector.clone(),
+            lease_id: self.lease_id.clone(),
+            scopes,
+            expires_at: self.expires_at,
+            fencing_epoch: self.fencing_epoch,
+            mac: self.mac,
+        }
+    }
+}
+
+/// Issues and validates grants with a key that exists only in this process.
+#[derive(Debug)]
+pub struct GrantIssuer {
+    key: [u8; 32],
+    limits: GrantLimits,
+}
+
+fn mac(key: &[u8; 32], g: &Grant) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(key);
+    for part in [
+        g.identity.tenant_id.as_str(),
+        g.identity.logical_agent_id.as_str(),
+        g.identity.binding_id.as_str(),
+        g.connector.as_str(),
+        g.lease_id.as_str(),
+    ] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.update(&(g.scopes.len() as u64).to_le_bytes());
+    for s in &g.scopes {
+        h.update(&(s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    }
+    h.update(&g.expires_at.unix_millis().to_le_bytes());
+    h.update(&g.fencing_epoch.get().to_le_bytes());
+    *h.finalize().as_bytes()
+}
+
+fn check_lease(lease: Option<&LeaseRecord>, now: Timestamp) -> Result<&LeaseRecord, GrantDenial> {
+    let lease = lease.ok_or(GrantDenial::LeaseMissing)?;
+    if lease.state == LeaseState::Released {
+        return Err(GrantDenial::LeaseReleased);
+    }
+    if now >= lease.expires_at {
+        return Err(GrantDenial::LeaseExpired);
+    }
+    Ok(lease)
+}
+
+impl GrantIssuer {
+    /// An issuer whose key the caller drew at random when the process started.
+    pub fn new(key: [u8; 32], limits: GrantLimits) -> Self {
+        Self { key, limits }
+    }
+
+    /// The caps in force.
+    pub fn limits(&self) -> GrantLimits {
+        self.limits
+    }
+
+    /// Issues a grant for `scopes` after the caller reread the current `lease` from the
+    /// store. The grant expires at `now + ttl` or with the lease, whichever is first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue(
+        &self,
+        identity: &ConnectorIdentity,
+        connector: &str,
+        lease: Option<&LeaseRecord>,
+        scopes: &[String],
+        ttl: Duration,
+        now: Timestamp,
+        policy: &dyn ConnectorPolicy,
+    ) -> Result<Grant, GrantDenial> {
+        if ttl > self.limits.max_grant_ttl || ttl <= Duration::ZERO {
+            return Err(GrantDenial::TtlExceedsCap);
+        }
+        let lease = check_lease(lease, now)?;
+        if lease.owner != connector {
+            return Err(GrantDenial::LeaseReplaced);
+        }
+        if lease.lease_key != identity.lease_key() {
+            return Err(GrantDenial::CrossBinding);
+        }
+        if !scopes.iter().all(|s| lease.scopes.contains(s)) {
+            return Err(GrantDenial::ScopeNotAuthorized);
+        }
+        if policy.authorize_grant(identity, connector, scopes, Some(ttl)) != PolicyDecision::Allow {
+            return Err(GrantDenial::PolicyDenied);
+        }
+        let mut grant = Grant {
+            identity: identity.clone(),
+            connector: connector.to_owned(),
+            lease_id: lease.lease_id.clone(),
+            scopes: scopes.to_vec(),
+            expires_at: now.saturating_add(ttl).min(lease.expires_at),
+            fencing_epoch: lease.fencing_epoch,
+            mac: [0; 32],
+        };
+        grant.mac = mac(&self.key, &grant);
+        Ok(grant)
+    }
+
+    /// Validates `grant` immediately before use against the `lease` the caller just
+    /// reread, for an execution in `context` that needs `scopes`.
+    pub fn validate(
+        &self,
+        grant: &Grant,
+        context: &ConnectorIdentity,
+        lease: Option<&LeaseRecord>,
+        scopes: &[String],
+        now: Timestamp,
+    ) -> Result<(), GrantDenial> {
+        if mac(&self.key, grant) != grant.mac {
+            return Err(GrantDenial::NotMintedHere);
+        }
+        if grant.identity.tenant_id != context.tenant_id {
+            return Err(GrantDenial::CrossTenant);
+        }
+        if grant.identity.logical_agent_id != context.logical_agent_id {
+            return Err(GrantDenial::CrossAgent);
+        }
+        if grant.identity.binding_id != context.binding_id {
+            return Err(GrantDenial::CrossBinding);
+        }
+        if now >= grant.expires_at {
+            return Err(GrantDenial::GrantExpired);
+        }
+        let lease = check_lease(lease, now)?;
+        if lease.fencing_epoch > grant.fencing_epoch {
+            return Err(GrantDenial::StaleEpoch);
+        }
+        if lease.fencing_epoch != grant.fencing_epoch
+            || lease.lease_id != grant.lease_id
+            || lease.owner != grant.connector
+        {
+            return Err(GrantDenial::LeaseReplaced);
+        }
+        let allowed = |s: &String| grant.scopes.contains(s) && lease.scopes.contains(s);
+        if !scopes.iter().all(allowed) {
+            return Err(GrantDenial::ScopeNotAuthorized);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,24 @@
+//! Fenced leases as a pure state machine: every operation is a function from the current
+//! record, the request and the store's `now` to a decision value.
+//!
+//! A lease is a liveness signal, not proof of exclusive access. Safety comes from the
+//! fencing epoch: it rises by one on every takeover, and every protected action checks
+//! it. A TTL is a minimum: nobody else can take the lease over before it lapses, but the
+//! holder may have lost it by the time it acts, so it must present its epoch.
+
+mod grant;
+mod init;
+mod lease;
+
+pub use grant::{
+    ConnectorIdentity, ConnectorPolicy, DenyAll, Grant, GrantDenial, GrantIssuer, GrantLimits,
+    PolicyDecision, normalize_scopes,
+};
+pub use init::{
+    InitDecision, InitState, InitStatus, MAX_FAILURE_DETAIL, bound_detail, decide_init_finish,
+    decide_init_start,
+};
+pub use lease::{
+    AcquireMode, FencingEpoch, Holder, LeaseDenial, LeaseId, LeaseKey, LeaseKind, LeaseOutcome, LeaseRecord,
+    LeaseState, Tenure, check_holder, decide_acquire, decide_release, decide_renew, decide_takeover,
+};
