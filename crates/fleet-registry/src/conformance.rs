@@ -307,6 +307,150 @@ pub fn a_failed_write_rolls_back<S: Store>(mut store: S) {
     assert!(registry.instances().expect("read").is_empty());
 }
 
+fn lkey(s: &str) -> fleet_lease::LeaseKey {
+    fleet_lease::LeaseKey::new(s).expect("valid")
+}
+
+fn ctx() -> crate::AuditContext {
+    crate::AuditContext { correlation_id: Some("corr-1".into()), binding: None }
+}
+
+const SHORT: time::Duration = time::Duration::milliseconds(150);
+
+fn lapse() {
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
+/// Connector leases: insert-only acquisition, `lease_held`, `takeover_required`, then a
+/// takeover by epoch that fences the old holder.
+pub fn connector_leases_are_insert_only_and_fenced<S: Store>(store: S) {
+    use fleet_lease::{FencingEpoch, LeaseDenial, LeaseKind};
+    let mut registry = Registry::new(store);
+    let key = lkey("connector:acme/agent/slack");
+    let scopes = vec!["chat.read".to_owned()];
+    let first = registry
+        .acquire_lease(&key, LeaseKind::Connector, "conn-a", SHORT, &scopes, &ctx())
+        .expect("store")
+        .expect("acquired");
+    assert_eq!(first.fencing_epoch, FencingEpoch::FIRST);
+    let held =
+        registry.acquire_lease(&key, LeaseKind::Connector, "conn-b", SHORT, &scopes, &ctx()).expect("store");
+    assert_eq!(held.unwrap_err(), LeaseDenial::LeaseHeld);
+    let early =
+        registry.take_over_lease(&key, FencingEpoch::FIRST, "conn-b", SHORT, &scopes, &ctx()).expect("store");
+    assert_eq!(early.unwrap_err(), LeaseDenial::LeaseLive);
+    lapse();
+    let lapsed =
+        registry.acquire_lease(&key, LeaseKind::Connector, "conn-b", SHORT, &scopes, &ctx()).expect("store");
+    assert_eq!(lapsed.unwrap_err(), LeaseDenial::TakeoverRequired);
+    let wrong = registry
+        .take_over_lease(&key, FencingEpoch::new(5).expect("valid"), "conn-b", SHORT, &scopes, &ctx())
+        .expect("store");
+    assert_eq!(wrong.unwrap_err(), LeaseDenial::EpochMismatch);
+    let second = registry
+        .take_over_lease(&key, FencingEpoch::FIRST, "conn-b", SHORT, &scopes, &ctx())
+        .expect("store")
+        .expect("taken");
+    assert_eq!(second.fencing_epoch.get(), 2);
+    assert_ne!(second.lease_id, first.lease_id);
+    let stale = registry.renew_lease(&key, &first.holder(), SHORT, &ctx()).expect("store");
+    assert_eq!(stale.unwrap_err(), LeaseDenial::StaleEpoch);
+    let released = registry.release_lease(&key, &second.holder(), &ctx()).expect("store").expect("released");
+    assert_eq!(released.state, fleet_lease::LeaseState::Released);
+    let after =
+        registry.acquire_lease(&key, LeaseKind::Connector, "conn-c", SHORT, &scopes, &ctx()).expect("store");
+    assert_eq!(after.unwrap_err(), LeaseDenial::TakeoverRequired);
+
+    let log = registry.lease_audit(Some(&key)).expect("audit");
+    let outcomes: Vec<(&str, &str, Option<&str>)> =
+        log.iter().map(|e| (e.event.as_str(), e.outcome.as_str(), e.reason.as_deref())).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            ("acquire", "acquired", None),
+            ("acquire", "denied", Some("lease_held")),
+            ("takeover", "denied", Some("lease_live")),
+            ("acquire", "denied", Some("takeover_required")),
+            ("takeover", "denied", Some("epoch_mismatch")),
+            ("takeover", "taken_over", None),
+            ("renew", "denied", Some("stale_epoch")),
+            ("release", "released", None),
+            ("acquire", "denied", Some("takeover_required")),
+        ]
+    );
+    assert!(log.iter().all(|e| e.correlation_id.as_deref() == Some("corr-1")));
+}
+
+/// Workflow leases: renewal keeps them, a lapse lets another owner in at a higher epoch,
+/// and the owner enumeration and its token follow.
+pub fn workflow_leases_protect_their_owners<S: Store>(store: S) {
+    use fleet_lease::{LeaseDenial, LeaseKind};
+    let mut registry = Registry::new(store);
+    let key = lkey("workflow:deploy");
+    let empty = registry.active_workflow_owners().expect("owners");
+    assert!(empty.owners.is_empty());
+    let lease = registry
+        .acquire_lease(&key, LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("acquired");
+    let held = registry.active_workflow_owners().expect("owners");
+    assert_eq!(held.owners.iter().map(String::as_str).collect::<Vec<_>>(), vec!["wkr-a"]);
+    assert_ne!(held.fingerprint, empty.fingerprint);
+    let renewed =
+        registry.renew_lease(&key, &lease.holder(), SHORT, &ctx()).expect("store").expect("renewed");
+    assert!(renewed.expires_at >= lease.expires_at);
+    assert_eq!(
+        registry.active_workflow_owners().expect("owners").fingerprint,
+        held.fingerprint,
+        "a renewal does not change who owns what"
+    );
+    lapse();
+    assert!(
+        registry.active_workflow_owners().expect("owners").owners.is_empty(),
+        "a lapsed lease protects nobody"
+    );
+    let expired = registry.renew_lease(&key, &lease.holder(), SHORT, &ctx()).expect("store");
+    assert_eq!(expired.unwrap_err(), LeaseDenial::Expired);
+    let next = registry
+        .acquire_lease(&key, LeaseKind::Workflow, "wkr-b", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("taken");
+    assert_eq!(next.fencing_epoch.get(), 2);
+}
+
+/// Initialization: one runner, others wait; completion needs the current tenure; a newer
+/// stored version is refused; a higher target reruns.
+pub fn initialization_runs_once_per_version<S: Store>(store: S) {
+    use fleet_lease::{InitDecision, LeaseDenial};
+    let mut registry = Registry::new(store);
+    let key = lkey("init:schema");
+    let InitDecision::Run(first) = registry.init_start(&key, 1, "proc-a", SHORT).expect("store") else {
+        panic!("the first starter runs")
+    };
+    assert!(matches!(
+        registry.init_start(&key, 1, "proc-b", SHORT).expect("store"),
+        InitDecision::Wait { .. }
+    ));
+    lapse();
+    let InitDecision::Run(second) = registry.init_start(&key, 1, "proc-b", SHORT).expect("store") else {
+        panic!("an expired owner is taken over")
+    };
+    assert!(second.fencing_epoch > first.fencing_epoch);
+    let late = registry.init_finish(&key, &first.holder(), Ok(())).expect("store");
+    assert_eq!(late.unwrap_err(), LeaseDenial::StaleEpoch);
+    registry.init_finish(&key, &second.holder(), Err("disk full")).expect("store").expect("recorded");
+    let InitDecision::Run(third) = registry.init_start(&key, 1, "proc-c", SHORT).expect("store") else {
+        panic!("a failure is retried")
+    };
+    registry.init_finish(&key, &third.holder(), Ok(())).expect("store").expect("ready");
+    assert_eq!(registry.init_start(&key, 1, "proc-d", SHORT).expect("store"), InitDecision::Ready);
+    assert_eq!(
+        registry.init_start(&key, 0, "proc-d", SHORT).expect("store"),
+        InitDecision::NewerThanSupported { stored: 1 }
+    );
+    assert!(matches!(registry.init_start(&key, 2, "proc-d", SHORT).expect("store"), InitDecision::Run(_)));
+}
+
 /// Generates one `#[test]` per conformance case; `$open` must yield a fresh empty store.
 #[macro_export]
 macro_rules! registry_conformance {
@@ -363,6 +507,18 @@ macro_rules! registry_conformance {
             #[test]
             fn a_failed_write_rolls_back() {
                 c::a_failed_write_rolls_back($open)
+            }
+            #[test]
+            fn connector_leases_are_insert_only_and_fenced() {
+                c::connector_leases_are_insert_only_and_fenced($open)
+            }
+            #[test]
+            fn workflow_leases_protect_their_owners() {
+                c::workflow_leases_protect_their_owners($open)
+            }
+            #[test]
+            fn initialization_runs_once_per_version() {
+                c::initialization_runs_once_per_version($open)
             }
         }
     };

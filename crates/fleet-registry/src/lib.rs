@@ -8,6 +8,7 @@
 //! backend runs against itself.
 
 mod error;
+mod leases;
 mod registry;
 mod rows;
 mod store;
@@ -16,6 +17,7 @@ mod store;
 pub mod conformance;
 
 pub use error::{StoreError, StoreErrorKind};
+pub use leases::{ActiveLeases, AuditContext, AuditEntry, LeaseResult, active_workflow_owners_in};
 pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
     WorkerCredential, WorkerToken,

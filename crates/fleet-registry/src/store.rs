@@ -2,8 +2,10 @@
 //! guarded writes. The rules live in [`crate::Registry`], written once over these.
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
+use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
 
 use crate::error::StoreError;
+use crate::leases::AuditEntry;
 use crate::registry::WorkerCredential;
 use crate::rows::{InstanceRecord, WorkerRow};
 
@@ -26,6 +28,20 @@ pub trait Tx {
     fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError>;
     /// Records a minted ID; an ID already recorded is a conflict.
     fn insert_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError>;
+
+    /// The store's clock: lease expiry is judged on it, never on a caller's.
+    fn store_now(&mut self) -> Result<Timestamp, StoreError>;
+    /// One lease.
+    fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError>;
+    /// Every lease, optionally of one kind, ordered by key.
+    fn leases(&mut self, kind: Option<LeaseKind>) -> Result<Vec<LeaseRecord>, StoreError>;
+    /// Compare-and-swap: inserts `new` when `expected` is `None` (false if a row exists),
+    /// else replaces the row only if it still equals `expected`. Returns whether it wrote.
+    fn put_lease(&mut self, expected: Option<&LeaseRecord>, new: &LeaseRecord) -> Result<bool, StoreError>;
+    /// Appends to the audit log (the store assigns `id`).
+    fn append_audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// The audit log, optionally of one lease, in log order.
+    fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError>;
 }
 
 /// A registry backend.

@@ -9,6 +9,7 @@
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
 mod columns;
+mod leases;
 mod migrations;
 
 use std::fs::{self, OpenOptions};
@@ -260,6 +261,46 @@ impl Tx for SqliteTx<'_> {
             }
         })?;
         Ok(())
+    }
+
+    fn store_now(&mut self) -> Result<Timestamp, StoreError> {
+        leases::store_now(self.conn())
+    }
+
+    fn lease(&mut self, key: &fleet_lease::LeaseKey) -> Result<Option<fleet_lease::LeaseRecord>, StoreError> {
+        leases::lease(self.conn(), key)
+    }
+
+    fn leases(
+        &mut self,
+        kind: Option<fleet_lease::LeaseKind>,
+    ) -> Result<Vec<fleet_lease::LeaseRecord>, StoreError> {
+        leases::leases(self.conn(), kind)
+    }
+
+    fn put_lease(
+        &mut self,
+        expected: Option<&fleet_lease::LeaseRecord>,
+        new: &fleet_lease::LeaseRecord,
+    ) -> Result<bool, StoreError> {
+        leases::put_lease(self.conn(), expected, new)
+    }
+
+    fn append_audit(&mut self, entry: &fleet_registry::AuditEntry) -> Result<(), StoreError> {
+        leases::append_audit(self.conn(), entry)
+    }
+
+    fn audit(
+        &mut self,
+        key: Option<&fleet_lease::LeaseKey>,
+    ) -> Result<Vec<fleet_registry::AuditEntry>, StoreError> {
+        leases::audit(self.conn(), key)
+    }
+}
+
+impl SqliteTx<'_> {
+    fn conn(&self) -> &Connection {
+        self.conn
     }
 }
 

@@ -51,6 +51,42 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX worker_registrations_slot
         ON worker_registrations (client_instance_id, namespace);",
+    // 2: fenced leases and their append-only audit log.
+    "CREATE TABLE leases (
+        lease_key      TEXT PRIMARY KEY NOT NULL,
+        kind           TEXT NOT NULL CHECK (kind IN ('connector', 'workflow', 'initialization')),
+        owner          TEXT NOT NULL,
+        lease_id       TEXT NOT NULL,
+        fencing_epoch  INTEGER NOT NULL CHECK (fencing_epoch > 0),
+        state          TEXT NOT NULL CHECK (state IN ('held', 'released')),
+        acquired_at    TEXT NOT NULL,
+        heartbeat_at   TEXT NOT NULL,
+        expires_at     TEXT NOT NULL,
+        released_at    TEXT,
+        updated_at     TEXT NOT NULL,
+        scopes         TEXT NOT NULL DEFAULT '[]',
+        target_version INTEGER,
+        init_status    TEXT CHECK (init_status IN ('initializing', 'ready', 'failed')),
+        failure_detail TEXT
+    );
+    CREATE TABLE lease_audit_log (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        event          TEXT NOT NULL,
+        outcome        TEXT NOT NULL,
+        reason         TEXT,
+        lease_key      TEXT NOT NULL,
+        kind           TEXT NOT NULL,
+        identity       TEXT,
+        binding        TEXT,
+        connector      TEXT,
+        fencing_epoch  INTEGER,
+        correlation_id TEXT,
+        at             TEXT NOT NULL
+    );
+    CREATE TRIGGER lease_audit_log_is_append_only_update BEFORE UPDATE ON lease_audit_log
+        BEGIN SELECT RAISE(ABORT, 'lease_audit_log is append-only'); END;
+    CREATE TRIGGER lease_audit_log_is_append_only_delete BEFORE DELETE ON lease_audit_log
+        BEGIN SELECT RAISE(ABORT, 'lease_audit_log is append-only'); END;",
 ];
 
 /// The schema version this build writes.

@@ -119,3 +119,45 @@ fn open_from_env_helper() {
         Registry::new(store).workers().unwrap();
     }
 }
+
+#[test]
+fn the_audit_log_is_append_only_and_never_holds_scopes() {
+    use fleet_lease::LeaseKind;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    let key = fleet_lease::LeaseKey::new("connector:acme/agent/binding").unwrap();
+    let scopes = vec!["secret-scope.write".to_owned()];
+    let ctx = fleet_registry::AuditContext {
+        correlation_id: Some("corr".into()),
+        binding: Some("acme/agent/binding".into()),
+    };
+    let lease = registry
+        .acquire_lease(&key, LeaseKind::Connector, "conn", time::Duration::seconds(30), &scopes, &ctx)
+        .unwrap()
+        .unwrap();
+    registry.release_lease(&key, &lease.holder(), &ctx).unwrap().unwrap();
+    drop(registry);
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let rows: Vec<String> = conn
+        .prepare("SELECT * FROM lease_audit_log")
+        .unwrap()
+        .query_map([], |r| {
+            let n = r.as_ref().column_count();
+            Ok((0..n).map(|i| format!("{:?}", r.get_ref(i).unwrap())).collect::<Vec<_>>().join("|"))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        for forbidden in ["secret-scope", "scope", "grant", "payload", "token", lease.lease_id.as_str()] {
+            assert!(!row.contains(forbidden), "the audit log holds {forbidden:?}: {row}");
+        }
+    }
+    let update = conn.execute("UPDATE lease_audit_log SET outcome = 'forged'", []);
+    assert!(update.unwrap_err().to_string().contains("append-only"));
+    let delete = conn.execute("DELETE FROM lease_audit_log", []);
+    assert!(delete.unwrap_err().to_string().contains("append-only"));
+}

@@ -1,0 +1,381 @@
+//! Fenced leases over the store: each operation is one write transaction that reads the
+//! lease and the store's clock, asks `fleet-lease` for the decision, writes the new
+//! record by compare-and-swap, and appends to the audit log, whatever the outcome.
+
+use std::collections::BTreeSet;
+
+use fleet_identity::Timestamp;
+use fleet_lease::{
+    ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantLimits, Holder, InitDecision, LeaseDenial,
+    LeaseId, LeaseKey, LeaseKind, LeaseOutcome, LeaseRecord, PolicyDecision, Tenure, decide_acquire,
+    decide_init_finish, decide_init_start, decide_release, decide_renew, decide_takeover,
+};
+use serde::{Deserialize, Serialize};
+use time::Duration;
+
+use crate::error::StoreError;
+use crate::registry::Registry;
+use crate::store::{Store, Tx};
+
+/// One audit-log row. It stores who and what happened, never scopes, grants, payloads
+/// or secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Position in the log (assigned by the store).
+    pub id: i64,
+    /// The lifecycle event: `acquire`, `renew`, `release`, `takeover`, `init_start`,
+    /// `init_finish`.
+    pub event: String,
+    /// The outcome code: an outcome (`acquired`, …) or `denied`.
+    pub outcome: String,
+    /// The denial code, when denied.
+    pub reason: Option<String>,
+    /// The lease.
+    pub lease_key: String,
+    /// Its kind.
+    pub kind: LeaseKind,
+    /// Who asked (owner or worker identity).
+    pub identity: Option<String>,
+    /// The connector binding, for connector leases.
+    pub binding: Option<String>,
+    /// The connector, for connector leases.
+    pub connector: Option<String>,
+    /// The epoch the lease is at after the event (or was at when denied).
+    pub fencing_epoch: Option<u64>,
+    /// The caller's correlation id.
+    pub correlation_id: Option<String>,
+    /// When, on the store's clock.
+    pub at: Timestamp,
+}
+
+/// Who is acting, for the audit log.
+#[derive(Debug, Clone, Default)]
+pub struct AuditContext {
+    /// The caller's correlation id.
+    pub correlation_id: Option<String>,
+    /// The connector binding, for connector leases.
+    pub binding: Option<String>,
+}
+
+/// The active workflow-lease owners, with a token that moves whenever they change
+/// (seed 004's `external_state_fingerprint`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActiveLeases {
+    /// Owners of live workflow leases.
+    pub owners: BTreeSet<String>,
+    /// Digest over every live workflow lease's key, owner, id and epoch.
+    pub fingerprint: String,
+}
+
+fn new_lease_id() -> Result<LeaseId, StoreError> {
+    LeaseId::new(format!("lease-{}", uuid::Uuid::now_v7())).map_err(|e| StoreError::invalid(e.to_string()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn audit(
+    tx: &mut dyn Tx,
+    event: &str,
+    result: Result<&LeaseRecord, LeaseDenial>,
+    current: Option<&LeaseRecord>,
+    key: &LeaseKey,
+    kind: LeaseKind,
+    identity: &str,
+    ctx: &AuditContext,
+    outcome: Option<LeaseOutcome>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let (outcome, reason, epoch, connector) = match result {
+        Ok(record) => (
+            outcome.map_or("ok", LeaseOutcome::as_str).to_owned(),
+            None,
+            Some(record.fencing_epoch.get()),
+            (kind == LeaseKind::Connector).then(|| record.owner.clone()),
+        ),
+        Err(denial) => (
+            "denied".to_owned(),
+            Some(denial.as_str().to_owned()),
+            current.map(|c| c.fencing_epoch.get()),
+            (kind == LeaseKind::Connector).then(|| identity.to_owned()),
+        ),
+    };
+    tx.append_audit(&AuditEntry {
+        id: 0,
+        event: event.to_owned(),
+        outcome,
+        reason,
+        lease_key: key.to_string(),
+        kind,
+        identity: Some(identity.to_owned()),
+        binding: ctx.binding.clone(),
+        connector,
+        fencing_epoch: epoch,
+        correlation_id: ctx.correlation_id.clone(),
+        at: now,
+    })
+}
+
+/// Writes `next` over `current` by compare-and-swap; inside the write transaction only a
+/// broken store can make it miss.
+fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &LeaseRecord) -> Result<(), StoreError> {
+    if tx.put_lease(current, next)? {
+        Ok(())
+    } else {
+        Err(StoreError::conflict(format!("lease {} changed under its write lock", next.lease_key)))
+    }
+}
+
+/// What a lease operation returns: the new record, or the seed's denial code.
+pub type LeaseResult = Result<LeaseRecord, LeaseDenial>;
+
+impl<S: Store> Registry<S> {
+    /// Acquires `key` for `owner`. Connector leases are insert-only; workflow and
+    /// initialization leases take over a lapsed lease with a higher epoch.
+    pub fn acquire_lease(
+        &mut self,
+        key: &LeaseKey,
+        kind: LeaseKind,
+        owner: &str,
+        ttl: Duration,
+        scopes: &[String],
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        let lease_id = new_lease_id()?;
+        self.store_mut().write(|tx| {
+            let now = tx.store_now()?;
+            let current = tx.lease(key)?;
+            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
+            let decision = decide_acquire(current.as_ref(), key, kind, &tenure, now);
+            let (outcome, result) = match decision {
+                Ok((outcome, record)) => (Some(outcome), Ok(record)),
+                Err(denial) => (None, Err(denial)),
+            };
+            if let Ok(record) = &result {
+                swap(tx, current.as_ref(), record)?;
+            }
+            audit(
+                tx,
+                "acquire",
+                result.as_ref().map_err(|d| *d),
+                current.as_ref(),
+                key,
+                kind,
+                owner,
+                ctx,
+                outcome,
+                now,
+            )?;
+            Ok(result)
+        })
+    }
+
+    /// Acquires a connector lease after checking the TTL cap and the policy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_connector_lease(
+        &mut self,
+        identity: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Duration,
+        limits: GrantLimits,
+        policy: &dyn ConnectorPolicy,
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        let key = identity.lease_key();
+        let refused = if ttl > limits.max_lease_ttl() || ttl <= Duration::ZERO {
+            Some(LeaseDenial::TtlExceedsCap)
+        } else if policy.authorize_lease(identity, connector, scopes, Some(ttl)) != PolicyDecision::Allow {
+            Some(LeaseDenial::PolicyDenied)
+        } else {
+            None
+        };
+        if let Some(denial) = refused {
+            return self.store_mut().write(|tx| {
+                let now = tx.store_now()?;
+                let current = tx.lease(&key)?;
+                audit(
+                    tx,
+                    "acquire",
+                    Err(denial),
+                    current.as_ref(),
+                    &key,
+                    LeaseKind::Connector,
+                    connector,
+                    ctx,
+                    None,
+                    now,
+                )?;
+                Ok(Err(denial))
+            });
+        }
+        self.acquire_lease(&key, LeaseKind::Connector, connector, ttl, scopes, ctx)
+    }
+
+    /// Renews the holder's lease for another `ttl` from the store's now.
+    pub fn renew_lease(
+        &mut self,
+        key: &LeaseKey,
+        holder: &Holder,
+        ttl: Duration,
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        self.lease_step(key, holder, "renew", ctx, |current, now| {
+            decide_renew(current, holder, ttl, now).map(|r| (LeaseOutcome::Renewed, r))
+        })
+    }
+
+    /// Releases the holder's lease.
+    pub fn release_lease(
+        &mut self,
+        key: &LeaseKey,
+        holder: &Holder,
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        self.lease_step(key, holder, "release", ctx, |current, now| {
+            decide_release(current, holder, now).map(|r| (LeaseOutcome::Released, r))
+        })
+    }
+
+    /// Takes over a lapsed or released lease by compare-and-swap on `expected_epoch`.
+    pub fn take_over_lease(
+        &mut self,
+        key: &LeaseKey,
+        expected_epoch: FencingEpoch,
+        owner: &str,
+        ttl: Duration,
+        scopes: &[String],
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        let lease_id = new_lease_id()?;
+        let holder =
+            Holder { owner: owner.to_owned(), lease_id: lease_id.clone(), fencing_epoch: expected_epoch };
+        self.lease_step(key, &holder, "takeover", ctx, |current, now| {
+            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
+            decide_takeover(current, expected_epoch, &tenure, now).map(|r| (LeaseOutcome::TakenOver, r))
+        })
+    }
+
+    fn lease_step(
+        &mut self,
+        key: &LeaseKey,
+        holder: &Holder,
+        event: &str,
+        ctx: &AuditContext,
+        decide: impl FnOnce(Option<&LeaseRecord>, Timestamp) -> Result<(LeaseOutcome, LeaseRecord), LeaseDenial>,
+    ) -> Result<LeaseResult, StoreError> {
+        self.store_mut().write(|tx| {
+            let now = tx.store_now()?;
+            let current = tx.lease(key)?;
+            let kind = current.as_ref().map_or(LeaseKind::Workflow, |c| c.kind);
+            let (outcome, result) = match decide(current.as_ref(), now) {
+                Ok((outcome, record)) => (Some(outcome), Ok(record)),
+                Err(denial) => (None, Err(denial)),
+            };
+            if let Ok(record) = &result {
+                swap(tx, current.as_ref(), record)?;
+            }
+            audit(
+                tx,
+                event,
+                result.as_ref().map_err(|d| *d),
+                current.as_ref(),
+                key,
+                kind,
+                &holder.owner,
+                ctx,
+                outcome,
+                now,
+            )?;
+            Ok(result)
+        })
+    }
+
+    /// The lease at `key`, with the store's current time.
+    pub fn lease(&mut self, key: &LeaseKey) -> Result<(Option<LeaseRecord>, Timestamp), StoreError> {
+        self.store_mut().read(|tx| Ok((tx.lease(key)?, tx.store_now()?)))
+    }
+
+    /// Every lease, optionally of one kind.
+    pub fn leases(&mut self, kind: Option<LeaseKind>) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.store_mut().read(|tx| tx.leases(kind))
+    }
+
+    /// The audit log, optionally of one lease, in log order.
+    pub fn lease_audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
+        self.store_mut().read(|tx| tx.audit(key))
+    }
+
+    /// The owners of live workflow leases and the token over them.
+    pub fn active_workflow_owners(&mut self) -> Result<ActiveLeases, StoreError> {
+        self.store_mut().read(|tx| active_workflow_owners_in(tx))
+    }
+
+    /// Initialization, step one: decides whether the caller runs, waits, finds it ready,
+    /// or must refuse; a `Run` decision is written (epoch + 1 on takeover) and audited.
+    pub fn init_start(
+        &mut self,
+        key: &LeaseKey,
+        target_version: u64,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<InitDecision, StoreError> {
+        let lease_id = new_lease_id()?;
+        self.store_mut().write(|tx| {
+            let now = tx.store_now()?;
+            let current = tx.lease(key)?;
+            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: Vec::new() };
+            let decision = decide_init_start(current.as_ref(), key, target_version, &tenure, now);
+            if let InitDecision::Run(record) = &decision {
+                swap(tx, current.as_ref(), record)?;
+                let outcome =
+                    if current.is_some() { LeaseOutcome::TakenOver } else { LeaseOutcome::Acquired };
+                let ctx = AuditContext::default();
+                audit(
+                    tx,
+                    "init_start",
+                    Ok(record),
+                    current.as_ref(),
+                    key,
+                    LeaseKind::Initialization,
+                    owner,
+                    &ctx,
+                    Some(outcome),
+                    now,
+                )?;
+            }
+            Ok(decision)
+        })
+    }
+
+    /// Initialization, last step: the holder records success or failure. A holder whose
+    /// tenure was taken over gets `stale_epoch` and writes nothing but the audit entry.
+    pub fn init_finish(
+        &mut self,
+        key: &LeaseKey,
+        holder: &Holder,
+        outcome: Result<(), &str>,
+    ) -> Result<LeaseResult, StoreError> {
+        self.lease_step(key, holder, "init_finish", &AuditContext::default(), |current, now| {
+            decide_init_finish(current, holder, outcome, now).map(|r| (LeaseOutcome::Released, r))
+        })
+    }
+}
+
+/// The owners of live workflow leases, read inside the caller's transaction.
+pub fn active_workflow_owners_in(tx: &mut dyn Tx) -> Result<ActiveLeases, StoreError> {
+    let now = tx.store_now()?;
+    let mut live: Vec<LeaseRecord> =
+        tx.leases(Some(LeaseKind::Workflow))?.into_iter().filter(|l| l.is_live(now)).collect();
+    live.sort_by(|a, b| a.lease_key.cmp(&b.lease_key));
+    let mut hasher = blake3::Hasher::new();
+    for l in &live {
+        for part in [l.lease_key.as_str(), l.owner.as_str(), l.lease_id.as_str()] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        hasher.update(&l.fencing_epoch.get().to_le_bytes());
+    }
+    Ok(ActiveLeases {
+        owners: live.into_iter().map(|l| l.owner).collect(),
+        fingerprint: format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32]),
+    })
+}

@@ -1,0 +1,222 @@
+//! The lease rows and the audit log in SQLite.
+
+use fleet_identity::Timestamp;
+use fleet_lease::{FencingEpoch, InitState, LeaseId, LeaseKey, LeaseKind, LeaseRecord, LeaseState};
+use fleet_registry::{AuditEntry, StoreError};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::map_error;
+
+const LIST: &str = "lease_key, kind, owner, lease_id, fencing_epoch, state, acquired_at, heartbeat_at, \
+    expires_at, released_at, updated_at, scopes, target_version, init_status, failure_detail";
+
+fn corrupt(key: &str, what: impl std::fmt::Display) -> StoreError {
+    StoreError::corrupt(format!("lease {key} has an invalid {what}"))
+}
+
+fn read(row: &Row<'_>) -> rusqlite::Result<Result<LeaseRecord, StoreError>> {
+    let key: String = row.get(0)?;
+    let text = |i: usize| row.get::<_, Option<String>>(i);
+    let (kind, owner, lease_id, epoch, state) =
+        (text(1)?, text(2)?, text(3)?, row.get::<_, i64>(4)?, text(5)?);
+    let stamps = [text(6)?, text(7)?, text(8)?, text(9)?, text(10)?];
+    let (scopes, target, status, detail) = (text(11)?, row.get::<_, Option<i64>>(12)?, text(13)?, text(14)?);
+    Ok((|| {
+        let stamp = |i: usize| -> Result<Option<Timestamp>, StoreError> {
+            stamps[i].as_deref().map(|s| Timestamp::parse(s).map_err(|e| corrupt(&key, e))).transpose()
+        };
+        let required = |i: usize| stamp(i)?.ok_or_else(|| corrupt(&key, "timestamp"));
+        let init = match (target, status.as_deref()) {
+            (Some(v), Some(st)) => Some(InitState {
+                target_version: u64::try_from(v).map_err(|_| corrupt(&key, "target_version"))?,
+                status: match st {
+                    "initializing" => fleet_lease::InitStatus::Initializing,
+                    "ready" => fleet_lease::InitStatus::Ready,
+                    "failed" => fleet_lease::InitStatus::Failed,
+                    _ => return Err(corrupt(&key, "init_status")),
+                },
+                failure_detail: detail,
+            }),
+            _ => None,
+        };
+        Ok(LeaseRecord {
+            lease_key: LeaseKey::new(key.clone()).map_err(|e| corrupt(&key, e))?,
+            kind: kind.as_deref().unwrap_or_default().parse::<LeaseKind>().map_err(|e| corrupt(&key, e))?,
+            owner: owner.ok_or_else(|| corrupt(&key, "owner"))?,
+            lease_id: LeaseId::new(lease_id.unwrap_or_default()).map_err(|e| corrupt(&key, e))?,
+            fencing_epoch: u64::try_from(epoch)
+                .ok()
+                .and_then(|e| FencingEpoch::new(e).ok())
+                .ok_or_else(|| corrupt(&key, "fencing_epoch"))?,
+            state: match state.as_deref() {
+                Some("held") => LeaseState::Held,
+                Some("released") => LeaseState::Released,
+                _ => return Err(corrupt(&key, "state")),
+            },
+            acquired_at: required(0)?,
+            heartbeat_at: required(1)?,
+            expires_at: required(2)?,
+            released_at: stamp(3)?,
+            updated_at: required(4)?,
+            scopes: serde_json::from_str(scopes.as_deref().unwrap_or("[]")).map_err(|e| corrupt(&key, e))?,
+            init,
+        })
+    })())
+}
+
+fn values(l: &LeaseRecord) -> Vec<Value> {
+    let opt = |s: Option<String>| s.map_or(Value::Null, Value::Text);
+    vec![
+        Value::Text(l.lease_key.to_string()),
+        Value::Text(l.kind.as_str().to_owned()),
+        Value::Text(l.owner.clone()),
+        Value::Text(l.lease_id.to_string()),
+        Value::Integer(i64::try_from(l.fencing_epoch.get()).unwrap_or(i64::MAX)),
+        Value::Text(l.state.as_str().to_owned()),
+        Value::Text(l.acquired_at.to_string()),
+        Value::Text(l.heartbeat_at.to_string()),
+        Value::Text(l.expires_at.to_string()),
+        opt(l.released_at.map(|t| t.to_string())),
+        Value::Text(l.updated_at.to_string()),
+        Value::Text(serde_json::to_string(&l.scopes).unwrap_or_else(|_| "[]".into())),
+        l.init
+            .as_ref()
+            .map_or(Value::Null, |i| Value::Integer(i64::try_from(i.target_version).unwrap_or(i64::MAX))),
+        opt(l.init.as_ref().map(|i| i.status.as_str().to_owned())),
+        opt(l.init.as_ref().and_then(|i| i.failure_detail.clone())),
+    ]
+}
+
+pub(crate) fn store_now(conn: &Connection) -> Result<Timestamp, StoreError> {
+    let text: String = conn
+        .query_row("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", [], |r| r.get(0))
+        .map_err(map_error)?;
+    Timestamp::parse(&text).map_err(|e| StoreError::corrupt(format!("store clock: {e}")))
+}
+
+pub(crate) fn lease(conn: &Connection, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {LIST} FROM leases WHERE lease_key = ?1")).map_err(map_error)?;
+    stmt.query_row([key.as_str()], read).optional().map_err(map_error)?.transpose()
+}
+
+pub(crate) fn leases(conn: &Connection, kind: Option<LeaseKind>) -> Result<Vec<LeaseRecord>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {LIST} FROM leases WHERE ?1 IS NULL OR kind = ?1 ORDER BY lease_key"
+        ))
+        .map_err(map_error)?;
+    let rows = stmt.query_map([kind.map(LeaseKind::as_str)], read).map_err(map_error)?;
+    rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+}
+
+pub(crate) fn put_lease(
+    conn: &Connection,
+    expected: Option<&LeaseRecord>,
+    new: &LeaseRecord,
+) -> Result<bool, StoreError> {
+    let n = values(new).len();
+    let changed = match expected {
+        None => {
+            let marks: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+            let sql = format!("INSERT OR IGNORE INTO leases ({LIST}) VALUES ({})", marks.join(", "));
+            let mut stmt = conn.prepare_cached(&sql).map_err(map_error)?;
+            stmt.execute(rusqlite::params_from_iter(values(new))).map_err(map_error)?
+        }
+        Some(old) => {
+            let columns: Vec<&str> = LIST.split(", ").map(str::trim).collect();
+            let set: Vec<String> =
+                columns.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
+            let guard: Vec<String> =
+                columns.iter().enumerate().map(|(i, c)| format!("{c} IS ?{}", n + i + 1)).collect();
+            let sql = format!("UPDATE leases SET {} WHERE {}", set.join(", "), guard.join(" AND "));
+            let mut stmt = conn.prepare_cached(&sql).map_err(map_error)?;
+            stmt.execute(rusqlite::params_from_iter(values(new).into_iter().chain(values(old))))
+                .map_err(map_error)?
+        }
+    };
+    Ok(changed == 1)
+}
+
+pub(crate) fn append_audit(conn: &Connection, e: &AuditEntry) -> Result<(), StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO lease_audit_log (event, outcome, reason, lease_key, kind, identity, binding, connector, \
+             fencing_epoch, correlation_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .map_err(map_error)?;
+    stmt.execute(params![
+        e.event,
+        e.outcome,
+        e.reason,
+        e.lease_key,
+        e.kind.as_str(),
+        e.identity,
+        e.binding,
+        e.connector,
+        e.fencing_epoch.map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        e.correlation_id,
+        e.at.to_string(),
+    ])
+    .map_err(map_error)?;
+    Ok(())
+}
+
+pub(crate) fn audit(conn: &Connection, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
+             correlation_id, at FROM lease_audit_log WHERE ?1 IS NULL OR lease_key = ?1 ORDER BY id",
+        )
+        .map_err(map_error)?;
+    let rows = stmt
+        .query_map([key.map(LeaseKey::as_str)], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, Option<String>>(6)?,
+                r.get::<_, Option<String>>(7)?,
+                r.get::<_, Option<String>>(8)?,
+                r.get::<_, Option<i64>>(9)?,
+                r.get::<_, Option<String>>(10)?,
+                r.get::<_, String>(11)?,
+            ))
+        })
+        .map_err(map_error)?;
+    rows.map(|r| {
+        let (
+            id,
+            event,
+            outcome,
+            reason,
+            lease_key,
+            kind,
+            identity,
+            binding,
+            connector,
+            epoch,
+            correlation_id,
+            at,
+        ) = r.map_err(map_error)?;
+        Ok(AuditEntry {
+            id,
+            event,
+            outcome,
+            reason,
+            kind: kind.parse().map_err(|e: String| StoreError::corrupt(e))?,
+            lease_key,
+            identity,
+            binding,
+            connector,
+            fencing_epoch: epoch.and_then(|e| u64::try_from(e).ok()),
+            correlation_id,
+            at: Timestamp::parse(&at).map_err(|e| StoreError::corrupt(e.to_string()))?,
+        })
+    })
+    .collect()
+}
