@@ -1,6 +1,6 @@
 //! Time to classify 1k, 10k and 100k rows (one core; the snapshot is single-threaded).
 
-#[path = "synthetic.rs"]
+#[path = "support/synthetic.rs"]
 mod synthetic;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

@@ -2,7 +2,7 @@
 //! rows, and again after classifying them. `cargo run --release -p fleet-snapshot
 //! --example snapshot_memory -- 100000`.
 
-#[path = "../benches/synthetic.rs"]
+#[path = "../benches/support/synthetic.rs"]
 mod synthetic;
 
 use fleet_snapshot::{Policy, ProbeResults, SnapshotInput, snapshot};
