@@ -2,6 +2,8 @@
 //! call a library, print a table or JSON.
 
 mod demo;
+mod init_cmd;
+mod lease_cmd;
 mod registry_cmd;
 mod snapshot_cmd;
 mod table;
@@ -33,6 +35,11 @@ enum Cmd {
     Worker(worker_cmd::WorkerCmd),
     /// Take the fleet health snapshot: is the fleet safe to mutate, and if not, why.
     Snapshot(snapshot_cmd::SnapshotArgs),
+    /// Acquire, renew, release, take over, show and audit fenced leases.
+    #[command(subcommand)]
+    Lease(lease_cmd::LeaseCmd),
+    /// Run CMD exactly once per version across any number of concurrent starters.
+    Initialize(init_cmd::InitArgs),
     /// A guided tour on a throw-away registry: a real small fleet, a crash, the sweep.
     Demo {
         /// Keep the demo's registry in this directory instead of a temporary one.
@@ -54,6 +61,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Registry(cmd) => registry_cmd::run(&location, cmd),
         Cmd::Worker(cmd) => worker_cmd::run(&location, cmd),
         Cmd::Snapshot(args) => snapshot_cmd::run(&location, args),
+        Cmd::Lease(cmd) => lease_cmd::run(&location, cmd),
+        Cmd::Initialize(args) => init_cmd::run(&location, args),
         Cmd::Demo { keep } => demo::run(keep),
     }
 }

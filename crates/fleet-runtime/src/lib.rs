@@ -4,12 +4,14 @@
 
 mod env;
 mod exit;
+mod init;
 mod launch;
 mod location;
 mod worker;
 
 pub use env::{EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use exit::{Failure, parse_args};
+pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::Launch;
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
 pub use worker::{WorkerOptions, WorkerSession, now};

@@ -1,0 +1,90 @@
+//! `fleetctl initialize --key K --target-version N -- CMD`: run CMD exactly once per
+//! version across any number of concurrent starters.
+
+use std::ffi::OsString;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use fleet_lease::LeaseKey;
+use fleet_runtime::{Failure, InitOptions, InitReport, RegistryLocation, run_initialization};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct InitArgs {
+    /// What is being initialized (one lease per key).
+    #[arg(long)]
+    key: String,
+    /// The version to bring it to; a stored newer version is refused.
+    #[arg(long)]
+    target_version: u64,
+    /// Lease TTL in seconds; the runner renews every third of it.
+    #[arg(long, default_value_t = 30)]
+    ttl: u64,
+    /// How often a waiting starter looks again, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    poll_ms: u64,
+    /// The initialization command and its arguments.
+    #[arg(required = true, last = true)]
+    command: Vec<OsString>,
+}
+
+pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCode, Failure> {
+    let key = LeaseKey::new(format!("init:{}", args.key)).map_err(|e| Failure::usage(e.to_string()))?;
+    if args.ttl == 0 || args.ttl > 3600 {
+        return Err(Failure::usage(format!("--ttl {} is outside 1..=3600 seconds", args.ttl)));
+    }
+    let (program, rest) = args.command.split_first().ok_or_else(|| Failure::usage("no command"))?;
+    let options = InitOptions {
+        key,
+        target_version: args.target_version,
+        owner: format!(
+            "pid-{}@{}",
+            std::process::id(),
+            fleet_probe::host_id().map(|h| h.to_string()).unwrap_or_default()
+        ),
+        ttl: Duration::from_secs(args.ttl),
+        poll: Duration::from_millis(args.poll_ms.max(10)),
+    };
+    let report = run_initialization(location, &options, |cancel| {
+        let mut child = Command::new(program)
+            .args(rest)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+        loop {
+            if cancel.cancelled() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("cancelled: the initialization lease was lost".into());
+            }
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => {
+                    return Err(format!("{} exited with {status}", program.to_string_lossy()));
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("cannot wait for {}: {e}", program.to_string_lossy())),
+            }
+        }
+    })?;
+    let version = args.target_version;
+    match report {
+        InitReport::Completed => {
+            println!("initialized {} to version {version}", args.key);
+            Ok(ExitCode::SUCCESS)
+        }
+        InitReport::AlreadyReady => {
+            println!("{} is ready at version {version}", args.key);
+            Ok(ExitCode::SUCCESS)
+        }
+        InitReport::Failed(detail) => {
+            Err(Failure::refused(format!("initialization of {} failed: {detail}", args.key)))
+        }
+        InitReport::NewerThanSupported(stored) => Err(Failure::refused(format!(
+            "{} is at version {stored}, newer than the target {version} this caller supports",
+            args.key
+        ))),
+        InitReport::LeaseLost => Err(Failure::refused(format!(
+            "lost the initialization lease of {} while running; the command was stopped and nothing was recorded",
+            args.key
+        ))),
+    }
+}

@@ -1,0 +1,364 @@
+//! `fleetctl lease acquire|renew|release|takeover|show|audit` for connector and workflow
+//! leases.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use fleet_lease::{
+    ConnectorIdentity, ConnectorPolicy, DenyAll, FencingEpoch, GrantLimits, Holder, LeaseId, LeaseKey,
+    LeaseKind, LeaseRecord, PolicyDecision, normalize_scopes,
+};
+use fleet_registry::{AuditContext, LeaseResult};
+use fleet_runtime::{Failure, RegistryLocation, open_registry};
+use registry_sqlite::OpenMode;
+use serde::Deserialize;
+use time::Duration;
+
+use crate::table;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Target {
+    /// The lease: `workflow:NAME` or `connector:TENANT/AGENT/BINDING`.
+    #[arg(long)]
+    key: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Correlation id recorded in the audit log.
+    #[arg(long)]
+    correlation_id: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HolderArgs {
+    /// The holder (worker identity or connector id).
+    #[arg(long)]
+    owner: String,
+    /// The tenure's lease id.
+    #[arg(long)]
+    lease_id: String,
+    /// The tenure's fencing epoch.
+    #[arg(long)]
+    epoch: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LeaseCmd {
+    /// Acquire a lease (connector leases: insert-only, policy and caps apply).
+    Acquire {
+        #[command(flatten)]
+        target: Target,
+        /// The holder (worker identity or connector id).
+        #[arg(long)]
+        owner: String,
+        /// TTL in seconds.
+        #[arg(long, default_value_t = 30)]
+        ttl: u64,
+        /// A scope the lease allows (connector leases; repeatable).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Connector policy file (default: deny every connector lease).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Renew the holder's lease.
+    Renew {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        holder: HolderArgs,
+        /// TTL in seconds from now.
+        #[arg(long, default_value_t = 30)]
+        ttl: u64,
+    },
+    /// Release the holder's lease.
+    Release {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        holder: HolderArgs,
+    },
+    /// Take over a lapsed or released lease at the epoch you saw.
+    Takeover {
+        #[command(flatten)]
+        target: Target,
+        /// The new holder.
+        #[arg(long)]
+        owner: String,
+        /// The epoch the lease is at now; the takeover fails if it moved.
+        #[arg(long)]
+        expected_epoch: u64,
+        /// TTL in seconds.
+        #[arg(long, default_value_t = 30)]
+        ttl: u64,
+        /// Scopes for a connector lease (repeatable).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+    },
+    /// Show one lease, or every lease.
+    Show {
+        /// The lease (default: all).
+        #[arg(long)]
+        key: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the audit log, of one lease or all.
+    Audit {
+        /// The lease (default: all).
+        #[arg(long)]
+        key: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A connector policy read from a file:
+/// `{"allow": [{"tenant", "agent", "binding", "connector", "scopes": [...], "max_ttl_s"}]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StaticPolicy {
+    allow: Vec<Rule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    tenant: String,
+    agent: String,
+    binding: String,
+    connector: String,
+    scopes: Vec<String>,
+    max_ttl_s: u64,
+}
+
+impl StaticPolicy {
+    fn allows(
+        &self,
+        id: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Option<Duration>,
+    ) -> PolicyDecision {
+        let ok = self.allow.iter().any(|r| {
+            r.tenant == id.tenant_id
+                && r.agent == id.logical_agent_id
+                && r.binding == id.binding_id
+                && r.connector == connector
+                && scopes.iter().all(|s| r.scopes.iter().any(|a| a.eq_ignore_ascii_case(s)))
+                && ttl.is_none_or(|t| t <= Duration::seconds(i64::try_from(r.max_ttl_s).unwrap_or(i64::MAX)))
+        });
+        if ok { PolicyDecision::Allow } else { PolicyDecision::Deny }
+    }
+}
+
+impl ConnectorPolicy for StaticPolicy {
+    fn authorize_lease(
+        &self,
+        id: &ConnectorIdentity,
+        c: &str,
+        s: &[String],
+        t: Option<Duration>,
+    ) -> PolicyDecision {
+        self.allows(id, c, s, t)
+    }
+    fn authorize_grant(
+        &self,
+        id: &ConnectorIdentity,
+        c: &str,
+        s: &[String],
+        t: Option<Duration>,
+    ) -> PolicyDecision {
+        self.allows(id, c, s, t)
+    }
+}
+
+fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
+    let key = LeaseKey::new(text).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Some(rest) = text.strip_prefix("connector:") {
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [tenant, agent, binding] = parts.as_slice() else {
+            return Err(Failure::usage(format!("lease key {text:?} is not connector:TENANT/AGENT/BINDING")));
+        };
+        let id = ConnectorIdentity::new(tenant, agent, binding).map_err(Failure::usage)?;
+        return Ok((key, LeaseKind::Connector, Some(id)));
+    }
+    if text.strip_prefix("workflow:").is_some_and(|n| !n.is_empty()) {
+        return Ok((key, LeaseKind::Workflow, None));
+    }
+    Err(Failure::usage(format!("lease key {text:?} must start with workflow: or connector:")))
+}
+
+fn secs(ttl: u64) -> Result<Duration, Failure> {
+    if ttl == 0 || ttl > 86_400 {
+        return Err(Failure::usage(format!("--ttl {ttl} is outside 1..=86400 seconds")));
+    }
+    Ok(Duration::seconds(i64::try_from(ttl).unwrap_or(86_400)))
+}
+
+fn holder(h: HolderArgs) -> Result<Holder, Failure> {
+    Ok(Holder {
+        owner: h.owner,
+        lease_id: LeaseId::new(h.lease_id).map_err(|e| Failure::usage(e.to_string()))?,
+        fencing_epoch: FencingEpoch::new(h.epoch).map_err(|e| Failure::usage(e.to_string()))?,
+    })
+}
+
+fn context(target: &Target, connector: Option<&ConnectorIdentity>) -> AuditContext {
+    AuditContext {
+        correlation_id: target.correlation_id.clone(),
+        binding: connector.map(|c| format!("{}/{}/{}", c.tenant_id, c.logical_agent_id, c.binding_id)),
+    }
+}
+
+fn scopes(raw: &[String]) -> Result<Vec<String>, Failure> {
+    normalize_scopes(raw).map_err(Failure::usage)
+}
+
+fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
+    match result {
+        Ok(record) => {
+            if json {
+                println!("{}", serde_json::json!({ "outcome": "ok", "lease": record }));
+            } else {
+                print!("{}", lease_table(std::slice::from_ref(&record)));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(denial) => {
+            if json {
+                println!("{}", serde_json::json!({ "outcome": "denied", "reason": denial }));
+                Ok(ExitCode::from(1))
+            } else {
+                Err(Failure::refused(denial.to_string()))
+            }
+        }
+    }
+}
+
+fn lease_table(leases: &[LeaseRecord]) -> String {
+    let rows: Vec<Vec<String>> = leases
+        .iter()
+        .map(|l| {
+            vec![
+                l.lease_key.to_string(),
+                l.kind.as_str().to_owned(),
+                l.owner.clone(),
+                l.fencing_epoch.to_string(),
+                l.state.as_str().to_owned(),
+                l.expires_at.to_string(),
+                l.lease_id.to_string(),
+            ]
+        })
+        .collect();
+    table::render(&["KEY", "KIND", "OWNER", "EPOCH", "STATE", "EXPIRES", "LEASE ID"], &rows)
+}
+
+pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode, Failure> {
+    match cmd {
+        LeaseCmd::Acquire { target, owner, ttl, scopes: raw, policy } => {
+            let (key, kind, connector) = parse_key(&target.key)?;
+            let ttl = secs(ttl)?;
+            let scopes = scopes(&raw)?;
+            let policy: Box<dyn ConnectorPolicy> = match policy {
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| Failure::usage(format!("cannot read policy {}: {e}", path.display())))?;
+                    Box::new(serde_json::from_str::<StaticPolicy>(&text).map_err(|e| {
+                        Failure::usage(format!("policy {} is not valid: {e}", path.display()))
+                    })?)
+                }
+                None => Box::new(DenyAll),
+            };
+            let ctx = context(&target, connector.as_ref());
+            let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
+            let result = match &connector {
+                Some(id) => registry.acquire_connector_lease(
+                    id,
+                    &owner,
+                    &scopes,
+                    ttl,
+                    GrantLimits::default(),
+                    policy.as_ref(),
+                    &ctx,
+                )?,
+                None => registry.acquire_lease(&key, kind, &owner, ttl, &scopes, &ctx)?,
+            };
+            report(result, target.json)
+        }
+        LeaseCmd::Renew { target, holder: h, ttl } => {
+            let (key, _, connector) = parse_key(&target.key)?;
+            let (holder, ttl) = (holder(h)?, secs(ttl)?);
+            let ctx = context(&target, connector.as_ref());
+            let result =
+                open_registry(location, OpenMode::MustExist)?.renew_lease(&key, &holder, ttl, &ctx)?;
+            report(result, target.json)
+        }
+        LeaseCmd::Release { target, holder: h } => {
+            let (key, _, connector) = parse_key(&target.key)?;
+            let holder = holder(h)?;
+            let ctx = context(&target, connector.as_ref());
+            let result = open_registry(location, OpenMode::MustExist)?.release_lease(&key, &holder, &ctx)?;
+            report(result, target.json)
+        }
+        LeaseCmd::Takeover { target, owner, expected_epoch, ttl, scopes: raw } => {
+            let (key, _, connector) = parse_key(&target.key)?;
+            let epoch = FencingEpoch::new(expected_epoch).map_err(|e| Failure::usage(e.to_string()))?;
+            let (ttl, scopes) = (secs(ttl)?, scopes(&raw)?);
+            let ctx = context(&target, connector.as_ref());
+            let result = open_registry(location, OpenMode::MustExist)?
+                .take_over_lease(&key, epoch, &owner, ttl, &scopes, &ctx)?;
+            report(result, target.json)
+        }
+        LeaseCmd::Show { key, json } => {
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let leases = match key {
+                Some(k) => {
+                    let (key, _, _) = parse_key(&k)?;
+                    registry.lease(&key)?.0.into_iter().collect()
+                }
+                None => registry.leases(None)?,
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&leases).unwrap_or_default());
+            } else {
+                print!("{}", lease_table(&leases));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LeaseCmd::Audit { key, json } => {
+            let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
+            let log = open_registry(location, OpenMode::MustExist)?.lease_audit(key.as_ref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&log).unwrap_or_default());
+            } else {
+                let rows: Vec<Vec<String>> = log
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            e.id.to_string(),
+                            e.at.to_string(),
+                            e.lease_key.clone(),
+                            e.event.clone(),
+                            e.outcome.clone(),
+                            e.reason.clone().unwrap_or_default(),
+                            e.identity.clone().unwrap_or_default(),
+                            e.fencing_epoch.map(|v| v.to_string()).unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                print!(
+                    "{}",
+                    table::render(
+                        &["ID", "AT", "KEY", "EVENT", "OUTCOME", "REASON", "IDENTITY", "EPOCH"],
+                        &rows
+                    )
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Fenced leases across real processes: one-time initialization, takeover after a
+//! crash or a pause, failure and retry, and a contention storm judged by the audit log.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Fleet, wait_for};
+use fleet_lease::{LeaseKey, LeaseKind};
+
+fn initialize(fleet: &Fleet, ttl: &str, script: &str) -> Command {
+    let mut cmd = fleet.fleetctl();
+    cmd.args([
+        "initialize",
+        "--key",
+        "schema",
+        "--target-version",
+        "1",
+        "--ttl",
+        ttl,
+        "--poll-ms",
+        "20",
+        "--",
+    ])
+    .args(["sh", "-c", script])
+    .stdout(Stdio::null());
+    cmd
+}
+
+fn starts(fleet: &Fleet) -> Vec<(String, Option<u64>)> {
+    let key = LeaseKey::new("init:schema").unwrap();
+    fleet
+        .open()
+        .lease_audit(Some(&key))
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event == "init_start")
+        .map(|e| (e.identity.unwrap_or_default(), e.fencing_epoch))
+        .collect()
+}
+
+#[test]
+fn eight_concurrent_starters_run_the_command_once_and_all_report_ready() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    let counter = fleet.dir.path().join("runs");
+    let script = format!("echo run >> '{}'; sleep 0.3", counter.display());
+    let children: Vec<Child> = (0..8).map(|_| initialize(&fleet, "5", &script).spawn().unwrap()).collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "every starter reports ready");
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().lines().count(), 1, "the command ran exactly once");
+    assert_eq!(starts(&fleet).len(), 1);
+    let again = initialize(&fleet, "5", &script).status().unwrap();
+    assert!(again.success());
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().lines().count(), 1, "a ready version never reruns");
+}
+
+#[test]
+fn a_killed_owner_is_taken_over_after_expiry_with_a_higher_token() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    let started = fleet.dir.path().join("started");
+    let done = fleet.dir.path().join("done");
+    let mut owner =
+        initialize(&fleet, "1", &format!("touch '{}'; exec sleep 30", started.display())).spawn().unwrap();
+    wait_for(Duration::from_secs(20), || started.exists().then_some(()));
+    Command::new("kill").args(["-KILL", &owner.id().to_string()]).status().unwrap();
+    owner.wait().unwrap();
+    // Its command is orphaned, still running: stop it so it cannot touch anything.
+    Command::new("pkill").args(["-f", &format!("touch '{}'", started.display())]).status().ok();
+
+    let next = initialize(&fleet, "1", &format!("touch '{}'", done.display())).status().unwrap();
+    assert!(next.success());
+    assert!(done.exists());
+    let epochs: Vec<Option<u64>> = starts(&fleet).into_iter().map(|(_, e)| e).collect();
+    assert_eq!(epochs, vec![Some(1), Some(2)], "the takeover holds a higher fencing token");
+}
+
+#[test]
+fn a_paused_owner_cannot_complete_after_a_takeover() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    let started = fleet.dir.path().join("started");
+    let first_done = fleet.dir.path().join("first-done");
+    let script = format!("touch '{}'; sleep 2; touch '{}'", started.display(), first_done.display());
+    let mut owner = initialize(&fleet, "1", &script).spawn().unwrap();
+    wait_for(Duration::from_secs(20), || started.exists().then_some(()));
+    // Pause the owner (not its command): it can neither renew nor record.
+    Command::new("kill").args(["-STOP", &owner.id().to_string()]).status().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = initialize(&fleet, "1", "true").status().unwrap();
+    assert!(second.success(), "the second starter takes over and completes");
+    Command::new("kill").args(["-CONT", &owner.id().to_string()]).status().unwrap();
+    let status = owner.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the paused owner learns it lost the lease");
+    let (lease, _) = fleet.open().lease(&LeaseKey::new("init:schema").unwrap()).unwrap();
+    let lease = lease.unwrap();
+    assert_eq!(lease.fencing_epoch.get(), 2);
+    assert_eq!(lease.init.unwrap().status, fleet_lease::InitStatus::Ready);
+    let finishes: Vec<(String, Option<String>)> = fleet
+        .open()
+        .lease_audit(None)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event == "init_finish")
+        .map(|e| (e.outcome, e.reason))
+        .collect();
+    assert_eq!(
+        finishes.iter().filter(|(o, _)| o == "released").count(),
+        1,
+        "only the current holder recorded"
+    );
+}
+
+#[test]
+fn a_failing_command_leaves_failed_with_detail_and_a_later_run_retries() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    let out = initialize(&fleet, "5", "exit 3").stderr(Stdio::piped()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exited with exit status: 3"));
+    let (lease, _) = fleet.open().lease(&LeaseKey::new("init:schema").unwrap()).unwrap();
+    let init = lease.unwrap().init.unwrap();
+    assert_eq!(init.status, fleet_lease::InitStatus::Failed);
+    assert!(init.failure_detail.unwrap().contains("exit status: 3"));
+    assert!(initialize(&fleet, "5", "true").status().unwrap().success(), "a later run retries");
+}
+
+#[test]
+fn a_newer_stored_version_is_refused() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    assert!(initialize(&fleet, "5", "true").status().unwrap().success());
+    let out = fleet
+        .fleetctl()
+        .args(["initialize", "--key", "schema", "--target-version", "0", "--", "true"])
+        .output()
+        .unwrap();
+    common::assert_one_line_error(&out, 1, "newer than the target 0");
+}
+
+/// One process of the contention storm: acquire, renew, release or take over one
+/// workflow lease in a tight loop. Does nothing unless `FLEET_HAMMER_REGISTRY` is set.
+#[test]
+fn lease_hammer_helper() {
+    let Some(path) = std::env::var_os("FLEET_HAMMER_REGISTRY") else { return };
+    let me = std::env::var("FLEET_HAMMER_ID").unwrap();
+    let store =
+        registry_sqlite::SqliteStore::open(std::path::Path::new(&path), registry_sqlite::OpenMode::MustExist)
+            .unwrap();
+    let mut registry = fleet_registry::Registry::new(store);
+    let key = LeaseKey::new("workflow:hot").unwrap();
+    let ctx = fleet_registry::AuditContext::default();
+    let ttl = time::Duration::milliseconds(30);
+    for round in 0..40 {
+        match registry.acquire_lease(&key, LeaseKind::Workflow, &me, ttl, &[], &ctx).unwrap() {
+            Ok(lease) => {
+                let _ = registry.renew_lease(&key, &lease.holder(), ttl, &ctx).unwrap();
+                if round % 3 == 0 {
+                    let _ = registry.release_lease(&key, &lease.holder(), &ctx).unwrap();
+                }
+            }
+            Err(_) => {
+                if let (Some(current), _) = registry.lease(&key).unwrap() {
+                    let _ =
+                        registry.take_over_lease(&key, current.fencing_epoch, &me, ttl, &[], &ctx).unwrap();
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_contention_storm_never_gives_two_holders_one_epoch() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<Child> = (0..8)
+        .map(|i| {
+            Command::new(&exe)
+                .args(["--exact", "lease_hammer_helper", "--nocapture"])
+                .env("FLEET_HAMMER_REGISTRY", &fleet.registry)
+                .env("FLEET_HAMMER_ID", format!("p{i}"))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let log = fleet.open().lease_audit(Some(&LeaseKey::new("workflow:hot").unwrap())).unwrap();
+    let tenures: Vec<(u64, String)> = log
+        .iter()
+        .filter(|e| e.outcome == "acquired" || e.outcome == "taken_over")
+        .map(|e| (e.fencing_epoch.unwrap(), e.identity.clone().unwrap()))
+        .collect();
+    assert!(tenures.len() > 8, "the storm produced takeovers: {}", tenures.len());
+    for pair in tenures.windows(2) {
+        assert!(pair[1].0 > pair[0].0, "epochs strictly increase in log order: {pair:?}");
+    }
+    let epochs: BTreeSet<u64> = tenures.iter().map(|(e, _)| *e).collect();
+    assert_eq!(epochs.len(), tenures.len(), "no two tenures share an epoch");
+    // Every successful renewal or release was by the holder of the latest epoch.
+    let mut current: Option<(u64, String)> = None;
+    for e in &log {
+        match e.outcome.as_str() {
+            "acquired" | "taken_over" => {
+                current = Some((e.fencing_epoch.unwrap(), e.identity.clone().unwrap()))
+            }
+            "renewed" | "released" => {
+                let (epoch, owner) = current.clone().expect("a tenure exists");
+                assert_eq!((e.fencing_epoch.unwrap(), e.identity.clone().unwrap()), (epoch, owner));
+            }
+            _ => {}
+        }
+    }
+}

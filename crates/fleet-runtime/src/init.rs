@@ -1,0 +1,146 @@
+//! Running one-time initialization under a fenced lease: renew while the work runs,
+//! cancel the work when renewal is lost, and record the outcome only while still the
+//! holder.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration as StdDuration;
+
+use fleet_lease::{InitDecision, InitStatus, LeaseKey};
+use fleet_registry::{AuditContext, StoreError};
+use registry_sqlite::OpenMode;
+use time::Duration;
+
+use crate::location::{RegistryLocation, open_registry};
+
+/// How an initialization attempt ended for this caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InitReport {
+    /// This caller ran the work and the version is durably ready.
+    Completed,
+    /// Another caller ran it; the version is durably ready.
+    AlreadyReady,
+    /// The work ran (here or elsewhere) and failed; the detail is stored.
+    Failed(String),
+    /// The stored version is newer than the caller's target.
+    NewerThanSupported(u64),
+    /// The lease was lost while the work ran; the work was cancelled and nothing recorded.
+    LeaseLost,
+}
+
+/// The work's view of its lease: it must stop when `cancelled()` turns true.
+#[derive(Debug, Clone)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// Whether the lease was lost and the work must stop.
+    pub fn cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How to run an initialization.
+#[derive(Debug, Clone)]
+pub struct InitOptions {
+    /// The initialization's key.
+    pub key: LeaseKey,
+    /// The version to bring the instance to.
+    pub target_version: u64,
+    /// Who this caller is (recorded as the owner).
+    pub owner: String,
+    /// Lease TTL; renewed every third of it.
+    pub ttl: StdDuration,
+    /// How often a waiting caller looks again.
+    pub poll: StdDuration,
+}
+
+fn ttl(d: StdDuration) -> Duration {
+    Duration::try_from(d).unwrap_or(Duration::MAX)
+}
+
+/// Runs `work` exactly once per version across every caller of the same key: the winner
+/// runs it under a renewed lease, the others wait until it is ready or failed.
+pub fn run_initialization(
+    location: &RegistryLocation,
+    options: &InitOptions,
+    work: impl FnOnce(&Cancel) -> Result<(), String>,
+) -> Result<InitReport, StoreError> {
+    let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
+    let mut waited = false;
+    loop {
+        // A caller that watched another owner's attempt reports that attempt's failure
+        // instead of retrying on its heels; a later starter retries.
+        if waited
+            && let (Some(current), _) = registry.lease(&options.key)?
+            && let Some(init) = current.init.as_ref()
+            && init.target_version == options.target_version
+            && init.status == InitStatus::Failed
+        {
+            return Ok(InitReport::Failed(init.failure_detail.clone().unwrap_or_default()));
+        }
+        match registry.init_start(&options.key, options.target_version, &options.owner, ttl(options.ttl))? {
+            InitDecision::Ready => return Ok(InitReport::AlreadyReady),
+            InitDecision::NewerThanSupported { stored } => return Ok(InitReport::NewerThanSupported(stored)),
+            InitDecision::Wait { .. } => {
+                waited = true;
+                std::thread::sleep(options.poll);
+            }
+            InitDecision::Run(record) => return run_owned(location, options, record, work),
+        }
+    }
+}
+
+fn run_owned(
+    location: &RegistryLocation,
+    options: &InitOptions,
+    record: fleet_lease::LeaseRecord,
+    work: impl FnOnce(&Cancel) -> Result<(), String>,
+) -> Result<InitReport, StoreError> {
+    let holder = record.holder();
+    let lost = Arc::new(AtomicBool::new(false));
+    let (stop, stopped) = mpsc::channel::<()>();
+    let renewer = {
+        let location = location.clone();
+        let key = options.key.clone();
+        let holder = holder.clone();
+        let lost = Arc::clone(&lost);
+        let period = options.ttl / 3;
+        let lease_ttl = ttl(options.ttl);
+        std::thread::spawn(move || {
+            let Ok(mut registry) = open_registry(&location, OpenMode::MustExist) else {
+                lost.store(true, Ordering::SeqCst);
+                return;
+            };
+            loop {
+                match stopped.recv_timeout(period) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                match registry.renew_lease(&key, &holder, lease_ttl, &AuditContext::default()) {
+                    Ok(Ok(_)) => {}
+                    // Denied (taken over, expired) or the store failed: stop the work.
+                    Ok(Err(_)) | Err(_) => {
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        })
+    };
+    let outcome = work(&Cancel(Arc::clone(&lost)));
+    let _ = stop.send(());
+    let _ = renewer.join();
+    if lost.load(Ordering::SeqCst) {
+        return Ok(InitReport::LeaseLost);
+    }
+    let mut registry = open_registry(location, OpenMode::MustExist)?;
+    let detail = outcome.as_ref().err().cloned();
+    match registry.init_finish(&options.key, &holder, outcome.as_ref().map(|_| ()).map_err(String::as_str))? {
+        Ok(_) => Ok(match detail {
+            None => InitReport::Completed,
+            Some(d) => InitReport::Failed(fleet_lease::bound_detail(&d)),
+        }),
+        Err(_) => Ok(InitReport::LeaseLost),
+    }
+}
