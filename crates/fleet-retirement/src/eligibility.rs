@@ -1,0 +1,237 @@
+//! The eligibility conjunction: a row is retired only when every requirement holds, in
+//! the order of seed 004; the first that fails names the reason the row is preserved.
+
+use std::collections::BTreeSet;
+
+use fleet_identity::{BootId, ClientInstanceId, HostId, Repository, Timestamp};
+use fleet_probe::ProcessVerdict;
+use fleet_registry::{OwnershipState, WorkerRow, WorkerStatus};
+use serde::Serialize;
+
+/// The fields the conjunction reads that have no reason code of their own.
+pub const REQUIRED_IDENTITY_FIELDS: [&str; 7] = [
+    "client_instance_id",
+    "generation_id",
+    "pid",
+    "process_start_time",
+    "last_heartbeat_at",
+    "heartbeat_ttl_s",
+    "ownership_state",
+];
+
+/// Why a row is preserved, in the conjunction's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreserveReason {
+    /// Status is not `active`.
+    AlreadyTerminalRegistration,
+    /// A field in [`REQUIRED_IDENTITY_FIELDS`] is missing.
+    IncompleteRegistryIdentity,
+    /// `last_heartbeat_at` does not parse.
+    UnparsableHeartbeat,
+    /// The worker is live: heartbeat within its TTL and its process not proved gone.
+    WorkerLive,
+    /// The probe gave no definite answer.
+    PidLivenessUnknown,
+    /// The probe found the very process alive.
+    PidAlive,
+    /// The heartbeat has not expired.
+    HeartbeatNotExpired,
+    /// `ownership_state` is not exactly `stale`.
+    AmbiguousOwnershipState,
+    /// Repository binding missing or not canonical.
+    RepositoryBindingAmbiguous,
+    /// Identity evidence shared with a live or unprobeable worker.
+    ConflictingIdentityEvidence,
+    /// Another active row claims the same instance and namespace and may be live.
+    ClientInstanceConflict,
+    /// The worker owns an active workflow lease.
+    ProtectedActiveWorkflowOwner,
+    /// The instance ID is not launcher-minted (not in the ledger).
+    UntrustedIdentityProvenance,
+    /// The row's host is not the host running retirement.
+    HostBindingUnproven,
+    /// A boot id is unknown on one side.
+    BootIdentityUnknown,
+    /// The pid number is held by a different incarnation.
+    PidReuseDetected,
+}
+
+impl PreserveReason {
+    /// Every reason, in the conjunction's order.
+    pub const ALL: [PreserveReason; 16] = [
+        PreserveReason::AlreadyTerminalRegistration,
+        PreserveReason::IncompleteRegistryIdentity,
+        PreserveReason::UnparsableHeartbeat,
+        PreserveReason::WorkerLive,
+        PreserveReason::PidLivenessUnknown,
+        PreserveReason::PidAlive,
+        PreserveReason::HeartbeatNotExpired,
+        PreserveReason::AmbiguousOwnershipState,
+        PreserveReason::RepositoryBindingAmbiguous,
+        PreserveReason::ConflictingIdentityEvidence,
+        PreserveReason::ClientInstanceConflict,
+        PreserveReason::ProtectedActiveWorkflowOwner,
+        PreserveReason::UntrustedIdentityProvenance,
+        PreserveReason::HostBindingUnproven,
+        PreserveReason::BootIdentityUnknown,
+        PreserveReason::PidReuseDetected,
+    ];
+
+    /// The code as JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreserveReason::AlreadyTerminalRegistration => "already_terminal_registration",
+            PreserveReason::IncompleteRegistryIdentity => "incomplete_registry_identity",
+            PreserveReason::UnparsableHeartbeat => "unparsable_heartbeat",
+            PreserveReason::WorkerLive => "worker_live",
+            PreserveReason::PidLivenessUnknown => "pid_liveness_unknown",
+            PreserveReason::PidAlive => "pid_alive",
+            PreserveReason::HeartbeatNotExpired => "heartbeat_not_expired",
+            PreserveReason::AmbiguousOwnershipState => "ambiguous_ownership_state",
+            PreserveReason::RepositoryBindingAmbiguous => "repository_binding_ambiguous",
+            PreserveReason::ConflictingIdentityEvidence => "conflicting_identity_evidence",
+            PreserveReason::ClientInstanceConflict => "client_instance_conflict",
+            PreserveReason::ProtectedActiveWorkflowOwner => "protected_active_workflow_owner",
+            PreserveReason::UntrustedIdentityProvenance => "untrusted_identity_provenance",
+            PreserveReason::HostBindingUnproven => "host_binding_unproven",
+            PreserveReason::BootIdentityUnknown => "boot_identity_unknown",
+            PreserveReason::PidReuseDetected => "pid_reuse_detected",
+        }
+    }
+}
+
+impl std::fmt::Display for PreserveReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The verdict on one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every requirement holds: `eligible_stale_orphan`.
+    EligibleStaleOrphan,
+    /// Preserved for the first requirement that failed.
+    Preserve(PreserveReason),
+}
+
+/// Where retirement runs and what it expects.
+#[derive(Debug, Clone)]
+pub struct RetirementContext {
+    /// The host running retirement.
+    pub host_id: HostId,
+    /// Its current boot, when known.
+    pub boot_id: Option<BootId>,
+    /// The repository every retired row must be bound to.
+    pub canonical_repository: Repository,
+    /// The judging time.
+    pub now: Timestamp,
+}
+
+/// Everything about the fleet the conjunction consults beyond the row itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    /// Every registry row.
+    pub rows: &'a [WorkerRow],
+    /// The launcher's ledger.
+    pub ledger: &'a BTreeSet<ClientInstanceId>,
+    /// Owners of active workflow leases.
+    pub lease_owners: &'a BTreeSet<String>,
+    /// Probe results by worker identity (absent: not probed).
+    pub probes: &'a std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>,
+}
+
+fn missing_required(row: &WorkerRow) -> Vec<&'static str> {
+    let present = [
+        row.client_instance_id.is_some(),
+        row.generation_id.is_some(),
+        row.pid.is_some(),
+        row.process_start_time.is_some(),
+        row.last_heartbeat_at.is_some(),
+        row.heartbeat_ttl_s.is_some(),
+        row.ownership_state.is_some(),
+    ];
+    REQUIRED_IDENTITY_FIELDS.iter().zip(present).filter(|(_, p)| !p).map(|(f, _)| *f).collect()
+}
+
+/// Whether another active row may be live: probed alive, or unprobeable (no definite
+/// answer). Only a probe that proved its process gone rules it out.
+fn may_be_live(row: &WorkerRow, ev: &Evidence<'_>) -> bool {
+    row.status == WorkerStatus::Active
+        && !matches!(
+            ev.probes.get(&row.worker_identity),
+            Some(ProcessVerdict::Gone | ProcessVerdict::PidReused)
+        )
+}
+
+/// The conjunction, in the seed's order.
+pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Verdict {
+    use PreserveReason as R;
+    let preserve = Verdict::Preserve;
+    if row.status != WorkerStatus::Active {
+        return preserve(R::AlreadyTerminalRegistration);
+    }
+    if !missing_required(row).is_empty() {
+        return preserve(R::IncompleteRegistryIdentity);
+    }
+    if row.heartbeat().is_none() {
+        return preserve(R::UnparsableHeartbeat);
+    }
+    let probe = ev.probes.get(&row.worker_identity).copied();
+    let expired = row.heartbeat_expired(ctx.now);
+    let proved_gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
+    // pid liveness can only withdraw liveness, never grant it.
+    if !expired && !proved_gone {
+        return preserve(R::WorkerLive);
+    }
+    match probe {
+        None | Some(ProcessVerdict::Unknown) => return preserve(R::PidLivenessUnknown),
+        Some(ProcessVerdict::Alive) => return preserve(R::PidAlive),
+        Some(ProcessVerdict::Gone | ProcessVerdict::PidReused) => {}
+    }
+    if !expired {
+        return preserve(R::HeartbeatNotExpired);
+    }
+    if row.ownership_state != Some(OwnershipState::Stale) {
+        return preserve(R::AmbiguousOwnershipState);
+    }
+    if row.repository.as_ref() != Some(&ctx.canonical_repository) {
+        return preserve(R::RepositoryBindingAmbiguous);
+    }
+    let others = || ev.rows.iter().filter(|o| !std::ptr::eq(*o, row) && may_be_live(o, ev));
+    let shares_evidence = |o: &WorkerRow| {
+        o.worker_identity == row.worker_identity
+            || (o.generation_id.is_some() && o.generation_id == row.generation_id)
+            || (o.pid.is_some()
+                && o.pid == row.pid
+                && o.host_id.is_some()
+                && o.host_id == row.host_id
+                && o.boot_id == row.boot_id)
+            || (o.token_fingerprint.is_some() && o.token_fingerprint == row.token_fingerprint)
+    };
+    if others().any(shares_evidence) {
+        return preserve(R::ConflictingIdentityEvidence);
+    }
+    if others().any(|o| o.client_instance_id == row.client_instance_id && o.namespace == row.namespace) {
+        return preserve(R::ClientInstanceConflict);
+    }
+    if ev.lease_owners.contains(row.worker_identity.as_str()) {
+        return preserve(R::ProtectedActiveWorkflowOwner);
+    }
+    let minted = row.instance_id().is_some_and(|id| ev.ledger.contains(&id));
+    if !minted {
+        return preserve(R::UntrustedIdentityProvenance);
+    }
+    if row.host_id.as_ref() != Some(&ctx.host_id) {
+        return preserve(R::HostBindingUnproven);
+    }
+    if row.boot_id.is_none() || ctx.boot_id.is_none() {
+        return preserve(R::BootIdentityUnknown);
+    }
+    if probe == Some(ProcessVerdict::PidReused) {
+        return preserve(R::PidReuseDetected);
+    }
+    Verdict::EligibleStaleOrphan
+}

@@ -1,0 +1,16 @@
+//! Stale worker retirement, the pure part: the stable registry and candidate
+//! fingerprints, the sixteen-part eligibility conjunction, and the dry-run plan.
+//!
+//! Deterministic: the same registry contents, leases and probe results give the same
+//! plan and tokens whenever they are observed. Nothing here reads a clock, a process
+//! table or a database.
+
+mod eligibility;
+mod fingerprint;
+mod plan;
+
+pub use eligibility::{
+    Evidence, PreserveReason, REQUIRED_IDENTITY_FIELDS, RetirementContext, Verdict, assess,
+};
+pub use fingerprint::{FINGERPRINT_FIELDS, candidate_fingerprint, canonical_row, registry_fingerprint};
+pub use plan::{Assessment, Plan, plan};

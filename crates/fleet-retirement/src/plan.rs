@@ -1,0 +1,143 @@
+//! The dry-run plan of `gitea_plan_stale_worker_retirement`.
+
+use std::collections::BTreeMap;
+
+use fleet_identity::WorkerIdentity;
+use fleet_probe::ProcessVerdict;
+use fleet_registry::WorkerRow;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess};
+use crate::fingerprint::{candidate_fingerprint, registry_fingerprint};
+
+/// One assessed row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assessment {
+    /// The row.
+    pub worker_identity: WorkerIdentity,
+    /// `eligible_stale_orphan`, or the preserve reason.
+    pub reason_code: String,
+    /// One sentence.
+    pub detail: String,
+    /// What the verdict rests on.
+    pub evidence: serde_json::Value,
+}
+
+/// The plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// Always `planned`.
+    pub outcome: &'static str,
+    /// Stable token over every row.
+    pub registry_fingerprint: String,
+    /// Stable token over the candidates.
+    pub candidate_fingerprint: String,
+    /// The candidates, sorted.
+    pub candidate_worker_identities: Vec<WorkerIdentity>,
+    /// Each candidate.
+    pub candidates: Vec<Assessment>,
+    /// Each preserved row with its reason.
+    pub preserved: Vec<Assessment>,
+    /// How many rows each reason preserved.
+    pub preserved_reason_counts: BTreeMap<String, usize>,
+    /// Rows assessed.
+    pub assessed_count: usize,
+    /// Candidates.
+    pub candidate_count: usize,
+    /// Preserved rows.
+    pub preserved_count: usize,
+    /// Owners of active workflow leases.
+    pub protected_active_workflow_owners: Vec<String>,
+    /// The repository rows must be bound to.
+    pub canonical_repository: String,
+    /// Always false: planning writes nothing.
+    pub mutation_performed: bool,
+    /// Always true.
+    pub read_only: bool,
+}
+
+fn evidence(row: &WorkerRow, probe: Option<ProcessVerdict>) -> serde_json::Value {
+    json!({
+        "status": row.status,
+        "ownership_state": row.ownership_state,
+        "last_heartbeat_at": row.last_heartbeat_at,
+        "heartbeat_ttl_s": row.heartbeat_ttl_s,
+        "host_id": row.host_id,
+        "boot_id": row.boot_id,
+        "pid": row.pid,
+        "process_start_time": row.process_start_time,
+        "liveness": probe,
+    })
+}
+
+fn detail(reason: PreserveReason) -> &'static str {
+    use PreserveReason as R;
+    match reason {
+        R::AlreadyTerminalRegistration => "the registration is no longer active",
+        R::IncompleteRegistryIdentity => "a field the conjunction reads is missing",
+        R::UnparsableHeartbeat => "last_heartbeat_at is not a UTC time",
+        R::WorkerLive => "the heartbeat is within its TTL and the process is not proved gone",
+        R::PidLivenessUnknown => "the liveness probe gave no definite answer",
+        R::PidAlive => "the registered process is alive",
+        R::HeartbeatNotExpired => "the heartbeat has not expired",
+        R::AmbiguousOwnershipState => "ownership_state is not exactly stale",
+        R::RepositoryBindingAmbiguous => "the repository binding is missing or not canonical",
+        R::ConflictingIdentityEvidence => "identity evidence is shared with a live or unprobeable worker",
+        R::ClientInstanceConflict => "another active row of this instance and namespace may be live",
+        R::ProtectedActiveWorkflowOwner => "the worker owns an active workflow lease",
+        R::UntrustedIdentityProvenance => "the instance ID was not minted by the launcher",
+        R::HostBindingUnproven => "the row belongs to another host",
+        R::BootIdentityUnknown => "a boot id is unknown",
+        R::PidReuseDetected => "the pid number now belongs to a different process",
+    }
+}
+
+/// Plans retirement: assesses every row and selects the eligible ones.
+pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
+    let mut candidates = Vec::new();
+    let mut preserved = Vec::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut eligible_rows = Vec::new();
+    let mut rows: Vec<&WorkerRow> = ev.rows.iter().collect();
+    rows.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+    for row in rows {
+        let probe = ev.probes.get(&row.worker_identity).copied();
+        match assess(row, ev, ctx) {
+            Verdict::EligibleStaleOrphan => {
+                eligible_rows.push(row);
+                candidates.push(Assessment {
+                    worker_identity: row.worker_identity.clone(),
+                    reason_code: "eligible_stale_orphan".into(),
+                    detail: "every requirement holds: the process is provably gone".into(),
+                    evidence: evidence(row, probe),
+                });
+            }
+            Verdict::Preserve(reason) => {
+                *counts.entry(reason.as_str().to_owned()).or_default() += 1;
+                preserved.push(Assessment {
+                    worker_identity: row.worker_identity.clone(),
+                    reason_code: reason.as_str().to_owned(),
+                    detail: detail(reason).into(),
+                    evidence: evidence(row, probe),
+                });
+            }
+        }
+    }
+    Plan {
+        outcome: "planned",
+        registry_fingerprint: registry_fingerprint(ev.rows),
+        candidate_fingerprint: candidate_fingerprint(eligible_rows.iter().copied()),
+        candidate_worker_identities: candidates.iter().map(|c| c.worker_identity.clone()).collect(),
+        candidate_count: candidates.len(),
+        preserved_count: preserved.len(),
+        assessed_count: candidates.len() + preserved.len(),
+        candidates,
+        preserved,
+        preserved_reason_counts: counts,
+        protected_active_workflow_owners: ev.lease_owners.iter().cloned().collect(),
+        canonical_repository: ctx.canonical_repository.to_string(),
+        mutation_performed: false,
+        read_only: true,
+    }
+}
