@@ -5,6 +5,7 @@ mod demo;
 mod init_cmd;
 mod lease_cmd;
 mod registry_cmd;
+mod retire_cmd;
 mod snapshot_cmd;
 mod table;
 mod worker_cmd;
@@ -35,6 +36,9 @@ enum Cmd {
     Worker(worker_cmd::WorkerCmd),
     /// Take the fleet health snapshot: is the fleet safe to mutate, and if not, why.
     Snapshot(snapshot_cmd::SnapshotArgs),
+    /// Retire stale rows on proof that their process is gone: plan first, then apply.
+    #[command(subcommand)]
+    Retire(retire_cmd::RetireCmd),
     /// Acquire, renew, release, take over, show and audit fenced leases.
     #[command(subcommand)]
     Lease(lease_cmd::LeaseCmd),
@@ -62,6 +66,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Worker(cmd) => worker_cmd::run(&location, cmd),
         Cmd::Snapshot(args) => snapshot_cmd::run(&location, args),
         Cmd::Lease(cmd) => lease_cmd::run(&location, cmd),
+        Cmd::Retire(cmd) => retire_cmd::run(&location, cmd),
         Cmd::Initialize(args) => init_cmd::run(&location, args),
         Cmd::Demo { keep } => demo::run(keep),
     }

@@ -10,6 +10,7 @@
 mod error;
 mod leases;
 mod registry;
+mod retire;
 mod rows;
 mod store;
 
@@ -21,6 +22,9 @@ pub use leases::{ActiveLeases, AuditContext, AuditEntry, LeaseResult, active_wor
 pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
     WorkerCredential, WorkerToken,
+};
+pub use retire::{
+    ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, PlanSummary, Preserved, RetirementPlanner,
 };
 pub use rows::{DumpError, InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus};
 pub use store::{ImportSummary, Store, Tx};

@@ -1,0 +1,195 @@
+//! `fleetctl retire plan` and `fleetctl retire apply`: the dry run first, then the
+//! compare-and-swap protected apply with the plan's tokens.
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use fleet_identity::{ClientInstanceId, Repository, WorkerIdentity};
+use fleet_probe::LocalProbe;
+use fleet_registry::{ApplyOutcome, ApplyRequest, Store, active_workflow_owners_in};
+use fleet_retirement::{Evidence, Plan, Planner, RetirementContext, plan};
+use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
+use fleet_snapshot::{FindingCode, Policy};
+use registry_sqlite::OpenMode;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Common {
+    /// The repository retired rows must be bound to (default: the current directory).
+    #[arg(long)]
+    canonical_repository: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RetireCmd {
+    /// Dry run: which rows are provably stale orphans, which are preserved and why.
+    Plan {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Retire the planned candidates, if nothing moved since the plan.
+    Apply {
+        #[command(flatten)]
+        common: Common,
+        /// The plan's registry_fingerprint.
+        #[arg(long)]
+        registry_fingerprint: String,
+        /// The plan's candidate_fingerprint.
+        #[arg(long)]
+        candidate_fingerprint: String,
+        /// The candidate worker identities, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        workers: Vec<String>,
+    },
+}
+
+fn context(common: &Common) -> Result<(RetirementContext, LocalProbe), Failure> {
+    let probe =
+        LocalProbe::new().map_err(|e| Failure::store(format!("cannot read this host's identity: {e}")))?;
+    let repository = match &common.canonical_repository {
+        Some(r) => r.clone(),
+        None => std::env::current_dir()
+            .and_then(std::fs::canonicalize)
+            .map(|p| p.display().to_string())
+            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+    };
+    let ctx = RetirementContext {
+        host_id: probe.host_id().clone(),
+        boot_id: Some(probe.boot_id().clone()),
+        canonical_repository: Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?,
+        now: now(),
+    };
+    Ok((ctx, probe))
+}
+
+fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, Failure> {
+    let mut registry = open_registry(location, OpenMode::MustExist)?;
+    let (rows, ledger, owners) = registry.store_mut().read(|tx| {
+        Ok::<_, fleet_registry::StoreError>((
+            tx.workers()?,
+            tx.instances()?,
+            active_workflow_owners_in(tx)?.owners,
+        ))
+    })?;
+    let probes = crate::snapshot_cmd::probe_local(&rows);
+    let ledger: BTreeSet<ClientInstanceId> = ledger.into_iter().map(|i| i.client_instance_id).collect();
+    Ok(plan(&Evidence { rows: &rows, ledger: &ledger, lease_owners: &owners, probes: &probes }, ctx))
+}
+
+pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCode, Failure> {
+    match cmd {
+        RetireCmd::Plan { common } => {
+            let (ctx, _) = context(&common)?;
+            let p = make_plan(location, &ctx)?;
+            if common.json {
+                println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());
+            } else {
+                print!("{}", render_plan(&p));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RetireCmd::Apply { common, registry_fingerprint, candidate_fingerprint, workers } => {
+            let workers: Vec<WorkerIdentity> = workers
+                .iter()
+                .filter(|w| !w.trim().is_empty())
+                .map(|w| WorkerIdentity::new(w.trim()).map_err(|e| Failure::usage(e.to_string())))
+                .collect::<Result<_, _>>()?;
+            if workers.is_empty() {
+                return Err(Failure::usage("--workers names no worker (nothing_requested)"));
+            }
+            let (ctx, probe) = context(&common)?;
+            let at = ctx.now;
+            let request = ApplyRequest {
+                registry_fingerprint,
+                candidate_fingerprint,
+                worker_identities: workers,
+                retired_by: format!("fleetctl-pid-{}", std::process::id()),
+            };
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let report = registry.apply_retirement(&request, &Planner { ctx }, Some(&probe), at, &());
+            drop(registry);
+            let snap = crate::snapshot_cmd::take(location, None, &Policy::default(), now())?;
+            let blockers: std::collections::BTreeMap<FindingCode, usize> =
+                snap.findings.iter().filter(|f| f.active_blocker).fold(Default::default(), |mut m, f| {
+                    *m.entry(f.code).or_default() += 1;
+                    m
+                });
+            let post_apply = serde_json::json!({
+                "live_fleet_safe": snap.live_fleet_safe,
+                "stale_worker_count": snap.counts.stale_worker_count,
+                "remaining_blockers": blockers,
+            });
+            if common.json {
+                let mut v = serde_json::to_value(&report).unwrap_or_default();
+                v["post_apply"] = post_apply;
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                println!(
+                    "{}: retired {}",
+                    serde_json::to_value(report.outcome).unwrap_or_default().as_str().unwrap_or("?"),
+                    report.retired_count
+                );
+                for id in &report.retired {
+                    println!("  retired    {id}");
+                }
+                for p in &report.preserved {
+                    println!("  preserved  {}  {}", p.worker_identity, p.reason_code);
+                }
+                if let Some(e) = &report.error {
+                    println!("  error: {e}");
+                }
+                println!(
+                    "after: fleet {}, {} stale, blockers: {}",
+                    if snap.live_fleet_safe { "SAFE" } else { "UNSAFE" },
+                    snap.counts.stale_worker_count,
+                    blockers.iter().map(|(c, n)| format!("{c}×{n}")).collect::<Vec<_>>().join(", ")
+                );
+            }
+            Ok(match report.outcome {
+                ApplyOutcome::Applied if report.retired_count > 0 => ExitCode::SUCCESS,
+                ApplyOutcome::AlreadyRetired => ExitCode::SUCCESS,
+                ApplyOutcome::TransactionFailed => ExitCode::from(3),
+                _ => ExitCode::from(1),
+            })
+        }
+    }
+}
+
+fn render_plan(p: &Plan) -> String {
+    let mut out = format!(
+        "retirement plan: {} candidates, {} preserved of {} rows\nregistry_fingerprint  {}\ncandidate_fingerprint {}\n",
+        p.candidate_count,
+        p.preserved_count,
+        p.assessed_count,
+        p.registry_fingerprint,
+        p.candidate_fingerprint
+    );
+    if !p.candidates.is_empty() {
+        out.push_str("\ncandidates (eligible_stale_orphan):\n");
+        for c in &p.candidates {
+            out.push_str(&format!("  {}\n", c.worker_identity));
+        }
+    }
+    if !p.preserved.is_empty() {
+        out.push_str("\npreserved:\n");
+        let rows: Vec<Vec<String>> = p
+            .preserved
+            .iter()
+            .map(|a| vec![format!("  {}", a.worker_identity), a.reason_code.clone(), a.detail.clone()])
+            .collect();
+        out.push_str(&crate::table::render(&["  WORKER", "REASON", "DETAIL"], &rows));
+    }
+    if !p.candidate_worker_identities.is_empty() {
+        let ids: Vec<&str> = p.candidate_worker_identities.iter().map(|i| i.as_str()).collect();
+        out.push_str(&format!(
+            "\napply with:\n  fleetctl retire apply --registry-fingerprint {} --candidate-fingerprint {} --workers {}\n",
+            p.registry_fingerprint,
+            p.candidate_fingerprint,
+            ids.join(",")
+        ));
+    }
+    out
+}

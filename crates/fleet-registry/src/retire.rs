@@ -1,0 +1,241 @@
+//! Applying a retirement plan, written once over the store: inside one write
+//! transaction, re-read, compare the registry fingerprint, re-plan with freshly read
+//! leases and probes, compare the candidate fingerprint, revalidate each requested
+//! identity, then retire each survivor with a guarded whole-row compare-and-swap — with
+//! the external fence re-compared and the process re-probed before every write.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleet_identity::{Timestamp, WorkerIdentity};
+use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+use serde::Serialize;
+
+use crate::error::StoreError;
+use crate::leases::active_workflow_owners_in;
+use crate::registry::Registry;
+use crate::rows::{InstanceRecord, WorkerRow, WorkerStatus};
+use crate::store::Store;
+
+/// What a planner says about freshly read rows.
+#[derive(Debug, Clone, Default)]
+pub struct PlanSummary {
+    /// The candidate fingerprint of the fresh plan.
+    pub candidate_fingerprint: String,
+    /// The fresh candidates.
+    pub candidates: BTreeSet<WorkerIdentity>,
+    /// The preserve reason of every other row.
+    pub reasons: BTreeMap<WorkerIdentity, String>,
+}
+
+/// The planning rules, supplied by `fleet-retirement` (which depends on this crate).
+pub trait RetirementPlanner {
+    /// The stable token over every row.
+    fn registry_fingerprint(&self, rows: &[WorkerRow]) -> String;
+    /// Plans over freshly read rows, ledger, workflow-lease owners and probe results.
+    fn plan(
+        &self,
+        rows: &[WorkerRow],
+        ledger: &[InstanceRecord],
+        lease_owners: &BTreeSet<String>,
+        probes: &BTreeMap<WorkerIdentity, ProcessVerdict>,
+    ) -> PlanSummary;
+}
+
+/// An apply request: the plan's tokens and the identities it named.
+#[derive(Debug, Clone)]
+pub struct ApplyRequest {
+    /// The plan's `registry_fingerprint`.
+    pub registry_fingerprint: String,
+    /// The plan's `candidate_fingerprint`.
+    pub candidate_fingerprint: String,
+    /// The candidates to retire.
+    pub worker_identities: Vec<WorkerIdentity>,
+    /// Who retires them (recorded in `retired_by`).
+    pub retired_by: String,
+}
+
+/// The outcome of an apply, as the seed names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApplyOutcome {
+    /// The transaction ran; see retired and preserved.
+    Applied,
+    /// The registry changed between plan and apply.
+    RegistryRevisionMoved,
+    /// The eligibility verdict changed between plan and apply.
+    CandidateSetMoved,
+    /// Every requested row is already retired.
+    AlreadyRetired,
+    /// No identity was requested.
+    NothingRequested,
+    /// Rolled back; nothing retired.
+    TransactionFailed,
+    /// No liveness probe: nothing is retired unfenced.
+    LivenessReprobeUnavailable,
+}
+
+/// One requested row that was not retired, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Preserved {
+    /// The row.
+    pub worker_identity: WorkerIdentity,
+    /// Why: a conjunction code, `row_changed_since_plan`, or a re-probe verdict.
+    pub reason_code: String,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApplyReport {
+    /// The outcome.
+    pub outcome: ApplyOutcome,
+    /// False only for `transaction_failed`.
+    pub success: bool,
+    /// Retired rows.
+    pub retired: Vec<WorkerIdentity>,
+    /// Requested rows that were preserved.
+    pub preserved: Vec<Preserved>,
+    /// `retired.len()`.
+    pub retired_count: usize,
+    /// Whether anything was written.
+    pub mutation_performed: bool,
+    /// The error that rolled the transaction back.
+    pub error: Option<String>,
+}
+
+impl ApplyReport {
+    fn nothing(outcome: ApplyOutcome) -> Self {
+        Self {
+            outcome,
+            success: outcome != ApplyOutcome::TransactionFailed,
+            retired: Vec::new(),
+            preserved: Vec::new(),
+            retired_count: 0,
+            mutation_performed: false,
+            error: None,
+        }
+    }
+}
+
+fn process_of(row: &WorkerRow) -> Option<ProcessIdentity> {
+    Some(ProcessIdentity {
+        host_id: row.host_id.clone()?,
+        boot_id: row.boot_id.clone()?,
+        pid: row.pid?,
+        process_start_time: row.process_start_time?,
+    })
+}
+
+fn probe_rows(rows: &[WorkerRow], probe: &dyn LivenessProbe) -> BTreeMap<WorkerIdentity, ProcessVerdict> {
+    rows.iter()
+        .filter(|r| r.status == WorkerStatus::Active)
+        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&process_of(r)?))))
+        .collect()
+}
+
+fn reprobe_reason(verdict: Option<ProcessVerdict>) -> &'static str {
+    match verdict {
+        Some(ProcessVerdict::Alive) => "pid_alive",
+        Some(ProcessVerdict::PidReused) => "pid_reuse_detected",
+        _ => "pid_liveness_unknown",
+    }
+}
+
+/// A test seam: called before each guarded write, so a test can move the world at the
+/// worst moment.
+pub trait BeforeWrite {
+    /// Called with the identity about to be retired.
+    fn before_write(&self, worker: &WorkerIdentity);
+}
+
+impl BeforeWrite for () {
+    fn before_write(&self, _: &WorkerIdentity) {}
+}
+
+impl<S: Store> Registry<S> {
+    /// Applies a retirement plan. `probe` is `None` when no liveness probe is
+    /// available: then nothing is retired.
+    pub fn apply_retirement(
+        &mut self,
+        request: &ApplyRequest,
+        planner: &dyn RetirementPlanner,
+        probe: Option<&dyn LivenessProbe>,
+        now: Timestamp,
+        hook: &dyn BeforeWrite,
+    ) -> ApplyReport {
+        if request.worker_identities.is_empty() {
+            return ApplyReport::nothing(ApplyOutcome::NothingRequested);
+        }
+        let Some(probe) = probe else {
+            return ApplyReport::nothing(ApplyOutcome::LivenessReprobeUnavailable);
+        };
+        let result: Result<ApplyReport, StoreError> = self.store_mut().write(|tx| {
+            // 1. The authoritative rows.
+            let rows = tx.workers()?;
+            let by_id: BTreeMap<&WorkerIdentity, &WorkerRow> =
+                rows.iter().map(|r| (&r.worker_identity, r)).collect();
+            let all_retired = request
+                .worker_identities
+                .iter()
+                .all(|id| by_id.get(id).is_some_and(|r| r.status == WorkerStatus::Retired));
+            if all_retired {
+                return Ok(ApplyReport::nothing(ApplyOutcome::AlreadyRetired));
+            }
+            // 2. The registry fingerprint.
+            if planner.registry_fingerprint(&rows) != request.registry_fingerprint {
+                return Ok(ApplyReport::nothing(ApplyOutcome::RegistryRevisionMoved));
+            }
+            // 3. A fresh plan, with leases read inside this transaction.
+            let fence = active_workflow_owners_in(tx)?;
+            let ledger = tx.instances()?;
+            let probes = probe_rows(&rows, probe);
+            let fresh = planner.plan(&rows, &ledger, &fence.owners, &probes);
+            if fresh.candidate_fingerprint != request.candidate_fingerprint {
+                return Ok(ApplyReport::nothing(ApplyOutcome::CandidateSetMoved));
+            }
+            // 4 and 5. Revalidate each request, then retire it by guarded swap.
+            let mut report = ApplyReport::nothing(ApplyOutcome::Applied);
+            for id in &request.worker_identities {
+                let preserve =
+                    |reason: &str| Preserved { worker_identity: id.clone(), reason_code: reason.to_owned() };
+                let Some(row) = by_id.get(id).copied() else {
+                    report.preserved.push(preserve("not_registered"));
+                    continue;
+                };
+                if !fresh.candidates.contains(id) {
+                    let reason = fresh.reasons.get(id).map_or("not_a_candidate", String::as_str);
+                    report.preserved.push(preserve(reason));
+                    continue;
+                }
+                hook.before_write(id);
+                // The external fence: any movement voids every remaining decision.
+                if active_workflow_owners_in(tx)?.fingerprint != fence.fingerprint {
+                    return Err(StoreError::conflict("workflow leases moved during apply; rolled back"));
+                }
+                // The liveness re-probe must affirmatively re-establish that this very
+                // process is gone.
+                let verdict = process_of(row).map(|p| probe.probe(&p));
+                if verdict != Some(ProcessVerdict::Gone) {
+                    report.preserved.push(preserve(reprobe_reason(verdict)));
+                    continue;
+                }
+                let mut retired = row.clone();
+                retired.status = WorkerStatus::Retired;
+                retired.retired_at = Some(now);
+                retired.retired_by = Some(request.retired_by.clone());
+                retired.retirement_reason = Some("eligible_stale_orphan".into());
+                if tx.replace_worker(row, &retired)? {
+                    report.retired.push(id.clone());
+                } else {
+                    report.preserved.push(preserve("row_changed_since_plan"));
+                }
+            }
+            report.retired_count = report.retired.len();
+            report.mutation_performed = report.retired_count > 0;
+            Ok(report)
+        });
+        result.unwrap_or_else(|e| ApplyReport {
+            error: Some(e.to_string()),
+            ..ApplyReport::nothing(ApplyOutcome::TransactionFailed)
+        })
+    }
+}
