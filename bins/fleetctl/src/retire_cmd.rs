@@ -76,7 +76,7 @@ fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Pla
     })?;
     let probes = crate::snapshot_cmd::probe_local(&rows);
     let ledger: BTreeSet<ClientInstanceId> = ledger.into_iter().map(|i| i.client_instance_id).collect();
-    Ok(plan(&Evidence { rows: &rows, ledger: &ledger, lease_owners: &owners, probes: &probes }, ctx))
+    Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCode, Failure> {

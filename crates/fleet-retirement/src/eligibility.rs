@@ -1,7 +1,7 @@
 //! The eligibility conjunction: a row is retired only when every requirement holds, in
 //! the order of seed 004; the first that fails names the reason the row is preserved.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use fleet_identity::{BootId, ClientInstanceId, HostId, Repository, Timestamp};
 use fleet_probe::ProcessVerdict;
@@ -130,8 +130,10 @@ pub struct RetirementContext {
     pub now: Timestamp,
 }
 
-/// Everything about the fleet the conjunction consults beyond the row itself.
-#[derive(Debug, Clone, Copy)]
+/// Everything about the fleet the conjunction consults beyond the row itself, with an
+/// index of the rows that may be live so each row's conflict checks are lookups rather
+/// than a scan of the fleet.
+#[derive(Debug, Clone)]
 pub struct Evidence<'a> {
     /// Every registry row.
     pub rows: &'a [WorkerRow],
@@ -140,7 +142,73 @@ pub struct Evidence<'a> {
     /// Owners of active workflow leases.
     pub lease_owners: &'a BTreeSet<String>,
     /// Probe results by worker identity (absent: not probed).
-    pub probes: &'a std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>,
+    pub probes: &'a Probes,
+    live: LiveIndex<'a>,
+}
+
+type Probes = std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>;
+
+/// Identity evidence of the rows that may be live, counted per value.
+#[derive(Debug, Clone, Default)]
+struct LiveIndex<'a> {
+    identities: HashMap<&'a str, usize>,
+    generations: HashMap<&'a str, usize>,
+    processes: HashMap<(&'a str, Option<&'a str>, u32), usize>,
+    tokens: HashMap<&'a str, usize>,
+    slots: HashMap<(Option<&'a str>, fleet_identity::Namespace), usize>,
+}
+
+impl<'a> Evidence<'a> {
+    /// Gathers the evidence and indexes the rows that may be live.
+    pub fn new(
+        rows: &'a [WorkerRow],
+        ledger: &'a BTreeSet<ClientInstanceId>,
+        lease_owners: &'a BTreeSet<String>,
+        probes: &'a Probes,
+    ) -> Self {
+        let mut live = LiveIndex::default();
+        for row in rows.iter().filter(|r| may_be_live(r, probes)) {
+            *live.identities.entry(row.worker_identity.as_str()).or_default() += 1;
+            if let Some(g) = &row.generation_id {
+                *live.generations.entry(g.as_str()).or_default() += 1;
+            }
+            if let (Some(h), Some(p)) = (&row.host_id, row.pid) {
+                let boot = row.boot_id.as_ref().map(|b| b.as_str());
+                *live.processes.entry((h.as_str(), boot, p.get())).or_default() += 1;
+            }
+            if let Some(t) = &row.token_fingerprint {
+                *live.tokens.entry(t.as_str()).or_default() += 1;
+            }
+            *live.slots.entry((row.client_instance_id.as_deref(), row.namespace)).or_default() += 1;
+        }
+        Self { rows, ledger, lease_owners, probes, live }
+    }
+
+    /// Whether a row other than `row` that may be live shares identity evidence with it:
+    /// its identity, generation, process (host, boot, pid) or token.
+    fn shares_evidence_with_a_live_row(&self, row: &WorkerRow) -> bool {
+        // `row` itself is counted when it may be live, so look for more than that.
+        let me = usize::from(may_be_live(row, self.probes));
+        let more = |n: Option<&usize>| n.copied().unwrap_or(0) > me;
+        let process = match (&row.host_id, row.pid) {
+            (Some(h), Some(p)) => more(self.live.processes.get(&(
+                h.as_str(),
+                row.boot_id.as_ref().map(|b| b.as_str()),
+                p.get(),
+            ))),
+            _ => false,
+        };
+        more(self.live.identities.get(row.worker_identity.as_str()))
+            || row.generation_id.as_ref().is_some_and(|g| more(self.live.generations.get(g.as_str())))
+            || process
+            || row.token_fingerprint.as_ref().is_some_and(|t| more(self.live.tokens.get(t.as_str())))
+    }
+
+    /// Whether a row other than `row` that may be live claims its instance and namespace.
+    fn slot_claimed_by_a_live_row(&self, row: &WorkerRow) -> bool {
+        let me = usize::from(may_be_live(row, self.probes));
+        self.live.slots.get(&(row.client_instance_id.as_deref(), row.namespace)).copied().unwrap_or(0) > me
+    }
 }
 
 fn missing_required(row: &WorkerRow) -> Vec<&'static str> {
@@ -156,14 +224,11 @@ fn missing_required(row: &WorkerRow) -> Vec<&'static str> {
     REQUIRED_IDENTITY_FIELDS.iter().zip(present).filter(|(_, p)| !p).map(|(f, _)| *f).collect()
 }
 
-/// Whether another active row may be live: probed alive, or unprobeable (no definite
-/// answer). Only a probe that proved its process gone rules it out.
-fn may_be_live(row: &WorkerRow, ev: &Evidence<'_>) -> bool {
+/// Whether a row may be live: active and not proved gone by the probe. Unprobed and
+/// unprobeable rows may be live.
+fn may_be_live(row: &WorkerRow, probes: &Probes) -> bool {
     row.status == WorkerStatus::Active
-        && !matches!(
-            ev.probes.get(&row.worker_identity),
-            Some(ProcessVerdict::Gone | ProcessVerdict::PidReused)
-        )
+        && !matches!(probes.get(&row.worker_identity), Some(ProcessVerdict::Gone | ProcessVerdict::PidReused))
 }
 
 /// The conjunction, in the seed's order.
@@ -200,21 +265,10 @@ pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Ve
     if row.repository.as_ref() != Some(&ctx.canonical_repository) {
         return preserve(R::RepositoryBindingAmbiguous);
     }
-    let others = || ev.rows.iter().filter(|o| !std::ptr::eq(*o, row) && may_be_live(o, ev));
-    let shares_evidence = |o: &WorkerRow| {
-        o.worker_identity == row.worker_identity
-            || (o.generation_id.is_some() && o.generation_id == row.generation_id)
-            || (o.pid.is_some()
-                && o.pid == row.pid
-                && o.host_id.is_some()
-                && o.host_id == row.host_id
-                && o.boot_id == row.boot_id)
-            || (o.token_fingerprint.is_some() && o.token_fingerprint == row.token_fingerprint)
-    };
-    if others().any(shares_evidence) {
+    if ev.shares_evidence_with_a_live_row(row) {
         return preserve(R::ConflictingIdentityEvidence);
     }
-    if others().any(|o| o.client_instance_id == row.client_instance_id && o.namespace == row.namespace) {
+    if ev.slot_claimed_by_a_live_row(row) {
         return preserve(R::ClientInstanceConflict);
     }
     if ev.lease_owners.contains(row.worker_identity.as_str()) {

@@ -32,7 +32,7 @@ impl RetirementPlanner for Planner {
     ) -> PlanSummary {
         let ledger: BTreeSet<ClientInstanceId> =
             ledger.iter().map(|i| i.client_instance_id.clone()).collect();
-        let ev = Evidence { rows, ledger: &ledger, lease_owners, probes };
+        let ev = Evidence::new(rows, &ledger, lease_owners, probes);
         let p = plan(&ev, &self.ctx);
         PlanSummary {
             candidate_fingerprint: p.candidate_fingerprint,

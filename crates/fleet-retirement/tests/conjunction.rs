@@ -91,12 +91,7 @@ impl World {
     }
 
     fn verdict(&self) -> Verdict {
-        let ev = Evidence {
-            rows: &self.rows,
-            ledger: &self.ledger,
-            lease_owners: &self.owners,
-            probes: &self.probes,
-        };
+        let ev = Evidence::new(&self.rows, &self.ledger, &self.owners, &self.probes);
         assess(&self.rows[0], &ev, &self.ctx)
     }
 
@@ -238,12 +233,7 @@ fn a_ttl_of_900_0_hashes_like_900() {
 fn the_plan_is_deterministic_and_counts_its_reasons() {
     let mut world = World::new();
     world.other(|o| o.namespace = fleet_identity::Namespace::Merger);
-    let ev = Evidence {
-        rows: &world.rows,
-        ledger: &world.ledger,
-        lease_owners: &world.owners,
-        probes: &world.probes,
-    };
+    let ev = Evidence::new(&world.rows, &world.ledger, &world.owners, &world.probes);
     let p = plan(&ev, &world.ctx);
     assert_eq!(p.candidate_count, 1);
     assert_eq!(p.preserved_reason_counts.get("worker_live"), Some(&1));
