@@ -140,15 +140,17 @@ fn reprobe_reason(verdict: Option<ProcessVerdict>) -> &'static str {
     }
 }
 
-/// A test seam: called before each guarded write, so a test can move the world at the
-/// worst moment.
+/// A seam called inside the transaction just before each row's checks and write, so a
+/// test can move the world at the worst moment (acquire a lease, revive a process).
 pub trait BeforeWrite {
-    /// Called with the identity about to be retired.
-    fn before_write(&self, worker: &WorkerIdentity);
+    /// Called with the open transaction and the identity about to be retired.
+    fn before_write(&self, tx: &mut dyn crate::store::Tx, worker: &WorkerIdentity) -> Result<(), StoreError>;
 }
 
 impl BeforeWrite for () {
-    fn before_write(&self, _: &WorkerIdentity) {}
+    fn before_write(&self, _: &mut dyn crate::store::Tx, _: &WorkerIdentity) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl<S: Store> Registry<S> {
@@ -206,7 +208,7 @@ impl<S: Store> Registry<S> {
                     report.preserved.push(preserve(reason));
                     continue;
                 }
-                hook.before_write(id);
+                hook.before_write(tx, id)?;
                 // The external fence: any movement voids every remaining decision.
                 if active_workflow_owners_in(tx)?.fingerprint != fence.fingerprint {
                     return Err(StoreError::conflict("workflow leases moved during apply; rolled back"));

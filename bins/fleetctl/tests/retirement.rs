@@ -1,0 +1,361 @@
+//! Stale retirement through the binary and through the library on real SQLite files:
+//! plan then apply, replays, and every race of seed 004 between plan and apply.
+
+mod common;
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use common::{Fleet, wait_for};
+use fleet_registry::{OwnershipState, WorkerStatus};
+
+/// A minted launch with one worker per namespace given, each running `sleep 60` under
+/// `fleetctl worker run` with a 1 s TTL.
+fn start_workers(fleet: &Fleet, namespaces: &[&str]) -> (String, Vec<Child>) {
+    let id = fleet.mint("codex");
+    let children = namespaces
+        .iter()
+        .map(|ns| {
+            fleet
+                .fleetctl()
+                .args([
+                    "worker",
+                    "run",
+                    "--namespace",
+                    ns,
+                    "--ttl",
+                    "1",
+                    "--repository",
+                    "/srv/repo",
+                    "--",
+                    "sleep",
+                    "60",
+                ])
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_for(Duration::from_secs(30), || {
+        (fleet.workers_once_created()?.len() == namespaces.len()).then_some(())
+    });
+    (id, children)
+}
+
+/// Kills the worker process of `namespace` and waits until the sweep marks it stale.
+fn crash(fleet: &Fleet, namespace: &str) -> String {
+    let row = fleet.workers().into_iter().find(|r| r.namespace.as_str() == namespace).unwrap();
+    Command::new("kill").args(["-KILL", &row.pid.unwrap().to_string()]).status().unwrap();
+    wait_for(Duration::from_secs(30), || {
+        fleet.ctl(&["registry", "sweep"]);
+        let r = fleet.workers().into_iter().find(|r| r.worker_identity == row.worker_identity)?;
+        (r.ownership_state == Some(OwnershipState::Stale)).then_some(())
+    });
+    row.worker_identity.to_string()
+}
+
+fn plan(fleet: &Fleet) -> serde_json::Value {
+    let out = fleet.ctl(&["retire", "plan", "--canonical-repository", "/srv/repo", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn apply(fleet: &Fleet, plan: &serde_json::Value) -> (Option<i32>, serde_json::Value) {
+    let workers: Vec<&str> =
+        plan["candidate_worker_identities"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let out = fleet.ctl(&[
+        "retire",
+        "apply",
+        "--canonical-repository",
+        "/srv/repo",
+        "--registry-fingerprint",
+        plan["registry_fingerprint"].as_str().unwrap(),
+        "--candidate-fingerprint",
+        plan["candidate_fingerprint"].as_str().unwrap(),
+        "--workers",
+        &workers.join(","),
+        "--json",
+    ]);
+    (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
+}
+
+fn stop(children: Vec<Child>) {
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn a_crashed_worker_is_planned_retired_once_and_then_counted_historical() {
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author", "reviewer"]);
+    let victim = crash(&fleet, "author");
+    let p = plan(&fleet);
+    assert_eq!(p["candidate_worker_identities"], serde_json::json!([victim]));
+    assert_eq!(p["preserved_reason_counts"]["worker_live"], 1, "the live reviewer is preserved");
+    assert_eq!(p["read_only"], true);
+
+    // Plan is deterministic while nothing moves.
+    let again = plan(&fleet);
+    if again["registry_fingerprint"] == p["registry_fingerprint"] {
+        assert_eq!(again["candidate_fingerprint"], p["candidate_fingerprint"]);
+    }
+    // The live reviewer heartbeats every 333 ms and moves the registry fingerprint, so
+    // plan and apply back to back, retrying if a heartbeat lands in between.
+    let report = wait_for(Duration::from_secs(30), || {
+        let p = plan(&fleet);
+        let (code, report) = apply(&fleet, &p);
+        (code == Some(0)).then_some(report)
+    });
+    assert_eq!(report["outcome"], "applied");
+    assert_eq!(report["retired"], serde_json::json!([victim]));
+    assert_eq!(report["post_apply"]["stale_worker_count"], 0);
+    let row = fleet.workers().into_iter().find(|r| r.worker_identity.as_str() == victim).unwrap();
+    assert_eq!(row.status, WorkerStatus::Retired);
+    assert_eq!(row.retirement_reason.as_deref(), Some("eligible_stale_orphan"));
+    assert!(row.retired_at.is_some() && row.retired_by.is_some());
+
+    let (code, replay) = apply(
+        &fleet,
+        &serde_json::json!({
+            "registry_fingerprint": "b3:whatever",
+            "candidate_fingerprint": "b3:whatever",
+            "candidate_worker_identities": [victim],
+        }),
+    );
+    assert_eq!((code, replay["outcome"].as_str()), (Some(0), Some("already_retired")));
+    stop(children);
+}
+
+#[test]
+fn a_heartbeat_between_plan_and_apply_moves_the_registry() {
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author", "reviewer"]);
+    crash(&fleet, "author");
+    let p = plan(&fleet);
+    // Wait for the live reviewer's next heartbeat.
+    std::thread::sleep(Duration::from_millis(800));
+    let (code, report) = apply(&fleet, &p);
+    assert_eq!(code, Some(1));
+    assert_eq!(report["outcome"], "registry_revision_moved");
+    assert_eq!(report["retired_count"], 0);
+    assert!(fleet.workers().iter().all(|r| r.status == WorkerStatus::Active));
+    stop(children);
+}
+
+#[test]
+fn a_lease_acquired_between_plan_and_apply_protects_its_owner() {
+    let fleet = Fleet::new();
+    let (_, mut children) = start_workers(&fleet, &["author"]);
+    let victim = crash(&fleet, "author");
+    stop(std::mem::take(&mut children));
+    let p = plan(&fleet);
+    assert_eq!(p["candidate_count"], 1);
+    let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:deploy", "--owner", &victim, "--ttl", "60"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, report) = apply(&fleet, &p);
+    assert_eq!(code, Some(1));
+    assert_eq!(report["outcome"], "candidate_set_moved");
+    let fresh = plan(&fleet);
+    assert_eq!(fresh["preserved_reason_counts"]["protected_active_workflow_owner"], 1);
+    assert_eq!(fresh["protected_active_workflow_owners"], serde_json::json!([victim]));
+}
+
+#[test]
+fn a_revived_pid_between_plan_and_apply_is_never_retired() {
+    use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+    use fleet_registry::{ApplyOutcome, ApplyRequest, BeforeWrite};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The OS answer, until `revived` is set; then this very process answers alive.
+    struct Reviving {
+        revived: AtomicBool,
+    }
+    impl LivenessProbe for Reviving {
+        fn probe(&self, p: &ProcessIdentity) -> ProcessVerdict {
+            if self.revived.load(Ordering::SeqCst) {
+                ProcessVerdict::Alive
+            } else {
+                fleet_probe::LocalProbe::new().unwrap().probe(p)
+            }
+        }
+    }
+    struct ReviveBeforeWrite<'a>(&'a Reviving);
+    impl BeforeWrite for ReviveBeforeWrite<'_> {
+        fn before_write(
+            &self,
+            _: &mut dyn fleet_registry::Tx,
+            _: &fleet_identity::WorkerIdentity,
+        ) -> Result<(), fleet_registry::StoreError> {
+            self.0.revived.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author"]);
+    let victim = crash(&fleet, "author");
+    stop(children);
+    let p = plan(&fleet);
+    let probe = Reviving { revived: AtomicBool::new(false) };
+    let ctx = fleet_retirement::RetirementContext {
+        host_id: fleet_probe::host_id().unwrap(),
+        boot_id: fleet_probe::boot_id().ok(),
+        canonical_repository: "/srv/repo".parse().unwrap(),
+        now: fleet_identity::Timestamp::parse(&chrono_now()).unwrap(),
+    };
+    let request = ApplyRequest {
+        registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().into(),
+        candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().into(),
+        worker_identities: vec![victim.parse().unwrap()],
+        retired_by: "test".into(),
+    };
+    let now = ctx.now;
+    let report = fleet.open().apply_retirement(
+        &request,
+        &fleet_retirement::Planner { ctx },
+        Some(&probe),
+        now,
+        &ReviveBeforeWrite(&probe),
+    );
+    assert_eq!(report.outcome, ApplyOutcome::Applied);
+    assert_eq!(report.retired_count, 0);
+    assert_eq!(report.preserved[0].reason_code, "pid_alive");
+    assert_eq!(fleet.workers()[0].status, WorkerStatus::Active);
+
+    // Without a probe nothing is retired at all.
+    let none = fleet.open().apply_retirement(
+        &request,
+        &fleet_retirement::Planner { ctx: retire_ctx() },
+        None,
+        now,
+        &(),
+    );
+    assert_eq!(none.outcome, ApplyOutcome::LivenessReprobeUnavailable);
+}
+
+#[test]
+fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
+    use fleet_registry::{ApplyOutcome, ApplyRequest, BeforeWrite};
+
+    /// Acquires a workflow lease for the second candidate inside the apply's
+    /// transaction, after the first row was retired: the lease store moved, so the fence
+    /// must roll the whole transaction back, the first retirement included.
+    struct AcquireBeforeSecondWrite(std::cell::Cell<u32>);
+    impl BeforeWrite for AcquireBeforeSecondWrite {
+        fn before_write(
+            &self,
+            tx: &mut dyn fleet_registry::Tx,
+            worker: &fleet_identity::WorkerIdentity,
+        ) -> Result<(), fleet_registry::StoreError> {
+            self.0.set(self.0.get() + 1);
+            if self.0.get() == 2 {
+                let tenure = fleet_lease::Tenure {
+                    owner: worker.to_string(),
+                    lease_id: fleet_lease::LeaseId::new("lease-sneaky").unwrap(),
+                    ttl: time::Duration::seconds(60),
+                    scopes: Vec::new(),
+                };
+                let key = fleet_lease::LeaseKey::new("workflow:sneaky").unwrap();
+                let now = tx.store_now()?;
+                let (_, lease) =
+                    fleet_lease::decide_acquire(None, &key, fleet_lease::LeaseKind::Workflow, &tenure, now)
+                        .unwrap();
+                assert!(tx.put_lease(None, &lease)?);
+            }
+            Ok(())
+        }
+    }
+
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author", "reviewer"]);
+    crash(&fleet, "author");
+    crash(&fleet, "reviewer");
+    stop(children);
+    let p = plan(&fleet);
+    assert_eq!(p["candidate_count"], 2);
+    let request = ApplyRequest {
+        registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().into(),
+        candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().into(),
+        worker_identities: p["candidate_worker_identities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().parse().unwrap())
+            .collect(),
+        retired_by: "test".into(),
+    };
+    let probe = fleet_probe::LocalProbe::new().unwrap();
+    let hook = AcquireBeforeSecondWrite(std::cell::Cell::new(0));
+    let report = fleet.open().apply_retirement(
+        &request,
+        &fleet_retirement::Planner { ctx: retire_ctx() },
+        Some(&probe),
+        retire_ctx().now,
+        &hook,
+    );
+    assert_eq!(hook.0.get(), 2, "the first row was processed before the lease moved");
+    assert_eq!(report.outcome, ApplyOutcome::TransactionFailed);
+    assert!(!report.success && !report.mutation_performed);
+    assert_eq!(report.retired_count, 0);
+    assert!(report.error.unwrap().contains("workflow leases moved"));
+    assert!(
+        fleet.workers().iter().all(|r| r.status == WorkerStatus::Active),
+        "the first retirement was rolled back"
+    );
+    assert!(
+        fleet.open().leases(None).unwrap().is_empty(),
+        "and so was the lease written inside the transaction"
+    );
+}
+
+#[test]
+fn killing_the_applier_at_any_moment_leaves_none_or_all_retired() {
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author", "reviewer", "merger", "controller", "reconciler"]);
+    for ns in ["author", "reviewer", "merger", "controller", "reconciler"] {
+        crash(&fleet, ns);
+    }
+    stop(children);
+    let p = plan(&fleet);
+    assert_eq!(p["candidate_count"], 5);
+    let workers: Vec<&str> =
+        p["candidate_worker_identities"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for delay_ms in [0u64, 2, 4, 6, 8, 10, 15, 20, 30, 50] {
+        let mut applier = fleet
+            .fleetctl()
+            .args(["retire", "apply", "--canonical-repository", "/srv/repo"])
+            .args(["--registry-fingerprint", p["registry_fingerprint"].as_str().unwrap()])
+            .args(["--candidate-fingerprint", p["candidate_fingerprint"].as_str().unwrap()])
+            .args(["--workers", &workers.join(",")])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = Command::new("kill").args(["-KILL", &applier.id().to_string()]).status();
+        let _ = applier.wait();
+        let store = registry_sqlite::SqliteStore::open(&fleet.registry, registry_sqlite::OpenMode::MustExist)
+            .unwrap();
+        store.integrity_check().unwrap();
+        let retired = fleet.workers().iter().filter(|r| r.status == WorkerStatus::Retired).count();
+        assert!(retired == 0 || retired == 5, "after a kill at {delay_ms} ms, {retired} of 5 retired");
+        if retired == 5 {
+            return;
+        }
+    }
+}
+
+fn retire_ctx() -> fleet_retirement::RetirementContext {
+    fleet_retirement::RetirementContext {
+        host_id: fleet_probe::host_id().unwrap(),
+        boot_id: fleet_probe::boot_id().ok(),
+        canonical_repository: "/srv/repo".parse().unwrap(),
+        now: fleet_identity::Timestamp::parse(&chrono_now()).unwrap(),
+    }
+}
+
+fn chrono_now() -> String {
+    fleet_identity::Timestamp::new(time::OffsetDateTime::now_utc()).to_string()
+}
