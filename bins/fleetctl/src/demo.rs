@@ -126,7 +126,13 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
     print!("{}", fleet_snapshot_text(&tour.location)?);
     println!("A stale worker still marked active blocks mutation until it is retired.");
 
-    step(4, "The other workers exit cleanly and release their rows");
+    step(4, "Retirement: a dry-run plan, then a compare-and-swap apply on proof");
+    retire(&tour.location, &marked)?;
+
+    step(5, "A fenced lease changes hands");
+    lease_handover(&tour.location, &rows, launches[0].id())?;
+
+    step(6, "The other workers exit cleanly and release their rows");
     std::fs::write(&tour.stop, b"").map_err(|e| Failure::store(format!("cannot stop the demo: {e}")))?;
     for child in &mut tour.workers {
         let _ = child.wait();
@@ -135,7 +141,7 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
     let rows = registry(&tour.location)?.workers()?;
     print!("{}", list_table(&rows, now()));
     let released = rows.iter().filter(|r| r.status == WorkerStatus::Released).count();
-    println!("{released} released, and the crashed worker's row is left active and stale for retirement.");
+    println!("{released} released, 1 retired: nothing was deleted, every row keeps its history.");
     if keep_dir {
         println!("\nThe registry is kept at {location}: `fleetctl --registry {location} worker list`.");
     } else {
@@ -158,4 +164,94 @@ fn pick<'a>(rows: &'a [WorkerRow], instance: &str, ns: Namespace) -> Result<&'a 
 fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
     let snap = crate::snapshot_cmd::take(location, None, &fleet_snapshot::Policy::default(), now())?;
     Ok(crate::snapshot_cmd::render(&snap, false))
+}
+
+fn retire(location: &RegistryLocation, stale: &[fleet_identity::WorkerIdentity]) -> Result<(), Failure> {
+    use fleet_registry::{ApplyOutcome, ApplyRequest};
+    for attempt in 1..=5 {
+        let (ctx, probe) = crate::retire_cmd::retirement_context(None)?;
+        let plan = crate::retire_cmd::make_plan(location, &ctx)?;
+        println!("$ fleetctl retire plan");
+        println!(
+            "  {} candidate(s) {:?}; preserved: {}",
+            plan.candidate_count,
+            plan.candidate_worker_identities.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
+            plan.preserved_reason_counts
+                .iter()
+                .map(|(r, n)| format!("{r}×{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let request = ApplyRequest {
+            registry_fingerprint: plan.registry_fingerprint.clone(),
+            candidate_fingerprint: plan.candidate_fingerprint.clone(),
+            worker_identities: plan.candidate_worker_identities.clone(),
+            retired_by: "fleetctl-demo".into(),
+        };
+        let at = ctx.now;
+        let report = registry(location)?.apply_retirement(
+            &request,
+            &fleet_retirement::Planner { ctx },
+            Some(&probe),
+            at,
+            &(),
+        );
+        println!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …");
+        let outcome = serde_json::to_value(report.outcome).unwrap_or_default();
+        println!(
+            "  {}: retired {:?}",
+            outcome.as_str().unwrap_or("?"),
+            report.retired.iter().map(|i| i.as_str()).collect::<Vec<_>>()
+        );
+        match report.outcome {
+            ApplyOutcome::Applied if report.retired.iter().any(|r| stale.contains(r)) => {
+                println!("\n$ fleetctl snapshot");
+                print!("{}", fleet_snapshot_text(location)?);
+                println!("The retired row is history now: the fleet is safe again.");
+                return Ok(());
+            }
+            ApplyOutcome::RegistryRevisionMoved => {
+                println!(
+                    "  (a live worker heartbeat between plan and apply; attempt {attempt}, planning again)"
+                );
+            }
+            _ => {
+                return Err(Failure::refused(format!(
+                    "the demo's retirement did not apply: {:?}",
+                    report.outcome
+                )));
+            }
+        }
+    }
+    Err(Failure::refused("the registry kept moving between plan and apply"))
+}
+
+fn lease_handover(location: &RegistryLocation, rows: &[WorkerRow], instance: &str) -> Result<(), Failure> {
+    use fleet_lease::{LeaseKey, LeaseKind};
+    let key = LeaseKey::new("workflow:demo-deploy").map_err(|e| Failure::usage(e.to_string()))?;
+    let ctx = fleet_registry::AuditContext::default();
+    let ttl = time::Duration::seconds(1);
+    let holder_a = pick(rows, instance, Namespace::Merger)?.worker_identity.to_string();
+    let holder_b = pick(rows, instance, Namespace::Controller)?.worker_identity.to_string();
+    let mut reg = registry(location)?;
+    let first = reg
+        .acquire_lease(&key, LeaseKind::Workflow, &holder_a, ttl, &[], &ctx)?
+        .map_err(|d| Failure::refused(d.to_string()))?;
+    println!("{holder_a} acquires {key}: epoch {}", first.fencing_epoch);
+    let refused = reg.acquire_lease(&key, LeaseKind::Workflow, &holder_b, ttl, &[], &ctx)?;
+    println!("{holder_b} tries too: {}", refused.err().map_or("acquired".into(), |d| d.as_str().to_owned()));
+    println!("{holder_a} pauses (a long GC, a stopped process) and stops renewing…");
+    std::thread::sleep(Duration::from_millis(1200));
+    let second = reg
+        .acquire_lease(&key, LeaseKind::Workflow, &holder_b, ttl, &[], &ctx)?
+        .map_err(|d| Failure::refused(d.to_string()))?;
+    println!("the lease lapsed; {holder_b} takes it over: epoch {}", second.fencing_epoch);
+    let stale = reg.renew_lease(&key, &first.holder(), ttl, &ctx)?;
+    println!(
+        "{holder_a} wakes up and renews with epoch {}: {}",
+        first.fencing_epoch,
+        stale.err().map_or("renewed".into(), |d| d.as_str().to_owned())
+    );
+    println!("The epoch, not the clock, decides: a former owner can never act on stale authority.");
+    Ok(())
 }

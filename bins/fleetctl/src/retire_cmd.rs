@@ -47,10 +47,18 @@ pub(crate) enum RetireCmd {
 }
 
 fn context(common: &Common) -> Result<(RetirementContext, LocalProbe), Failure> {
+    retirement_context(common.canonical_repository.as_deref())
+}
+
+/// Where retirement runs: this host and boot, the canonical repository (default: the
+/// current directory), now.
+pub(crate) fn retirement_context(
+    repository: Option<&str>,
+) -> Result<(RetirementContext, LocalProbe), Failure> {
     let probe =
         LocalProbe::new().map_err(|e| Failure::store(format!("cannot read this host's identity: {e}")))?;
-    let repository = match &common.canonical_repository {
-        Some(r) => r.clone(),
+    let repository = match repository {
+        Some(r) => r.to_owned(),
         None => std::env::current_dir()
             .and_then(std::fs::canonicalize)
             .map(|p| p.display().to_string())
@@ -65,7 +73,7 @@ fn context(common: &Common) -> Result<(RetirementContext, LocalProbe), Failure> 
     Ok((ctx, probe))
 }
 
-fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, Failure> {
+pub(crate) fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, Failure> {
     let mut registry = open_registry(location, OpenMode::MustExist)?;
     let (rows, ledger, owners) = registry.store_mut().read(|tx| {
         Ok::<_, fleet_registry::StoreError>((
