@@ -3,7 +3,6 @@
 //! a plan/apply cycle of any length can compare them.
 
 use fleet_registry::WorkerRow;
-use serde_json::Value;
 
 /// Every column that retirement reads. Excluded on purpose: `token_fingerprint`
 /// (credential-adjacent), the four `*_revision` columns (revision drift is a separate
@@ -31,28 +30,72 @@ pub const FINGERPRINT_FIELDS: [&str; 20] = [
     "fencing_epoch",
 ];
 
-/// Numbers canonicalised: an integral float (a TTL that round-tripped as 900.0) becomes
-/// the integer 900.
-fn canonical(value: Value) -> Value {
+fn push_text(out: &mut String, value: Option<&str>) {
     match value {
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => {
-                #[allow(clippy::cast_possible_truncation)]
-                let i = f as i64;
-                Value::from(i)
-            }
-            _ => Value::Number(n),
-        },
-        other => other,
+        None => out.push_str("null"),
+        // Identities rarely need escaping; when one does, JSON's escaping is used.
+        Some(v) if v.chars().all(|c| c != '"' && c != '\\' && !c.is_control()) => {
+            out.push('"');
+            out.push_str(v);
+            out.push('"');
+        }
+        Some(v) => out.push_str(&serde_json::Value::from(v).to_string()),
     }
 }
 
-/// The canonical text of one row: the fingerprinted fields in fixed order.
+fn push_number(out: &mut String, value: Option<u64>) {
+    use std::fmt::Write;
+    match value {
+        None => out.push_str("null"),
+        Some(n) => {
+            let _ = write!(out, "{n}");
+        }
+    }
+}
+
+/// The canonical text of one row: a JSON array of the fingerprinted fields in
+/// [`FINGERPRINT_FIELDS`] order. Numbers are integers whatever their stored form (a TTL
+/// read back as 900.0 is the integer 900 by the time it is a row), times are the
+/// registry's canonical RFC 3339 form.
 pub fn canonical_row(row: &WorkerRow) -> String {
-    let full = serde_json::to_value(row).unwrap_or(Value::Null);
-    let fields: Vec<Value> =
-        FINGERPRINT_FIELDS.iter().map(|f| canonical(full.get(*f).cloned().unwrap_or(Value::Null))).collect();
-    Value::Array(fields).to_string()
+    let mut out = String::with_capacity(640);
+    out.push('[');
+    let texts_before_pid: [Option<&str>; 11] = [
+        Some(row.worker_identity.as_str()),
+        row.client_type.as_ref().map(|v| v.as_str()),
+        row.client_instance_id.as_deref(),
+        row.instance_provenance.as_deref(),
+        row.fleet_run_id.as_ref().map(|v| v.as_str()),
+        Some(row.namespace.as_str()),
+        row.profile.as_ref().map(|v| v.as_str()),
+        row.session_id.as_ref().map(|v| v.as_str()),
+        row.generation_id.as_ref().map(|v| v.as_str()),
+        row.host_id.as_ref().map(|v| v.as_str()),
+        row.boot_id.as_ref().map(|v| v.as_str()),
+    ];
+    for v in texts_before_pid {
+        push_text(&mut out, v);
+        out.push(',');
+    }
+    push_number(&mut out, row.pid.map(|p| u64::from(p.get())));
+    out.push(',');
+    push_number(&mut out, row.process_start_time.map(|t| t.ticks()));
+    out.push(',');
+    push_text(&mut out, row.repository.as_ref().map(|v| v.as_str()));
+    out.push(',');
+    push_text(&mut out, Some(row.status.as_str()));
+    out.push(',');
+    push_text(&mut out, row.ownership_state.map(|o| o.as_str()));
+    out.push(',');
+    push_text(&mut out, Some(&row.registered_at.to_string()));
+    out.push(',');
+    push_text(&mut out, row.last_heartbeat_at.as_deref());
+    out.push(',');
+    push_number(&mut out, row.heartbeat_ttl_s.map(u64::from));
+    out.push(',');
+    push_number(&mut out, row.fencing_epoch);
+    out.push(']');
+    out
 }
 
 fn digest<'a>(rows: impl Iterator<Item = &'a WorkerRow>) -> String {

@@ -14,5 +14,5 @@ pub use eligibility::{
     Evidence, PreserveReason, REQUIRED_IDENTITY_FIELDS, RetirementContext, Verdict, assess,
 };
 pub use fingerprint::{FINGERPRINT_FIELDS, candidate_fingerprint, canonical_row, registry_fingerprint};
-pub use plan::{Assessment, Plan, plan};
+pub use plan::{Assessment, Plan, RowEvidence, plan};
 pub use planner::Planner;

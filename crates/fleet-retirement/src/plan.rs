@@ -6,7 +6,6 @@ use fleet_identity::WorkerIdentity;
 use fleet_probe::ProcessVerdict;
 use fleet_registry::WorkerRow;
 use serde::Serialize;
-use serde_json::json;
 
 use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess};
 use crate::fingerprint::{candidate_fingerprint, registry_fingerprint};
@@ -21,7 +20,21 @@ pub struct Assessment {
     /// One sentence.
     pub detail: String,
     /// What the verdict rests on.
-    pub evidence: serde_json::Value,
+    pub evidence: RowEvidence,
+}
+
+/// The row fields and probe result a verdict rests on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RowEvidence {
+    pub status: fleet_registry::WorkerStatus,
+    pub ownership_state: Option<fleet_registry::OwnershipState>,
+    pub last_heartbeat_at: Option<String>,
+    pub heartbeat_ttl_s: Option<u32>,
+    pub host_id: Option<fleet_identity::HostId>,
+    pub boot_id: Option<fleet_identity::BootId>,
+    pub pid: Option<fleet_identity::Pid>,
+    pub process_start_time: Option<fleet_identity::ProcessStartTime>,
+    pub liveness: Option<ProcessVerdict>,
 }
 
 /// The plan.
@@ -57,18 +70,18 @@ pub struct Plan {
     pub read_only: bool,
 }
 
-fn evidence(row: &WorkerRow, probe: Option<ProcessVerdict>) -> serde_json::Value {
-    json!({
-        "status": row.status,
-        "ownership_state": row.ownership_state,
-        "last_heartbeat_at": row.last_heartbeat_at,
-        "heartbeat_ttl_s": row.heartbeat_ttl_s,
-        "host_id": row.host_id,
-        "boot_id": row.boot_id,
-        "pid": row.pid,
-        "process_start_time": row.process_start_time,
-        "liveness": probe,
-    })
+fn evidence(row: &WorkerRow, probe: Option<ProcessVerdict>) -> RowEvidence {
+    RowEvidence {
+        status: row.status,
+        ownership_state: row.ownership_state,
+        last_heartbeat_at: row.last_heartbeat_at.clone(),
+        heartbeat_ttl_s: row.heartbeat_ttl_s,
+        host_id: row.host_id.clone(),
+        boot_id: row.boot_id.clone(),
+        pid: row.pid,
+        process_start_time: row.process_start_time,
+        liveness: probe,
+    }
 }
 
 fn detail(reason: PreserveReason) -> &'static str {
