@@ -1,14 +1,13 @@
 //! `fleetctl retire plan` and `fleetctl retire apply`: the dry run first, then the
 //! compare-and-swap protected apply with the plan's tokens.
 
-use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use fleet_identity::{ClientInstanceId, Repository, WorkerIdentity};
+use fleet_identity::WorkerIdentity;
 use fleet_probe::LocalProbe;
-use fleet_registry::{ApplyOutcome, ApplyRequest, Store, active_workflow_owners_in};
-use fleet_retirement::{Evidence, Plan, Planner, RetirementContext, plan};
+use fleet_registry::{ApplyOutcome, ApplyRequest};
+use fleet_retirement::{Plan, Planner, RetirementContext};
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 use fleet_snapshot::{FindingCode, Policy};
 use registry_sqlite::OpenMode;
@@ -50,41 +49,10 @@ fn context(common: &Common) -> Result<(RetirementContext, LocalProbe), Failure> 
     retirement_context(common.canonical_repository.as_deref())
 }
 
-/// Where retirement runs: this host and boot, the canonical repository (default: the
-/// current directory), now.
-pub(crate) fn retirement_context(
-    repository: Option<&str>,
-) -> Result<(RetirementContext, LocalProbe), Failure> {
-    let probe =
-        LocalProbe::new().map_err(|e| Failure::store(format!("cannot read this host's identity: {e}")))?;
-    let repository = match repository {
-        Some(r) => r.to_owned(),
-        None => std::env::current_dir()
-            .and_then(std::fs::canonicalize)
-            .map(|p| p.display().to_string())
-            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
-    };
-    let ctx = RetirementContext {
-        host_id: probe.host_id().clone(),
-        boot_id: Some(probe.boot_id().clone()),
-        canonical_repository: Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?,
-        now: now(),
-    };
-    Ok((ctx, probe))
-}
+pub(crate) use fleet_runtime::retirement_context;
 
 pub(crate) fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, Failure> {
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    let (rows, ledger, owners) = registry.store_mut().read(|tx| {
-        Ok::<_, fleet_registry::StoreError>((
-            tx.workers()?,
-            tx.instances()?,
-            active_workflow_owners_in(tx)?.owners,
-        ))
-    })?;
-    let probes = crate::snapshot_cmd::probe_local(&rows);
-    let ledger: BTreeSet<ClientInstanceId> = ledger.into_iter().map(|i| i.client_instance_id).collect();
-    Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
+    Ok(fleet_runtime::plan_retirement(location, ctx)?)
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCode, Failure> {

@@ -7,11 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fleet_identity::{Namespace, Repository, Timestamp};
-use fleet_probe::{LivenessProbe, LocalProbe, ProcessIdentity};
-use fleet_registry::{WorkerRow, WorkerStatus};
-use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
-use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, WorkerState, snapshot};
-use registry_sqlite::OpenMode;
+use fleet_runtime::{Failure, RegistryLocation, now};
+use fleet_snapshot::{FleetSnapshot, Manifest, Policy, WorkerState};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct SnapshotArgs {
@@ -39,47 +36,20 @@ fn parse_time(s: &str) -> Result<Timestamp, String> {
     Timestamp::parse(s).map_err(|e| e.to_string())
 }
 
-/// Probes every active row that this machine can speak for; others stay unprobed.
-pub(crate) fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
-    let Ok(probe) = LocalProbe::new() else { return ProbeResults::new() };
-    rows.iter()
-        .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(probe.host_id()))
-        .filter_map(|r| {
-            let process = ProcessIdentity {
-                host_id: r.host_id.clone()?,
-                boot_id: r.boot_id.clone()?,
-                pid: r.pid?,
-                process_start_time: r.process_start_time?,
-            };
-            Some((r.worker_identity.clone(), probe.probe(&process)))
-        })
-        .collect()
-}
-
 pub(crate) fn read_manifest(path: &PathBuf) -> Result<Manifest, Failure> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::usage(format!("cannot read manifest {}: {e}", path.display())))?;
     Manifest::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
-/// Reads the registry, probes the rows this machine can speak for, and classifies. A
-/// registry that cannot be read fails closed: never an empty, safe fleet.
+/// Reads the registry and classifies (see `fleet_runtime::take_snapshot`).
 pub(crate) fn take(
     location: &RegistryLocation,
     manifest: Option<&Manifest>,
     policy: &Policy,
     at: Timestamp,
 ) -> Result<FleetSnapshot, Failure> {
-    let dump = open_registry(location, OpenMode::MustExist)?.export()?;
-    let probes = probe_local(&dump.worker_registrations);
-    Ok(snapshot(SnapshotInput {
-        rows: &dump.worker_registrations,
-        ledger: &dump.instances,
-        manifest,
-        probes: &probes,
-        policy,
-        now: at,
-    }))
+    Ok(fleet_runtime::take_snapshot(location, manifest, policy, at)?)
 }
 
 pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<ExitCode, Failure> {

@@ -4,6 +4,7 @@
 
 mod env;
 mod exit;
+mod fleet;
 mod init;
 mod launch;
 mod location;
@@ -11,6 +12,7 @@ mod worker;
 
 pub use env::{EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use exit::{Failure, parse_args};
+pub use fleet::{plan_retirement, probe_local, retirement_context, take_snapshot};
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::Launch;
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};

@@ -1,0 +1,126 @@
+//! `fleet-mcp --namespace NS`: one namespace worker per process, an MCP server on stdio.
+//! It registers itself from the instance environment, heartbeats, serves the fleet
+//! tools under profiles.json, and releases its registration when stdin closes or it is
+//! told to stop. A worker that cannot register still serves diagnostic reads.
+
+mod profiles;
+mod server;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use fleet_identity::{Namespace, Pid, Repository};
+use fleet_registry::{HeartbeatTtl, Revisions};
+use fleet_runtime::{Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, vars};
+use rmcp::ServiceExt;
+
+#[derive(Debug, Parser)]
+#[command(name = "fleet-mcp", version, about = "Fleetward MCP server: one namespace worker on stdio")]
+struct Cli {
+    /// The namespace this worker serves.
+    #[arg(long, value_parser = parse_namespace)]
+    namespace: Namespace,
+    /// Registry location: a SQLite file, sqlite://PATH or postgres://…
+    #[arg(long, env = "FLEET_REGISTRY")]
+    registry: Option<String>,
+    /// profiles.json (default: built-in profiles, gitea.read only, per namespace).
+    #[arg(long, env = "FLEET_PROFILES")]
+    profiles: Option<PathBuf>,
+    /// Seconds a heartbeat stays valid.
+    #[arg(long, default_value_t = 30)]
+    ttl: u32,
+}
+
+fn parse_namespace(s: &str) -> Result<Namespace, String> {
+    s.parse().map_err(|e: fleet_identity::IdentityError| e.to_string())
+}
+
+fn main() -> ExitCode {
+    match fleet_runtime::parse_args::<Cli>().and_then(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.report("fleet-mcp"),
+    }
+}
+
+fn register(
+    location: &RegistryLocation,
+    env: &Result<InstanceEnv, String>,
+    cli: &Cli,
+) -> Result<WorkerSession, String> {
+    let env = env.as_ref().map_err(Clone::clone)?;
+    let pid = Pid::new(i64::from(std::process::id())).map_err(|e| e.to_string())?;
+    let repository = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .ok()
+        .and_then(|p| Repository::new(p.display().to_string()).ok());
+    let options = WorkerOptions {
+        namespace: cli.namespace,
+        pid,
+        heartbeat_ttl: HeartbeatTtl::from_secs(cli.ttl).map_err(|e| e.to_string())?,
+        repository,
+        revisions: Revisions {
+            code: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            schema: Some(registry_sqlite::SCHEMA_VERSION.to_string()),
+            ..Revisions::default()
+        },
+    };
+    WorkerSession::start(location, env, options).map_err(|e| e.to_string())
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let location = RegistryLocation::resolve(cli.registry.as_deref())?.absolute();
+    let env = InstanceEnv::from_process().map_err(|e| e.to_string());
+    let session = register(&location, &env, &cli);
+    if let Err(e) = &session {
+        eprintln!("fleet-mcp: not registered, serving diagnostic reads only: {e}");
+    }
+    let profile = std::env::var(vars::PROFILE)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| cli.namespace.to_string());
+    let ctx = server::Context {
+        location,
+        namespace: cli.namespace,
+        profile,
+        profiles: profiles::Profiles::new(cli.profiles.clone()),
+        env,
+        registration: session.as_ref().map(|s| s.row().clone()).map_err(Clone::clone),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
+    let served = runtime.block_on(async {
+        let service = server::FleetServer::new(ctx)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Failure::usage(format!("MCP initialization failed: {e}")))?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| Failure::store(format!("cannot watch SIGTERM: {e}")))?;
+        let cancel = service.cancellation_token();
+        let waiting = service.waiting();
+        tokio::pin!(waiting);
+        tokio::select! {
+            _ = &mut waiting => {}
+            _ = term.recv() => {
+                cancel.cancel();
+                let _ = waiting.await;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                cancel.cancel();
+                let _ = waiting.await;
+            }
+        }
+        Ok::<(), Failure>(())
+    });
+    // stdin closed, SIGTERM or Ctrl-C: release the registration either way.
+    if let Ok(session) = session {
+        if let Err(e) = session.release() {
+            eprintln!("fleet-mcp: could not release the registration: {e}");
+        }
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    served
+}

@@ -1,0 +1,411 @@
+//! The MCP tools. Failures inside a tool — bad arguments, a moved registry, a denied
+//! permission — are tool results with `isError: true` and a reason code a model can act
+//! on; only protocol faults are JSON-RPC errors.
+
+use std::sync::Arc;
+
+use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
+use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
+use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, InstanceRecord, WorkerRow};
+use fleet_retirement::Planner;
+use fleet_runtime::{
+    InstanceEnv, RegistryLocation, now, open_registry, plan_retirement, retirement_context, take_snapshot,
+};
+use fleet_snapshot::{FindingCode, Manifest, Policy, mutation_gate};
+use registry_sqlite::OpenMode;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::profiles::{Profiles, READ, RETIRE};
+
+/// Everything a tool needs to know about this process.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) location: RegistryLocation,
+    pub(crate) namespace: Namespace,
+    pub(crate) profile: String,
+    pub(crate) profiles: Profiles,
+    pub(crate) env: Result<InstanceEnv, String>,
+    pub(crate) registration: Result<WorkerRow, String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct FleetServer {
+    ctx: Arc<Context>,
+    tool_router: ToolRouter<Self>,
+}
+
+fn ok(value: Value) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+}
+
+fn refuse(reason: &str, detail: impl std::fmt::Display) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(
+        json!({ "error": reason, "detail": detail.to_string() }).to_string(),
+    )])
+}
+
+/// A tool body: a JSON value, or a refusal that becomes `isError: true`.
+type Outcome = Result<Value, CallToolResult>;
+
+fn finish(outcome: Outcome) -> CallToolResult {
+    outcome.map(ok).unwrap_or_else(|refusal| refusal)
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct SnapshotParams {
+    /// The approved fleet manifest: {"instances": [{"client_type", "client_instance_id", "fleet_run_id", "namespaces"}]}.
+    #[serde(default)]
+    expected_manifest: Option<Value>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct PlanParams {
+    /// Expected repository binding; defaults to this server's working directory.
+    #[serde(default)]
+    canonical_repository: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct ApplyParams {
+    /// The exact registry_fingerprint the plan returned.
+    registry_fingerprint: String,
+    /// The exact candidate_fingerprint the plan returned.
+    candidate_fingerprint: String,
+    /// The exact candidate identities: a list, or a JSON or comma-separated string.
+    worker_identities: Value,
+    /// Must match the value the plan used.
+    #[serde(default)]
+    canonical_repository: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct LeaseAcquireParams {
+    /// The workflow's name; the lease key is workflow:NAME.
+    workflow: String,
+    /// Seconds until the lease lapses unless renewed (1 to 3600, default 60).
+    #[serde(default)]
+    ttl_s: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct LeaseHolderParams {
+    /// The workflow's name.
+    workflow: String,
+    /// The lease id the acquisition returned.
+    lease_id: String,
+    /// The fencing epoch the acquisition returned.
+    fencing_epoch: u64,
+    /// Seconds from now (renew only; default 60).
+    #[serde(default)]
+    ttl_s: Option<u64>,
+}
+
+fn parse_identities(value: &Value) -> Result<Vec<WorkerIdentity>, String> {
+    let items: Vec<String> = match value {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or("not a string"))
+            .collect::<Result<_, _>>()?,
+        Value::String(text) if text.trim_start().starts_with('[') => {
+            serde_json::from_str(text).map_err(|e| format!("not a JSON list: {e}"))?
+        }
+        Value::String(text) => {
+            text.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()
+        }
+        _ => return Err("worker_identities must be a list or a string".into()),
+    };
+    items.into_iter().map(|s| WorkerIdentity::new(s).map_err(|e| e.to_string())).collect()
+}
+
+fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
+    let s = seconds.unwrap_or(60);
+    if (1..=3600).contains(&s) {
+        Ok(time::Duration::seconds(i64::try_from(s).unwrap_or(60)))
+    } else {
+        Err(refuse("invalid_arguments", format!("ttl_s {s} is outside 1..=3600")))
+    }
+}
+
+impl FleetServer {
+    pub(crate) fn new(ctx: Context) -> Self {
+        Self { ctx: Arc::new(ctx), tool_router: Self::tool_router() }
+    }
+
+    /// Resolves this process's profile now and checks `operation` and the fleet role.
+    fn authorize(&self, operation: &str) -> Result<(), CallToolResult> {
+        let profile =
+            self.ctx.profiles.resolve(&self.ctx.profile).map_err(|e| refuse("profile_unresolvable", e))?;
+        if !profile.allows(operation) {
+            return Err(refuse(
+                "permission_denied",
+                format!("profile {:?} does not hold {operation}", self.ctx.profile),
+            ));
+        }
+        if !profile.fleet_role() {
+            return Err(refuse(
+                "role_denied",
+                format!("the {} role may not use fleet tools; controller and reconciler may", profile.role),
+            ));
+        }
+        Ok(())
+    }
+
+    fn me(&self) -> Result<&WorkerRow, CallToolResult> {
+        self.ctx.registration.as_ref().map_err(|e| refuse("worker_not_registered", e))
+    }
+
+    fn apply_body(&self, p: ApplyParams) -> Outcome {
+        // Permission at entry, then role as defence in depth.
+        self.authorize(RETIRE)?;
+        let ids = parse_identities(&p.worker_identities).map_err(|e| refuse("invalid_arguments", e))?;
+        let me = self.me()?;
+        let snap = take_snapshot(&self.ctx.location, None, &Policy::default(), now())
+            .map_err(|e| refuse("registry_unavailable", e))?;
+        let gate = mutation_gate(&snap, &me.worker_identity);
+        if !gate.mutation_allowed {
+            return Err(refuse("mutation_gate_closed", json!(gate.reasons)));
+        }
+        let mine = me.client_instance_id.as_deref();
+        if snap
+            .findings_of(FindingCode::DuplicateNamespaceWorker)
+            .any(|f| f.client_instance_id.as_deref() == mine)
+        {
+            return Err(refuse(
+                "cohort_not_unique",
+                "this instance runs more than one worker in a namespace",
+            ));
+        }
+        let mut registry = open_registry(&self.ctx.location, OpenMode::MustExist)
+            .map_err(|e| refuse("registry_unavailable", e))?;
+        registry.active_workflow_owners().map_err(|e| refuse("lease_enumeration_failed", e))?;
+        let (ctx, probe) = retirement_context(p.canonical_repository.as_deref())
+            .map_err(|e| refuse("invalid_arguments", e))?;
+        // Re-resolved immediately before the mutation: an edit to profiles.json since
+        // entry is honoured.
+        self.authorize(RETIRE).map_err(|_| {
+            refuse("permission_revoked", "the retire capability was withdrawn during the call")
+        })?;
+        let request = ApplyRequest {
+            registry_fingerprint: p.registry_fingerprint,
+            candidate_fingerprint: p.candidate_fingerprint,
+            worker_identities: ids,
+            retired_by: me.worker_identity.to_string(),
+        };
+        let at = ctx.now;
+        let report = registry.apply_retirement(&request, &Planner { ctx }, Some(&probe), at, &());
+        let value = serde_json::to_value(&report).unwrap_or_default();
+        match report.outcome {
+            ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => Ok(value),
+            other => Err(refuse(
+                serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .as_deref()
+                    .unwrap_or("failed"),
+                value,
+            )),
+        }
+    }
+
+    fn lease_key(workflow: &str) -> Result<LeaseKey, CallToolResult> {
+        LeaseKey::new(format!("workflow:{workflow}")).map_err(|e| refuse("invalid_arguments", e))
+    }
+
+    fn holder(&self, p: &LeaseHolderParams) -> Result<Holder, CallToolResult> {
+        Ok(Holder {
+            owner: self.me()?.worker_identity.to_string(),
+            lease_id: LeaseId::new(p.lease_id.clone()).map_err(|e| refuse("invalid_arguments", e))?,
+            fencing_epoch: FencingEpoch::new(p.fencing_epoch).map_err(|e| refuse("invalid_arguments", e))?,
+        })
+    }
+
+    fn lease_result(result: Result<fleet_registry::LeaseResult, fleet_registry::StoreError>) -> Outcome {
+        match result {
+            Ok(Ok(lease)) => Ok(json!({ "outcome": "ok", "lease": lease })),
+            Ok(Err(denial)) => Err(refuse(denial.as_str(), denial)),
+            Err(e) => Err(refuse("registry_unavailable", e)),
+        }
+    }
+
+    fn registry(&self) -> Result<fleet_registry::Registry<fleet_runtime::AnyStore>, CallToolResult> {
+        open_registry(&self.ctx.location, OpenMode::MustExist).map_err(|e| refuse("registry_unavailable", e))
+    }
+}
+
+#[tool_router]
+impl FleetServer {
+    /// Read-only snapshot of the instance fleet: live instances, their five namespace
+    /// workers, and every active blocker with its evidence. Controller and reconciler only.
+    #[tool(annotations(
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_snapshot_instance_fleet(
+        &self,
+        Parameters(p): Parameters<SnapshotParams>,
+    ) -> CallToolResult {
+        finish((|| {
+            self.authorize(READ)?;
+            let manifest = p
+                .expected_manifest
+                .map(|m| Manifest::from_json(&m.to_string()))
+                .transpose()
+                .map_err(|e| refuse("invalid_manifest", e))?;
+            let snap = take_snapshot(&self.ctx.location, manifest.as_ref(), &Policy::default(), now())
+                .map_err(|e| refuse("registry_unavailable", e))?;
+            Ok(serde_json::to_value(&snap).unwrap_or_default())
+        })())
+    }
+
+    /// Dry-run plan of stale worker retirement: candidates, preserved rows with reasons,
+    /// and the fingerprints apply needs. Writes nothing. Controller and reconciler only.
+    #[tool(annotations(
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_plan_stale_worker_retirement(
+        &self,
+        Parameters(p): Parameters<PlanParams>,
+    ) -> CallToolResult {
+        finish((|| {
+            self.authorize(READ)?;
+            let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
+                .map_err(|e| refuse("invalid_arguments", e))?;
+            let plan =
+                plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
+            Ok(serde_json::to_value(&plan).unwrap_or_default())
+        })())
+    }
+
+    /// Retire the planned stale workers, compare-and-swap protected: refused unless the
+    /// registry and candidate set are exactly as planned. Requires
+    /// gitea.worker_registry.retire, which no profile holds by default.
+    #[tool(annotations(
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_apply_stale_worker_retirement(
+        &self,
+        Parameters(p): Parameters<ApplyParams>,
+    ) -> CallToolResult {
+        finish(self.apply_body(p))
+    }
+
+    /// This process's identities, registration and mutation gate verdict (single-process
+    /// view, not fleet-wide).
+    #[tool(annotations(
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_get_runtime_context(&self) -> CallToolResult {
+        let ctx = &self.ctx;
+        let dump = open_registry(&ctx.location, OpenMode::MustExist).and_then(|mut r| r.export());
+        let ledger: Vec<InstanceRecord> = dump.as_ref().map(|d| d.instances.clone()).unwrap_or_default();
+        let ids: std::collections::BTreeSet<_> = ledger.into_iter().map(|i| i.client_instance_id).collect();
+        let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
+        let gate = ctx.registration.as_ref().ok().and_then(|me| {
+            take_snapshot(&ctx.location, None, &Policy::default(), now())
+                .ok()
+                .map(|snap| mutation_gate(&snap, &me.worker_identity))
+        });
+        ok(json!({
+            "namespace": ctx.namespace,
+            "profile": ctx.profile,
+            "client_type": ctx.env.as_ref().ok().map(|e| e.client_type.to_string()),
+            "client_instance_id": instance,
+            "instance_trust": dump.is_ok().then(|| assess_instance_id(instance.as_deref(), &ids)),
+            "environment_error": ctx.env.as_ref().err(),
+            "registration": ctx.registration.as_ref().ok(),
+            "registration_error": ctx.registration.as_ref().err(),
+            "registry_available": dump.is_ok(),
+            "pid": std::process::id(),
+            "mutation_gate": gate,
+        }))
+    }
+
+    /// Acquire the workflow lease workflow:NAME for this worker. While it is live, stale
+    /// retirement never touches this worker.
+    #[tool(annotations(
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    ))]
+    async fn gitea_acquire_workflow_lease(
+        &self,
+        Parameters(p): Parameters<LeaseAcquireParams>,
+    ) -> CallToolResult {
+        finish((|| {
+            let owner = self.me()?.worker_identity.to_string();
+            let (key, ttl) = (Self::lease_key(&p.workflow)?, ttl(p.ttl_s)?);
+            Self::lease_result(self.registry()?.acquire_lease(
+                &key,
+                LeaseKind::Workflow,
+                &owner,
+                ttl,
+                &[],
+                &AuditContext::default(),
+            ))
+        })())
+    }
+
+    /// Renew this worker's workflow lease; refused with stale_epoch once taken over.
+    #[tool(annotations(
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    ))]
+    async fn gitea_renew_workflow_lease(
+        &self,
+        Parameters(p): Parameters<LeaseHolderParams>,
+    ) -> CallToolResult {
+        finish((|| {
+            let (key, holder, ttl) = (Self::lease_key(&p.workflow)?, self.holder(&p)?, ttl(p.ttl_s)?);
+            Self::lease_result(self.registry()?.renew_lease(&key, &holder, ttl, &AuditContext::default()))
+        })())
+    }
+
+    /// Release this worker's workflow lease.
+    #[tool(annotations(
+        read_only_hint = false,
+        destructive_hint = false,
+        idempotent_hint = false,
+        open_world_hint = false
+    ))]
+    async fn gitea_release_workflow_lease(
+        &self,
+        Parameters(p): Parameters<LeaseHolderParams>,
+    ) -> CallToolResult {
+        finish((|| {
+            let (key, holder) = (Self::lease_key(&p.workflow)?, self.holder(&p)?);
+            Self::lease_result(self.registry()?.release_lease(&key, &holder, &AuditContext::default()))
+        })())
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for FleetServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("fleet-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "Fleetward {} namespace worker: fleet snapshot, stale retirement and workflow leases.",
+                self.ctx.namespace
+            ))
+    }
+}

@@ -1,0 +1,84 @@
+//! Fleet-wide reads every surface shares: the snapshot with local probes, and the
+//! retirement context and plan.
+
+use std::collections::BTreeSet;
+
+use fleet_identity::{ClientInstanceId, Repository, Timestamp};
+use fleet_probe::{LivenessProbe, LocalProbe, ProcessIdentity};
+use fleet_registry::{Store, StoreError, WorkerRow, WorkerStatus, active_workflow_owners_in};
+use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
+use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
+use registry_sqlite::OpenMode;
+
+use crate::exit::Failure;
+use crate::location::{RegistryLocation, open_registry};
+use crate::worker::now;
+
+/// Probes every active row that this machine can speak for; others stay unprobed.
+pub fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
+    let Ok(probe) = LocalProbe::new() else { return ProbeResults::new() };
+    rows.iter()
+        .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(probe.host_id()))
+        .filter_map(|r| {
+            let process = ProcessIdentity {
+                host_id: r.host_id.clone()?,
+                boot_id: r.boot_id.clone()?,
+                pid: r.pid?,
+                process_start_time: r.process_start_time?,
+            };
+            Some((r.worker_identity.clone(), probe.probe(&process)))
+        })
+        .collect()
+}
+
+/// Reads the registry, probes the rows this machine can speak for, and classifies. A
+/// registry that cannot be read fails closed: never an empty, safe fleet.
+pub fn take_snapshot(
+    location: &RegistryLocation,
+    manifest: Option<&Manifest>,
+    policy: &Policy,
+    at: Timestamp,
+) -> Result<FleetSnapshot, StoreError> {
+    let dump = open_registry(location, OpenMode::MustExist)?.export()?;
+    let probes = probe_local(&dump.worker_registrations);
+    Ok(snapshot(SnapshotInput {
+        rows: &dump.worker_registrations,
+        ledger: &dump.instances,
+        manifest,
+        probes: &probes,
+        policy,
+        now: at,
+    }))
+}
+
+/// Where retirement runs: this host and boot, the canonical repository (default: the
+/// current directory), now.
+pub fn retirement_context(repository: Option<&str>) -> Result<(RetirementContext, LocalProbe), Failure> {
+    let probe =
+        LocalProbe::new().map_err(|e| Failure::store(format!("cannot read this host's identity: {e}")))?;
+    let repository = match repository {
+        Some(r) => r.to_owned(),
+        None => std::env::current_dir()
+            .and_then(std::fs::canonicalize)
+            .map(|p| p.display().to_string())
+            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+    };
+    let ctx = RetirementContext {
+        host_id: probe.host_id().clone(),
+        boot_id: Some(probe.boot_id().clone()),
+        canonical_repository: Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?,
+        now: now(),
+    };
+    Ok((ctx, probe))
+}
+
+/// Plans retirement from one consistent read of rows, ledger and workflow leases.
+pub fn plan_retirement(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, StoreError> {
+    let mut registry = open_registry(location, OpenMode::MustExist)?;
+    let (rows, ledger, owners) = registry.store_mut().read(|tx| {
+        Ok::<_, StoreError>((tx.workers()?, tx.instances()?, active_workflow_owners_in(tx)?.owners))
+    })?;
+    let probes = probe_local(&rows);
+    let ledger: BTreeSet<ClientInstanceId> = ledger.into_iter().map(|i| i.client_instance_id).collect();
+    Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
+}
