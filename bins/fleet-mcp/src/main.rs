@@ -116,10 +116,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Ok::<(), Failure>(())
     });
     // stdin closed, SIGTERM or Ctrl-C: release the registration either way.
-    if let Ok(session) = session {
-        if let Err(e) = session.release() {
-            eprintln!("fleet-mcp: could not release the registration: {e}");
-        }
+    if let Ok(session) = session
+        && let Err(e) = session.release()
+    {
+        eprintln!("fleet-mcp: could not release the registration: {e}");
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     served
