@@ -306,3 +306,79 @@ async fn a_server_that_cannot_register_still_serves_diagnostic_reads() {
     client.cancel().await.unwrap();
     assert!(workers(&fleet).is_empty(), "nothing was registered");
 }
+
+/// The entries `fleet-launch config` prints start five servers as written, whether read
+/// from Claude Code's `.mcp.json` or Codex's `config.toml`.
+#[tokio::test]
+async fn the_launcher_configs_start_five_registered_servers() {
+    for format in ["claude", "codex"] {
+        let fleet = Fleet::new();
+        let out = StdCommand::new(Fleet::bin("fleet-launch"))
+            .args(["config", "--client", "codex", "--format", format])
+            .env("FLEET_REGISTRY", &fleet.registry)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        let entries: Vec<(String, Vec<String>, BTreeMap<String, String>)> = match format {
+            "claude" => {
+                let v: Value = serde_json::from_str(&text).unwrap();
+                v["mcpServers"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|e| {
+                        (
+                            e["command"].as_str().unwrap().to_owned(),
+                            serde_json::from_value(e["args"].clone()).unwrap(),
+                            serde_json::from_value(e["env"].clone()).unwrap(),
+                        )
+                    })
+                    .collect()
+            }
+            _ => parse_codex_toml(&text),
+        };
+        assert_eq!(entries.len(), 5, "{format}");
+        let mut clients = Vec::new();
+        for (command, args, env) in &entries {
+            let transport = TokioChildProcess::new(Command::new(command).configure(|cmd| {
+                cmd.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).envs(env);
+            }))
+            .unwrap();
+            clients.push(().serve(transport).await.expect("initialize"));
+        }
+        let rows = workers(&fleet);
+        assert_eq!(rows.len(), 5, "{format}");
+        let instances: std::collections::BTreeSet<_> =
+            rows.iter().map(|r| r.client_instance_id.clone()).collect();
+        assert_eq!(instances.len(), 1, "{format}: one instance");
+        let context = body(&call(&clients[3], "gitea_get_runtime_context", json!({})).await);
+        assert_eq!(context["instance_trust"], "trusted", "{format}");
+        for c in clients {
+            c.cancel().await.unwrap();
+        }
+    }
+}
+
+/// Reads the `[mcp_servers.NAME]` tables `fleet-launch config --format codex` prints.
+fn parse_codex_toml(text: &str) -> Vec<(String, Vec<String>, BTreeMap<String, String>)> {
+    let mut out: Vec<(String, Vec<String>, BTreeMap<String, String>)> = Vec::new();
+    let unquote = |s: &str| serde_json::from_str::<String>(s.trim()).unwrap();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("[mcp_servers.") && !line.ends_with(".env]") {
+            out.push((String::new(), Vec::new(), BTreeMap::new()));
+        } else if line.starts_with('[') {
+            continue;
+        } else if let Some((key, value)) = line.split_once(" = ") {
+            let entry = out.last_mut().unwrap();
+            match key {
+                "command" => entry.0 = unquote(value),
+                "args" => entry.1 = serde_json::from_str(value).unwrap(),
+                _ => {
+                    entry.2.insert(key.to_owned(), unquote(value));
+                }
+            }
+        }
+    }
+    out
+}
