@@ -140,31 +140,9 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         let lease_id = new_lease_id()?;
-        self.store_mut().write(|tx| {
-            let now = tx.store_now()?;
-            let current = tx.lease(key)?;
-            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
-            let decision = decide_acquire(current.as_ref(), key, kind, &tenure, now);
-            let (outcome, result) = match decision {
-                Ok((outcome, record)) => (Some(outcome), Ok(record)),
-                Err(denial) => (None, Err(denial)),
-            };
-            if let Ok(record) = &result {
-                swap(tx, current.as_ref(), record)?;
-            }
-            audit(
-                tx,
-                "acquire",
-                result.as_ref().map_err(|d| *d),
-                current.as_ref(),
-                key,
-                kind,
-                owner,
-                ctx,
-                outcome,
-                now,
-            )?;
-            Ok(result)
+        let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
+        self.lease_step(key, kind, owner, "acquire", ctx, |current, now| {
+            decide_acquire(current, key, kind, &tenure, now)
         })
     }
 
@@ -218,7 +196,7 @@ impl<S: Store> Registry<S> {
         ttl: Duration,
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
-        self.lease_step(key, holder, "renew", ctx, |current, now| {
+        self.lease_step(key, LeaseKind::Workflow, &holder.owner, "renew", ctx, |current, now| {
             decide_renew(current, holder, ttl, now).map(|r| (LeaseOutcome::Renewed, r))
         })
     }
@@ -230,7 +208,7 @@ impl<S: Store> Registry<S> {
         holder: &Holder,
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
-        self.lease_step(key, holder, "release", ctx, |current, now| {
+        self.lease_step(key, LeaseKind::Workflow, &holder.owner, "release", ctx, |current, now| {
             decide_release(current, holder, now).map(|r| (LeaseOutcome::Released, r))
         })
     }
@@ -246,18 +224,19 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         let lease_id = new_lease_id()?;
-        let holder =
-            Holder { owner: owner.to_owned(), lease_id: lease_id.clone(), fencing_epoch: expected_epoch };
-        self.lease_step(key, &holder, "takeover", ctx, |current, now| {
+        self.lease_step(key, LeaseKind::Workflow, owner, "takeover", ctx, |current, now| {
             let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
             decide_takeover(current, expected_epoch, &tenure, now).map(|r| (LeaseOutcome::TakenOver, r))
         })
     }
 
+    /// One lease operation: read the store's clock and the lease, decide, swap, audit.
+    /// `kind_if_absent` names the kind in the audit log when there is no lease yet.
     fn lease_step(
         &mut self,
         key: &LeaseKey,
-        holder: &Holder,
+        kind_if_absent: LeaseKind,
+        identity: &str,
         event: &str,
         ctx: &AuditContext,
         decide: impl FnOnce(Option<&LeaseRecord>, Timestamp) -> Result<(LeaseOutcome, LeaseRecord), LeaseDenial>,
@@ -265,7 +244,7 @@ impl<S: Store> Registry<S> {
         self.store_mut().write(|tx| {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
-            let kind = current.as_ref().map_or(LeaseKind::Workflow, |c| c.kind);
+            let kind = current.as_ref().map_or(kind_if_absent, |c| c.kind);
             let (outcome, result) = match decide(current.as_ref(), now) {
                 Ok((outcome, record)) => (Some(outcome), Ok(record)),
                 Err(denial) => (None, Err(denial)),
@@ -280,7 +259,7 @@ impl<S: Store> Registry<S> {
                 current.as_ref(),
                 key,
                 kind,
-                &holder.owner,
+                identity,
                 ctx,
                 outcome,
                 now,
@@ -354,7 +333,8 @@ impl<S: Store> Registry<S> {
         holder: &Holder,
         outcome: Result<(), &str>,
     ) -> Result<LeaseResult, StoreError> {
-        self.lease_step(key, holder, "init_finish", &AuditContext::default(), |current, now| {
+        let ctx = AuditContext::default();
+        self.lease_step(key, LeaseKind::Initialization, &holder.owner, "init_finish", &ctx, |current, now| {
             decide_init_finish(current, holder, outcome, now).map(|r| (LeaseOutcome::Released, r))
         })
     }
