@@ -21,6 +21,12 @@ fn thousand_workers(path: &Path) -> String {
             .expect("fleet-launch");
     let id = String::from_utf8(launch.stdout).expect("utf8").trim().to_owned();
     let namespaces = ["author", "reviewer", "merger", "controller", "reconciler"];
+    // A healthy fleet: every launch in the ledger, every heartbeat fresh for the day.
+    let now = fleet_identity::Timestamp::new(time::OffsetDateTime::now_utc()).to_string();
+    let instances: Vec<_> = (0..200)
+        .map(|i| json!({"client_instance_id": format!("inst-codex-20260730T120000Z-{i:012x}"), "client_type": "codex",
+                        "minted_at": "2026-07-30T12:00:00Z"}))
+        .collect();
     let rows: Vec<_> = (0..1000)
         .map(|i| {
             json!({
@@ -29,11 +35,14 @@ fn thousand_workers(path: &Path) -> String {
                 "namespace": namespaces[i % 5], "generation_id": format!("gen-{i}"),
                 "host_id": "0123456789abcdef0123456789abcdef", "boot_id": "11111111-2222-3333-4444-555555555555",
                 "pid": 100_000 + i, "process_start_time": 1 + i, "status": "active", "ownership_state": "owned",
-                "registered_at": "2026-07-30T12:00:00Z", "last_heartbeat_at": "2026-07-30T12:00:00Z", "heartbeat_ttl_s": 30,
+                "registered_at": "2026-07-30T12:00:00Z", "last_heartbeat_at": now, "heartbeat_ttl_s": 86_400,
+                "session_id": format!("sess-{}", i / 5), "repository": "/srv/repo",
             })
         })
         .collect();
-    let dump = RegistryDump::from_json(&json!({ "worker_registrations": rows }).to_string()).expect("dump");
+    let dump =
+        RegistryDump::from_json(&json!({ "instances": instances, "worker_registrations": rows }).to_string())
+            .expect("dump");
     Registry::new(SqliteStore::open(path, OpenMode::MustExist).expect("open")).import(&dump).expect("import");
     id
 }
@@ -56,6 +65,20 @@ fn stdio(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut group = c.benchmark_group("mcp_stdio");
     let client = rt.block_on(connect(&registry, &id));
+    let first = rt
+        .block_on(client.call_tool(CallToolRequestParams::new("gitea_snapshot_instance_fleet")))
+        .expect("call");
+    let text = serde_json::to_value(&first.content[0]).expect("json")["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let snap: serde_json::Value = serde_json::from_str(&text).expect("snapshot");
+    assert_eq!(snap["counts"]["live_worker_count"], 1001, "a healthy 1k-worker fleet plus the server itself");
+    eprintln!(
+        "snapshot JSON: {} bytes, {} findings",
+        text.len(),
+        snap["findings"].as_array().map_or(0, Vec::len)
+    );
     group.bench_function("snapshot_round_trip_1k_workers", |b| {
         b.iter(|| {
             rt.block_on(async {

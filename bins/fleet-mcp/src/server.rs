@@ -44,6 +44,14 @@ fn ok(value: Value) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(value.to_string())])
 }
 
+/// A success whose body is serialised straight to text (large bodies skip the
+/// intermediate JSON value).
+fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallToolResult> {
+    serde_json::to_string(value)
+        .map(|text| CallToolResult::success(vec![ContentBlock::text(text)]))
+        .map_err(|e| refuse("internal_error", e))
+}
+
 fn refuse(reason: &str, detail: impl std::fmt::Display) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(
         json!({ "error": reason, "detail": detail.to_string() }).to_string(),
@@ -252,7 +260,7 @@ impl FleetServer {
         &self,
         Parameters(p): Parameters<SnapshotParams>,
     ) -> CallToolResult {
-        finish((|| {
+        (|| {
             self.authorize(READ)?;
             let manifest = p
                 .expected_manifest
@@ -261,8 +269,9 @@ impl FleetServer {
                 .map_err(|e| refuse("invalid_manifest", e))?;
             let snap = take_snapshot(&self.ctx.location, manifest.as_ref(), &Policy::default(), now())
                 .map_err(|e| refuse("registry_unavailable", e))?;
-            Ok(serde_json::to_value(&snap).unwrap_or_default())
-        })())
+            ok_serialized(&snap)
+        })()
+        .unwrap_or_else(|refusal| refusal)
     }
 
     /// Dry-run plan of stale worker retirement: candidates, preserved rows with reasons,
@@ -277,14 +286,15 @@ impl FleetServer {
         &self,
         Parameters(p): Parameters<PlanParams>,
     ) -> CallToolResult {
-        finish((|| {
+        (|| {
             self.authorize(READ)?;
             let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
                 .map_err(|e| refuse("invalid_arguments", e))?;
             let plan =
                 plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
-            Ok(serde_json::to_value(&plan).unwrap_or_default())
-        })())
+            ok_serialized(&plan)
+        })()
+        .unwrap_or_else(|refusal| refusal)
     }
 
     /// Retire the planned stale workers, compare-and-swap protected: refused unless the
