@@ -382,3 +382,68 @@ fn parse_codex_toml(text: &str) -> Vec<(String, Vec<String>, BTreeMap<String, St
     }
     out
 }
+
+/// Apply's pre-checks each fail closed with their own reason, for a reconciler that
+/// holds the retire capability.
+#[tokio::test]
+async fn apply_pre_checks_fail_closed_each_with_its_own_reason() {
+    let apply_args = json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": ["wkr-x"]});
+
+    // Not registered: no instance environment.
+    let fleet = Fleet::new();
+    fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let unregistered = fleet.connect("reconciler", None, Some(&profiles)).await;
+    let r = call(&unregistered, "gitea_apply_stale_worker_retirement", apply_args.clone()).await;
+    assert_eq!(failed(&r).as_deref(), Some("worker_not_registered"));
+    unregistered.cancel().await.unwrap();
+
+    // The mutation gate closes for an instance ID the launcher never minted.
+    let copied = "inst-codex-20260730T120000Z-0123456789ab";
+    let untrusted = fleet.connect("reconciler", Some(copied), Some(&profiles)).await;
+    let r = call(&untrusted, "gitea_apply_stale_worker_retirement", apply_args.clone()).await;
+    assert_eq!(failed(&r).as_deref(), Some("mutation_gate_closed"));
+    assert!(body(&r)["detail"].as_str().unwrap().contains("untrusted_instance_identity"));
+    untrusted.cancel().await.unwrap();
+
+    // Cohort uniqueness: two authors in the reconciler's own instance.
+    let id = fleet.mint();
+    let reconciler = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    let author_a = fleet.connect("author", Some(&id), Some(&profiles)).await;
+    let author_b = fleet.connect("author", Some(&id), Some(&profiles)).await;
+    let r = call(&reconciler, "gitea_apply_stale_worker_retirement", apply_args.clone()).await;
+    assert_eq!(failed(&r).as_deref(), Some("cohort_not_unique"));
+    author_a.cancel().await.unwrap();
+    author_b.cancel().await.unwrap();
+
+    // The registry goes away under a running server.
+    std::fs::rename(&fleet.registry, fleet.dir.path().join("moved.sqlite3")).unwrap();
+    let r = call(&reconciler, "gitea_apply_stale_worker_retirement", apply_args.clone()).await;
+    assert_eq!(failed(&r).as_deref(), Some("registry_unavailable"));
+    let snap = call(&reconciler, "gitea_snapshot_instance_fleet", json!({})).await;
+    assert_eq!(failed(&snap).as_deref(), Some("registry_unavailable"), "the snapshot fails closed too");
+    reconciler.cancel().await.unwrap();
+}
+
+/// Removing the capability from profiles.json revokes apply at once, and leaves plan
+/// and every other capability untouched.
+#[tokio::test]
+async fn editing_profiles_revokes_apply_immediately() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("live.json", true);
+    let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    let args = json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": "wkr-x"});
+    let before = call(&client, "gitea_apply_stale_worker_retirement", args.clone()).await;
+    assert_eq!(
+        failed(&before).as_deref(),
+        Some("registry_revision_moved"),
+        "authorized, then refused by the registry"
+    );
+    std::fs::copy(fleet.profiles("without.json", false), &profiles).unwrap();
+    let after = call(&client, "gitea_apply_stale_worker_retirement", args).await;
+    assert_eq!(failed(&after).as_deref(), Some("permission_denied"));
+    let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
+    assert_eq!(failed(&plan), None);
+    client.cancel().await.unwrap();
+}
