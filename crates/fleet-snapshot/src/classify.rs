@@ -138,11 +138,16 @@ impl FleetSnapshot {
 }
 
 /// Whether a row's heartbeat no longer vouches for it at `now`.
-fn judge(row: &WorkerRow, probe: Option<ProcessVerdict>, now: Timestamp) -> WorkerState {
+fn judge(
+    row: &WorkerRow,
+    expires_at: Option<Timestamp>,
+    probe: Option<ProcessVerdict>,
+    now: Timestamp,
+) -> WorkerState {
     if row.status != WorkerStatus::Active {
         return WorkerState::Historical;
     }
-    let expired = match row.expires_at() {
+    let expired = match expires_at {
         Some(at) => now > at,
         // No parsable heartbeat or no TTL: nothing vouches for the row.
         None => true,
@@ -160,12 +165,18 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
     let mut rows: Vec<&WorkerRow> = input.rows.iter().collect();
     // Sorting on the full content makes every later step independent of input order,
     // even for rows that share a worker identity.
-    rows.sort_unstable_by(|a, b| {
-        a.worker_identity.cmp(&b.worker_identity).then_with(|| {
-            // Only rows that share an identity (a reuse finding) pay for this.
-            serde_json::to_string(a).unwrap_or_default().cmp(&serde_json::to_string(b).unwrap_or_default())
-        })
-    });
+    // Stores return rows ordered by identity; only an unordered input (or one with
+    // shared identities) pays for the sort.
+    if !rows.windows(2).all(|w| w[0].worker_identity < w[1].worker_identity) {
+        rows.sort_unstable_by(|a, b| {
+            a.worker_identity.cmp(&b.worker_identity).then_with(|| {
+                // Only rows that share an identity (a reuse finding) pay for this.
+                serde_json::to_string(a)
+                    .unwrap_or_default()
+                    .cmp(&serde_json::to_string(b).unwrap_or_default())
+            })
+        });
+    }
     let ledger: BTreeSet<ClientInstanceId> =
         input.ledger.iter().map(|i| i.client_instance_id.clone()).collect();
     let ledger_hosts: HashMap<&str, &fleet_identity::HostId> = input
@@ -178,18 +189,19 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
         .iter()
         .map(|row| {
             let liveness = input.probes.get(&row.worker_identity).copied();
+            let expires_at = row.expires_at();
             WorkerView {
                 worker_identity: row.worker_identity.clone(),
                 client_instance_id: row.client_instance_id.clone(),
                 namespace: row.namespace,
-                state: judge(row, liveness, input.now),
+                state: judge(row, expires_at, liveness, input.now),
                 status: row.status,
                 ownership_state: row.ownership_state,
                 pid: row.pid,
                 host_id: row.host_id.clone(),
                 generation_id: row.generation_id.clone(),
                 last_heartbeat_at: row.last_heartbeat_at.clone(),
-                expires_at: row.expires_at(),
+                expires_at,
                 liveness,
             }
         })
