@@ -87,17 +87,22 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             let mut registry = open_registry(location, OpenMode::MustExist)?;
             let report = registry.apply_retirement(&request, &Planner { ctx }, Some(&probe), at, &());
             drop(registry);
-            let snap = crate::snapshot_cmd::take(location, None, &Policy::default(), now())?;
-            let blockers: std::collections::BTreeMap<FindingCode, usize> =
-                snap.findings.iter().filter(|f| f.active_blocker).fold(Default::default(), |mut m, f| {
-                    *m.entry(f.code).or_default() += 1;
-                    m
-                });
-            let post_apply = serde_json::json!({
-                "live_fleet_safe": snap.live_fleet_safe,
-                "stale_worker_count": snap.counts.stale_worker_count,
-                "remaining_blockers": blockers,
-            });
+            // The apply's outcome is reported even when the follow-up snapshot cannot be
+            // taken: post_apply is then null and says why.
+            let post_apply = match crate::snapshot_cmd::take(location, None, &Policy::default(), now()) {
+                Ok(snap) => {
+                    let mut blockers: std::collections::BTreeMap<FindingCode, usize> = Default::default();
+                    for f in snap.findings.iter().filter(|f| f.active_blocker) {
+                        *blockers.entry(f.code).or_default() += 1;
+                    }
+                    serde_json::json!({
+                        "live_fleet_safe": snap.live_fleet_safe,
+                        "stale_worker_count": snap.counts.stale_worker_count,
+                        "remaining_blockers": blockers,
+                    })
+                }
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            };
             if common.json {
                 let mut v = serde_json::to_value(&report).unwrap_or_default();
                 v["post_apply"] = post_apply;
@@ -117,12 +122,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 if let Some(e) = &report.error {
                     println!("  error: {e}");
                 }
-                println!(
-                    "after: fleet {}, {} stale, blockers: {}",
-                    if snap.live_fleet_safe { "SAFE" } else { "UNSAFE" },
-                    snap.counts.stale_worker_count,
-                    blockers.iter().map(|(c, n)| format!("{c}×{n}")).collect::<Vec<_>>().join(", ")
-                );
+                println!("after: {post_apply}");
             }
             Ok(match report.outcome {
                 ApplyOutcome::Applied if report.retired_count > 0 => ExitCode::SUCCESS,
