@@ -167,7 +167,7 @@ impl<'a> Evidence<'a> {
         probes: &'a Probes,
     ) -> Self {
         let mut live = LiveIndex::default();
-        for row in rows.iter().filter(|r| may_be_live(r, probes)) {
+        for row in rows.iter().filter(|r| may_be_live(r, probes.get(&r.worker_identity).copied())) {
             *live.identities.entry(row.worker_identity.as_str()).or_default() += 1;
             if let Some(g) = &row.generation_id {
                 *live.generations.entry(g.as_str()).or_default() += 1;
@@ -184,11 +184,16 @@ impl<'a> Evidence<'a> {
         Self { rows, ledger, lease_owners, probes, live }
     }
 
+    /// The probe result for `row`, if it was probed.
+    pub fn probe_of(&self, row: &WorkerRow) -> Option<ProcessVerdict> {
+        self.probes.get(&row.worker_identity).copied()
+    }
+
     /// Whether a row other than `row` that may be live shares identity evidence with it:
     /// its identity, generation, process (host, boot, pid) or token.
     fn shares_evidence_with_a_live_row(&self, row: &WorkerRow) -> bool {
         // `row` itself is counted when it may be live, so look for more than that.
-        let me = usize::from(may_be_live(row, self.probes));
+        let me = usize::from(may_be_live(row, self.probe_of(row)));
         let more = |n: Option<&usize>| n.copied().unwrap_or(0) > me;
         let process = match (&row.host_id, row.pid) {
             (Some(h), Some(p)) => more(self.live.processes.get(&(
@@ -206,7 +211,7 @@ impl<'a> Evidence<'a> {
 
     /// Whether a row other than `row` that may be live claims its instance and namespace.
     fn slot_claimed_by_a_live_row(&self, row: &WorkerRow) -> bool {
-        let me = usize::from(may_be_live(row, self.probes));
+        let me = usize::from(may_be_live(row, self.probe_of(row)));
         self.live.slots.get(&(row.client_instance_id.as_deref(), row.namespace)).copied().unwrap_or(0) > me
     }
 }
@@ -226,9 +231,9 @@ fn missing_required(row: &WorkerRow) -> Vec<&'static str> {
 
 /// Whether a row may be live: active and not proved gone by the probe. Unprobed and
 /// unprobeable rows may be live.
-fn may_be_live(row: &WorkerRow, probes: &Probes) -> bool {
+fn may_be_live(row: &WorkerRow, probe: Option<ProcessVerdict>) -> bool {
     row.status == WorkerStatus::Active
-        && !matches!(probes.get(&row.worker_identity), Some(ProcessVerdict::Gone | ProcessVerdict::PidReused))
+        && !matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused))
 }
 
 /// The conjunction, in the seed's order.
@@ -241,11 +246,13 @@ pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Ve
     if !missing_required(row).is_empty() {
         return preserve(R::IncompleteRegistryIdentity);
     }
-    if row.heartbeat().is_none() {
+    let Some(beat) = row.heartbeat() else {
         return preserve(R::UnparsableHeartbeat);
-    }
-    let probe = ev.probes.get(&row.worker_identity).copied();
-    let expired = row.heartbeat_expired(ctx.now);
+    };
+    let probe = ev.probe_of(row);
+    // The TTL rule of the registry (`WorkerRow::heartbeat_expired`), on the beat parsed once.
+    let ttl = time::Duration::seconds(i64::from(row.heartbeat_ttl_s.unwrap_or(0)));
+    let expired = ctx.now > beat.saturating_add(ttl);
     let proved_gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
     // pid liveness can only withdraw liveness, never grant it.
     if !expired && !proved_gone {

@@ -87,7 +87,8 @@ pub fn canonical_row(row: &WorkerRow) -> String {
     out.push(',');
     push_text(&mut out, row.ownership_state.map(|o| o.as_str()));
     out.push(',');
-    push_text(&mut out, Some(&row.registered_at.to_string()));
+    // A parsed time is canonical as its instant: milliseconds since the epoch.
+    push_number(&mut out, u64::try_from(row.registered_at.unix_millis()).ok());
     out.push(',');
     push_text(&mut out, row.last_heartbeat_at.as_deref());
     out.push(',');
@@ -98,13 +99,15 @@ pub fn canonical_row(row: &WorkerRow) -> String {
     out
 }
 
+/// Hashes each row's canonical text, sorts the row hashes (so row order never matters),
+/// and hashes the sorted list. Sorting 32-byte hashes is cheaper than sorting the texts.
 fn digest<'a>(rows: impl Iterator<Item = &'a WorkerRow>) -> String {
-    let mut lines: Vec<String> = rows.map(canonical_row).collect();
-    lines.sort_unstable();
+    let mut hashes: Vec<[u8; 32]> =
+        rows.map(|row| *blake3::hash(canonical_row(row).as_bytes()).as_bytes()).collect();
+    hashes.sort_unstable();
     let mut hasher = blake3::Hasher::new();
-    for line in &lines {
-        hasher.update(&(line.len() as u64).to_le_bytes());
-        hasher.update(line.as_bytes());
+    for h in &hashes {
+        hasher.update(h);
     }
     format!("b3:{}", hasher.finalize().to_hex())
 }

@@ -113,9 +113,12 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     let mut eligible_rows = Vec::new();
     let mut rows: Vec<&WorkerRow> = ev.rows.iter().collect();
-    rows.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+    // Stores return rows ordered by identity; only unordered input pays for the sort.
+    if !rows.windows(2).all(|w| w[0].worker_identity <= w[1].worker_identity) {
+        rows.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+    }
     for row in rows {
-        let probe = ev.probes.get(&row.worker_identity).copied();
+        let probe = ev.probe_of(row);
         match assess(row, ev, ctx) {
             Verdict::EligibleStaleOrphan => {
                 eligible_rows.push(row);
