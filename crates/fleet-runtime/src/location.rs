@@ -5,7 +5,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use fleet_identity::Timestamp;
-use fleet_registry::{Registry, Store, StoreError, StoreErrorKind, Tx, WorkerCredential};
+use fleet_registry::{Registry, Store, StoreError, Tx, WorkerCredential};
+use registry_postgres::PostgresStore;
 use registry_sqlite::{OpenMode, SqliteStore};
 
 /// Why a registry location was refused.
@@ -100,18 +101,16 @@ impl fmt::Display for RegistryLocation {
 pub enum AnyStore {
     /// The embedded SQLite store.
     Sqlite(SqliteStore),
+    /// A PostgreSQL database, for fleets that span hosts.
+    Postgres(PostgresStore),
 }
 
 /// Opens the registry at `location`.
 pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Registry<AnyStore>, StoreError> {
     let store = match location {
         RegistryLocation::Sqlite(path) => AnyStore::Sqlite(SqliteStore::open(path, mode)?),
-        RegistryLocation::Postgres(_) => {
-            return Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!("registry {location}: the PostgreSQL backend is not part of this build"),
-            ));
-        }
+        // A reachable server is a usable registry: connecting migrates the schema.
+        RegistryLocation::Postgres(url) => AnyStore::Postgres(PostgresStore::connect(url)?),
     };
     Ok(Registry::new(store))
 }
@@ -124,6 +123,7 @@ impl Store for AnyStore {
     {
         match self {
             AnyStore::Sqlite(s) => s.write(f),
+            AnyStore::Postgres(s) => s.write(f),
         }
     }
 
@@ -134,12 +134,14 @@ impl Store for AnyStore {
     {
         match self {
             AnyStore::Sqlite(s) => s.read(f),
+            AnyStore::Postgres(s) => s.read(f),
         }
     }
 
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.touch_heartbeat(who, now),
+            AnyStore::Postgres(s) => s.touch_heartbeat(who, now),
         }
     }
 }

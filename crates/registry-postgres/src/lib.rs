@@ -1,0 +1,418 @@
+//! The PostgreSQL backend of the registry, for fleets that span hosts. It implements the
+//! same `Store` and `Tx` traits as the SQLite backend and passes the same conformance
+//! suite; the rules stay in `fleet-registry`.
+//!
+//! Writers are serialised by a transaction-scoped advisory lock taken as the first
+//! statement of every write transaction, the counterpart of SQLite's `BEGIN IMMEDIATE`;
+//! readers use a read-only repeatable-read transaction, one consistent view. Times are
+//! stored as the registry's canonical RFC 3339 text, so both backends hold the same
+//! values; the store's clock is the server's `clock_timestamp()`.
+
+// Store crates convert between Rust and SQL integers; every such cast must be checked.
+#![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
+
+mod rows;
+
+use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
+use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
+use fleet_registry::{
+    AuditEntry, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
+};
+use postgres::error::SqlState;
+use postgres::{Client, IsolationLevel, NoTls, Transaction};
+
+/// The advisory lock every write transaction holds (an arbitrary constant: "fleetwar").
+const WRITE_LOCK: i64 = 0x666c_6565_7477_6172;
+
+/// Each migration, in order; migration `i` brings the schema to version `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE instances (
+        client_instance_id TEXT PRIMARY KEY,
+        client_type        TEXT NOT NULL,
+        fleet_run_id       TEXT,
+        minted_at          TEXT NOT NULL,
+        host_id            TEXT
+    );
+    CREATE TABLE worker_registrations (
+        worker_identity     TEXT PRIMARY KEY,
+        client_type         TEXT,
+        client_instance_id  TEXT,
+        instance_provenance TEXT,
+        fleet_run_id        TEXT,
+        namespace           TEXT NOT NULL,
+        profile             TEXT,
+        session_id          TEXT,
+        generation_id       TEXT,
+        host_id             TEXT,
+        boot_id             TEXT,
+        pid                 BIGINT,
+        process_start_time  BIGINT,
+        repository          TEXT,
+        status              TEXT NOT NULL CHECK (status IN ('active', 'released', 'superseded', 'retired')),
+        ownership_state     TEXT CHECK (ownership_state IN ('owned', 'stale', 'orphaned', 'unowned')),
+        registered_at       TEXT NOT NULL,
+        last_heartbeat_at   TEXT,
+        heartbeat_ttl_s     BIGINT,
+        fencing_epoch       BIGINT,
+        token_fingerprint   TEXT,
+        code_revision       TEXT,
+        config_revision     TEXT,
+        profile_revision    TEXT,
+        schema_revision     TEXT,
+        retired_at          TEXT,
+        retired_by          TEXT,
+        retirement_reason   TEXT
+    );
+    CREATE INDEX worker_registrations_slot ON worker_registrations (client_instance_id, namespace);",
+    "CREATE TABLE leases (
+        lease_key      TEXT PRIMARY KEY,
+        kind           TEXT NOT NULL CHECK (kind IN ('connector', 'workflow', 'initialization')),
+        owner          TEXT NOT NULL,
+        lease_id       TEXT NOT NULL,
+        fencing_epoch  BIGINT NOT NULL CHECK (fencing_epoch > 0),
+        state          TEXT NOT NULL CHECK (state IN ('held', 'released')),
+        acquired_at    TEXT NOT NULL,
+        heartbeat_at   TEXT NOT NULL,
+        expires_at     TEXT NOT NULL,
+        released_at    TEXT,
+        updated_at     TEXT NOT NULL,
+        scopes         TEXT NOT NULL DEFAULT '[]',
+        target_version BIGINT,
+        init_status    TEXT CHECK (init_status IN ('initializing', 'ready', 'failed')),
+        failure_detail TEXT
+    );
+    CREATE TABLE lease_audit_log (
+        id             BIGSERIAL PRIMARY KEY,
+        event          TEXT NOT NULL,
+        outcome        TEXT NOT NULL,
+        reason         TEXT,
+        lease_key      TEXT NOT NULL,
+        kind           TEXT NOT NULL,
+        identity       TEXT,
+        binding        TEXT,
+        connector      TEXT,
+        fencing_epoch  BIGINT,
+        correlation_id TEXT,
+        at             TEXT NOT NULL
+    );
+    CREATE FUNCTION lease_audit_log_is_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'lease_audit_log is append-only'; END $$;
+    CREATE TRIGGER lease_audit_log_is_append_only BEFORE UPDATE OR DELETE ON lease_audit_log
+        FOR EACH ROW EXECUTE FUNCTION lease_audit_log_is_append_only();",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// A registry in a PostgreSQL database.
+pub struct PostgresStore {
+    client: Client,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostgresStore(..)")
+    }
+}
+
+pub(crate) fn map_error(e: postgres::Error) -> StoreError {
+    let kind = match e.code() {
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreErrorKind::Conflict,
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            StoreErrorKind::Busy
+        }
+        Some(c) if *c == SqlState::CHECK_VIOLATION || *c == SqlState::RAISE_EXCEPTION => {
+            StoreErrorKind::Invalid
+        }
+        _ => StoreErrorKind::Unavailable,
+    };
+    let message = match e.as_db_error() {
+        Some(db) => format!("registry error: {}", db.message()),
+        None => format!("registry error: {e}"),
+    };
+    StoreError::with_source(kind, message, e)
+}
+
+impl PostgresStore {
+    /// Connects to `url` and migrates the schema on the connection's search path.
+    pub fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_in_schema(url, None)
+    }
+
+    /// Connects and works inside `schema` (created if missing): one database can hold
+    /// several registries, as tests do.
+    pub fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
+        let mut client = Client::connect(url, NoTls).map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!("cannot connect to the PostgreSQL registry: {e}"),
+            )
+        })?;
+        if let Some(schema) = schema {
+            if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || schema.is_empty() {
+                return Err(StoreError::invalid(format!("schema name {schema:?} must be [A-Za-z0-9_]+")));
+            }
+            client
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema}"))
+                .map_err(map_error)?;
+        }
+        migrate(&mut client)?;
+        Ok(Self { client })
+    }
+}
+
+fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let mut tx = client.transaction().map_err(map_error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
+        .map_err(map_error)?;
+    let current: i64 = tx
+        .query_opt("SELECT version FROM fleet_schema_version", &[])
+        .map_err(map_error)?
+        .map_or(0, |r| r.get(0));
+    if current > SCHEMA_VERSION {
+        return Err(StoreError::new(
+            StoreErrorKind::NewerSchema,
+            format!("registry schema version {current} is newer than this build's {SCHEMA_VERSION}"),
+        ));
+    }
+    for sql in MIGRATIONS.iter().skip(usize::try_from(current).unwrap_or(0)) {
+        tx.batch_execute(sql).map_err(map_error)?;
+    }
+    tx.execute("DELETE FROM fleet_schema_version", &[]).map_err(map_error)?;
+    tx.execute("INSERT INTO fleet_schema_version (version) VALUES ($1)", &[&SCHEMA_VERSION])
+        .map_err(map_error)?;
+    tx.commit().map_err(map_error)
+}
+
+struct PgTx<'a, 'b> {
+    tx: &'a mut Transaction<'b>,
+}
+
+impl Tx for PgTx<'_, '_> {
+    fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM worker_registrations ORDER BY worker_identity COLLATE \"C\"",
+            *rows::LIST
+        );
+        self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_worker).collect()
+    }
+
+    fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
+        let sql = format!("SELECT {} FROM worker_registrations WHERE worker_identity = $1", *rows::LIST);
+        self.tx
+            .query_opt(&sql, &[&id.as_str()])
+            .map_err(map_error)?
+            .as_ref()
+            .map(rows::read_worker)
+            .transpose()
+    }
+
+    fn slot(&mut self, instance: &str, namespace: Namespace) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM worker_registrations WHERE client_instance_id = $1 AND namespace = $2 \
+             ORDER BY worker_identity COLLATE \"C\"",
+            *rows::LIST
+        );
+        self.tx
+            .query(&sql, &[&instance, &namespace.as_str()])
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_worker)
+            .collect()
+    }
+
+    fn insert_worker(&mut self, row: &WorkerRow) -> Result<(), StoreError> {
+        let values = rows::WorkerValues::of(row);
+        self.tx.execute(rows::insert_sql(), &values.params()).map_err(|e| {
+            let err = map_error(e);
+            if err.kind() == StoreErrorKind::Conflict {
+                StoreError::conflict(format!("worker {} is already registered", row.worker_identity))
+            } else {
+                err
+            }
+        })?;
+        Ok(())
+    }
+
+    fn replace_worker(&mut self, expected: &WorkerRow, new: &WorkerRow) -> Result<bool, StoreError> {
+        let (new, old) = (rows::WorkerValues::of(new), rows::WorkerValues::of(expected));
+        let mut params = new.params();
+        params.extend(old.params());
+        Ok(self.tx.execute(rows::replace_sql(), &params).map_err(map_error)? == 1)
+    }
+
+    fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM instances ORDER BY client_instance_id COLLATE \"C\"",
+            rows::INSTANCE_LIST
+        );
+        self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_instance).collect()
+    }
+
+    fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError> {
+        let sql = format!("SELECT {} FROM instances WHERE client_instance_id = $1", rows::INSTANCE_LIST);
+        self.tx
+            .query_opt(&sql, &[&id.as_str()])
+            .map_err(map_error)?
+            .as_ref()
+            .map(rows::read_instance)
+            .transpose()
+    }
+
+    fn insert_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError> {
+        self.tx
+            .execute(
+                "INSERT INTO instances (client_instance_id, client_type, fleet_run_id, minted_at, host_id) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &record.client_instance_id.as_str(),
+                    &record.client_type.as_str(),
+                    &record.fleet_run_id.as_ref().map(|f| f.as_str()),
+                    &record.minted_at.to_string(),
+                    &record.host_id.as_ref().map(|h| h.as_str()),
+                ],
+            )
+            .map_err(|e| {
+                let err = map_error(e);
+                if err.kind() == StoreErrorKind::Conflict {
+                    StoreError::conflict(format!(
+                        "instance {} is already recorded",
+                        record.client_instance_id
+                    ))
+                } else {
+                    err
+                }
+            })?;
+        Ok(())
+    }
+
+    fn store_now(&mut self) -> Result<Timestamp, StoreError> {
+        let text: String = self
+            .tx
+            .query_one(
+                "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+                &[],
+            )
+            .map_err(map_error)?
+            .get(0);
+        Timestamp::parse(&text).map_err(|e| StoreError::corrupt(format!("store clock: {e}")))
+    }
+
+    fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError> {
+        let sql = format!("SELECT {} FROM leases WHERE lease_key = $1", *rows::LEASE_LIST);
+        self.tx
+            .query_opt(&sql, &[&key.as_str()])
+            .map_err(map_error)?
+            .as_ref()
+            .map(rows::read_lease)
+            .transpose()
+    }
+
+    fn leases(&mut self, kind: Option<LeaseKind>) -> Result<Vec<LeaseRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM leases WHERE $1::TEXT IS NULL OR kind = $1 ORDER BY lease_key COLLATE \"C\"",
+            *rows::LEASE_LIST
+        );
+        self.tx
+            .query(&sql, &[&kind.map(LeaseKind::as_str)])
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_lease)
+            .collect()
+    }
+
+    fn put_lease(&mut self, expected: Option<&LeaseRecord>, new: &LeaseRecord) -> Result<bool, StoreError> {
+        let new_values = rows::LeaseValues::of(new);
+        let changed = match expected {
+            None => self.tx.execute(rows::lease_insert_sql(), &new_values.params()).map_err(map_error)?,
+            Some(old) => {
+                let old_values = rows::LeaseValues::of(old);
+                let mut params = new_values.params();
+                params.extend(old_values.params());
+                self.tx.execute(rows::lease_replace_sql(), &params).map_err(map_error)?
+            }
+        };
+        Ok(changed == 1)
+    }
+
+    fn append_audit(&mut self, e: &AuditEntry) -> Result<(), StoreError> {
+        let epoch = e.fencing_epoch.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+        self.tx
+            .execute(
+                "INSERT INTO lease_audit_log (event, outcome, reason, lease_key, kind, identity, binding, \
+                 connector, fencing_epoch, correlation_id, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &e.event,
+                    &e.outcome,
+                    &e.reason,
+                    &e.lease_key,
+                    &e.kind.as_str(),
+                    &e.identity,
+                    &e.binding,
+                    &e.connector,
+                    &epoch,
+                    &e.correlation_id,
+                    &e.at.to_string(),
+                ],
+            )
+            .map_err(map_error)?;
+        Ok(())
+    }
+
+    fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
+        self.tx
+            .query(
+                "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
+                 correlation_id, at FROM lease_audit_log WHERE $1::TEXT IS NULL OR lease_key = $1 ORDER BY id",
+                &[&key.map(LeaseKey::as_str)],
+            )
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_audit)
+            .collect()
+    }
+}
+
+impl Store for PostgresStore {
+    fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        let mut tx = self.client.transaction().map_err(map_error)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
+        let value = f(&mut PgTx { tx: &mut tx })?;
+        tx.commit().map_err(map_error)?;
+        Ok(value)
+    }
+
+    fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        let mut tx = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(map_error)?;
+        let value = f(&mut PgTx { tx: &mut tx })?;
+        tx.commit().map_err(map_error)?;
+        Ok(value)
+    }
+
+    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+        let changed = self
+            .client
+            .execute(
+                "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
+                 WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'",
+                &[&now.to_string(), &who.worker_identity.as_str(), &who.generation_id.as_str(), &who.token.fingerprint()],
+            )
+            .map_err(map_error)?;
+        Ok(changed == 1)
+    }
+}

@@ -1,0 +1,246 @@
+//! Rows to SQL parameters and back. Rows travel through their serde form, so the
+//! validation of `fleet-registry`'s row types (and its lenient reading of TTLs) applies
+//! to what the database returns, exactly as it does to an import.
+
+use std::sync::OnceLock;
+
+use fleet_lease::LeaseRecord;
+use fleet_registry::{AuditEntry, InstanceRecord, StoreError, WorkerRow};
+use postgres::Row;
+use postgres::types::ToSql;
+use serde_json::{Map, Value};
+
+const WORKER_COLUMNS: [&str; 28] = [
+    "worker_identity",
+    "client_type",
+    "client_instance_id",
+    "instance_provenance",
+    "fleet_run_id",
+    "namespace",
+    "profile",
+    "session_id",
+    "generation_id",
+    "host_id",
+    "boot_id",
+    "pid",
+    "process_start_time",
+    "repository",
+    "status",
+    "ownership_state",
+    "registered_at",
+    "last_heartbeat_at",
+    "heartbeat_ttl_s",
+    "fencing_epoch",
+    "token_fingerprint",
+    "code_revision",
+    "config_revision",
+    "profile_revision",
+    "schema_revision",
+    "retired_at",
+    "retired_by",
+    "retirement_reason",
+];
+const WORKER_INTEGERS: [&str; 4] = ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch"];
+
+const LEASE_COLUMNS: [&str; 15] = [
+    "lease_key",
+    "kind",
+    "owner",
+    "lease_id",
+    "fencing_epoch",
+    "state",
+    "acquired_at",
+    "heartbeat_at",
+    "expires_at",
+    "released_at",
+    "updated_at",
+    "scopes",
+    "target_version",
+    "init_status",
+    "failure_detail",
+];
+const LEASE_INTEGERS: [&str; 2] = ["fencing_epoch", "target_version"];
+
+fn joined(columns: &[&str]) -> String {
+    columns.join(", ")
+}
+
+pub(crate) static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| joined(&WORKER_COLUMNS));
+pub(crate) static LEASE_LIST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| joined(&LEASE_COLUMNS));
+pub(crate) const INSTANCE_LIST: &str = "client_instance_id, client_type, fleet_run_id, minted_at, host_id";
+
+fn insert(table: &str, columns: &[&str]) -> String {
+    let marks: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
+    format!("INSERT INTO {table} ({}) VALUES ({})", joined(columns), marks.join(", "))
+}
+
+/// `UPDATE … SET every column WHERE every column IS NOT DISTINCT FROM its expected value`.
+fn replace(table: &str, columns: &[&str], integers: &[&str]) -> String {
+    let n = columns.len();
+    let cast = |c: &str| if integers.contains(&c) { "::BIGINT" } else { "::TEXT" };
+    let set: Vec<String> = columns.iter().enumerate().map(|(i, c)| format!("{c} = ${}", i + 1)).collect();
+    let guard: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} IS NOT DISTINCT FROM ${}{}", n + i + 1, cast(c)))
+        .collect();
+    format!("UPDATE {table} SET {} WHERE {}", set.join(", "), guard.join(" AND "))
+}
+
+pub(crate) fn insert_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| insert("worker_registrations", &WORKER_COLUMNS))
+}
+
+pub(crate) fn replace_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| replace("worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS))
+}
+
+pub(crate) fn lease_insert_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| format!("{} ON CONFLICT (lease_key) DO NOTHING", insert("leases", &LEASE_COLUMNS)))
+}
+
+pub(crate) fn lease_replace_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| replace("leases", &LEASE_COLUMNS, &LEASE_INTEGERS))
+}
+
+/// Owned parameter values of one row, in column order.
+pub(crate) struct Values(Vec<Box<dyn ToSql + Sync>>);
+
+impl Values {
+    fn from_object(object: &Map<String, Value>, columns: &[&str], integers: &[&str]) -> Self {
+        let values = columns
+            .iter()
+            .map(|c| -> Box<dyn ToSql + Sync> {
+                let value = object.get(*c).unwrap_or(&Value::Null);
+                if integers.contains(c) {
+                    Box::new(value.as_i64())
+                } else {
+                    Box::new(match value {
+                        Value::Null => None,
+                        Value::String(s) => Some(s.clone()),
+                        other => Some(other.to_string()),
+                    })
+                }
+            })
+            .collect();
+        Self(values)
+    }
+
+    pub(crate) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.0.iter().map(|b| b.as_ref()).collect()
+    }
+}
+
+/// A worker row's parameters.
+pub(crate) struct WorkerValues;
+
+impl WorkerValues {
+    pub(crate) fn of(row: &WorkerRow) -> Values {
+        let object = match serde_json::to_value(row) {
+            Ok(Value::Object(o)) => o,
+            _ => Map::new(),
+        };
+        Values::from_object(&object, &WORKER_COLUMNS, &WORKER_INTEGERS)
+    }
+}
+
+/// A lease's parameters: `init` is spread over three columns, scopes kept as JSON text.
+pub(crate) struct LeaseValues;
+
+impl LeaseValues {
+    pub(crate) fn of(lease: &LeaseRecord) -> Values {
+        let mut object = match serde_json::to_value(lease) {
+            Ok(Value::Object(o)) => o,
+            _ => Map::new(),
+        };
+        let scopes = object.remove("scopes").unwrap_or_else(|| Value::Array(Vec::new()));
+        object.insert("scopes".into(), Value::String(scopes.to_string()));
+        if let Some(Value::Object(init)) = object.remove("init") {
+            object
+                .insert("target_version".into(), init.get("target_version").cloned().unwrap_or(Value::Null));
+            object.insert("init_status".into(), init.get("status").cloned().unwrap_or(Value::Null));
+            object
+                .insert("failure_detail".into(), init.get("failure_detail").cloned().unwrap_or(Value::Null));
+        }
+        Values::from_object(&object, &LEASE_COLUMNS, &LEASE_INTEGERS)
+    }
+}
+
+fn object(row: &Row, columns: &[&str], integers: &[&str]) -> Result<Map<String, Value>, StoreError> {
+    let mut out = Map::new();
+    for (i, c) in columns.iter().enumerate() {
+        let value = if integers.contains(c) {
+            row.try_get::<_, Option<i64>>(i).map(|v| v.map_or(Value::Null, Value::from))
+        } else {
+            row.try_get::<_, Option<String>>(i).map(|v| v.map_or(Value::Null, Value::String))
+        };
+        out.insert((*c).to_owned(), value.map_err(|e| StoreError::corrupt(format!("column {c}: {e}")))?);
+    }
+    // Absent optional columns are left out rather than null, as an export writes them.
+    out.retain(|_, v| !v.is_null());
+    Ok(out)
+}
+
+fn key_of(object: &Map<String, Value>, column: &str) -> String {
+    object.get(column).and_then(Value::as_str).unwrap_or("?").to_owned()
+}
+
+pub(crate) fn read_worker(row: &Row) -> Result<WorkerRow, StoreError> {
+    let object = object(row, &WORKER_COLUMNS, &WORKER_INTEGERS)?;
+    let key = key_of(&object, "worker_identity");
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| StoreError::corrupt(format!("registry row {key} is invalid: {e}")))
+}
+
+pub(crate) fn read_instance(row: &Row) -> Result<InstanceRecord, StoreError> {
+    let columns = ["client_instance_id", "client_type", "fleet_run_id", "minted_at", "host_id"];
+    let object = object(row, &columns, &[])?;
+    let key = key_of(&object, "client_instance_id");
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| StoreError::corrupt(format!("ledger entry {key} is invalid: {e}")))
+}
+
+pub(crate) fn read_lease(row: &Row) -> Result<LeaseRecord, StoreError> {
+    let mut object = object(row, &LEASE_COLUMNS, &LEASE_INTEGERS)?;
+    let key = key_of(&object, "lease_key");
+    let scopes = object.remove("scopes").and_then(|s| s.as_str().and_then(|t| serde_json::from_str(t).ok()));
+    object.insert("scopes".into(), scopes.unwrap_or_else(|| Value::Array(Vec::new())));
+    let (target, status, detail) =
+        (object.remove("target_version"), object.remove("init_status"), object.remove("failure_detail"));
+    let init = match (target, status) {
+        (Some(t), Some(s)) => {
+            serde_json::json!({ "target_version": t, "status": s, "failure_detail": detail.unwrap_or(Value::Null) })
+        }
+        _ => Value::Null,
+    };
+    object.insert("init".into(), init);
+    object.entry("released_at").or_insert(Value::Null);
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| StoreError::corrupt(format!("lease {key} is invalid: {e}")))
+}
+
+pub(crate) fn read_audit(row: &Row) -> Result<AuditEntry, StoreError> {
+    let corrupt = |e: postgres::Error| StoreError::corrupt(format!("audit log: {e}"));
+    let epoch: Option<i64> = row.try_get(9).map_err(corrupt)?;
+    let kind: String = row.try_get(5).map_err(corrupt)?;
+    let at: String = row.try_get(11).map_err(corrupt)?;
+    Ok(AuditEntry {
+        id: row.try_get(0).map_err(corrupt)?,
+        event: row.try_get(1).map_err(corrupt)?,
+        outcome: row.try_get(2).map_err(corrupt)?,
+        reason: row.try_get(3).map_err(corrupt)?,
+        lease_key: row.try_get(4).map_err(corrupt)?,
+        kind: kind.parse().map_err(StoreError::corrupt)?,
+        identity: row.try_get(6).map_err(corrupt)?,
+        binding: row.try_get(7).map_err(corrupt)?,
+        connector: row.try_get(8).map_err(corrupt)?,
+        fencing_epoch: epoch.and_then(|e| u64::try_from(e).ok()),
+        correlation_id: row.try_get(10).map_err(corrupt)?,
+        at: fleet_identity::Timestamp::parse(&at).map_err(|e| StoreError::corrupt(e.to_string()))?,
+    })
+}

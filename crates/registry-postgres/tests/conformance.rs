@@ -1,0 +1,59 @@
+//! The registry conformance suite against a real PostgreSQL server, one fresh schema per
+//! store, dropped with it. The server comes from `FLEET_TEST_POSTGRES_URL`: CI sets it,
+//! and there an unreachable server fails every test; without it (a machine without
+//! PostgreSQL) each case says it skipped.
+
+use fleet_identity::Timestamp;
+use fleet_registry::{Store, StoreError, Tx, WorkerCredential};
+use registry_postgres::PostgresStore;
+
+fn url() -> Option<String> {
+    std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty())
+}
+
+/// A store in a schema of its own, dropped when the store is.
+struct Scratch {
+    store: PostgresStore,
+    url: String,
+    schema: String,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        }
+    }
+}
+
+impl Store for Scratch {
+    fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.store.write(f)
+    }
+
+    fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.store.read(f)
+    }
+
+    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+        self.store.touch_heartbeat(who, now)
+    }
+}
+
+fn fresh() -> Scratch {
+    let url = url().expect("FLEET_TEST_POSTGRES_URL");
+    let schema = format!("fleet_test_{}", uuid::Uuid::now_v7().simple());
+    let store =
+        PostgresStore::connect_in_schema(&url, Some(&schema)).expect("connect to the test PostgreSQL server");
+    Scratch { store, url, schema }
+}
+
+fleet_registry::registry_conformance!(skip_unless = crate::url().is_some(), crate::fresh());
