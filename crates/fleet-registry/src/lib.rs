@@ -26,5 +26,7 @@ pub use registry::{
 pub use retire::{
     ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, PlanSummary, Preserved, RetirementPlanner,
 };
-pub use rows::{DumpError, InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus};
+pub use rows::{
+    DumpError, InstanceRecord, OwnershipState, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+};
 pub use store::{ImportSummary, Store, Tx};

@@ -93,6 +93,39 @@ fn lenient_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Er
     }
 }
 
+/// The columns of `worker_registrations`, in the order every backend stores and reads
+/// them (the field names of [`WorkerRow`]).
+pub const WORKER_COLUMNS: [&str; 28] = [
+    "worker_identity",
+    "client_type",
+    "client_instance_id",
+    "instance_provenance",
+    "fleet_run_id",
+    "namespace",
+    "profile",
+    "session_id",
+    "generation_id",
+    "host_id",
+    "boot_id",
+    "pid",
+    "process_start_time",
+    "repository",
+    "status",
+    "ownership_state",
+    "registered_at",
+    "last_heartbeat_at",
+    "heartbeat_ttl_s",
+    "fencing_epoch",
+    "token_fingerprint",
+    "code_revision",
+    "config_revision",
+    "profile_revision",
+    "schema_revision",
+    "retired_at",
+    "retired_by",
+    "retirement_reason",
+];
+
 /// One row of `worker_registrations`: one worker process, never deleted.
 ///
 /// Only the key, the namespace, the status and the registration time are required:

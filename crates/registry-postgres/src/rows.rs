@@ -10,36 +10,8 @@ use postgres::Row;
 use postgres::types::ToSql;
 use serde_json::{Map, Value};
 
-const WORKER_COLUMNS: [&str; 28] = [
-    "worker_identity",
-    "client_type",
-    "client_instance_id",
-    "instance_provenance",
-    "fleet_run_id",
-    "namespace",
-    "profile",
-    "session_id",
-    "generation_id",
-    "host_id",
-    "boot_id",
-    "pid",
-    "process_start_time",
-    "repository",
-    "status",
-    "ownership_state",
-    "registered_at",
-    "last_heartbeat_at",
-    "heartbeat_ttl_s",
-    "fencing_epoch",
-    "token_fingerprint",
-    "code_revision",
-    "config_revision",
-    "profile_revision",
-    "schema_revision",
-    "retired_at",
-    "retired_by",
-    "retirement_reason",
-];
+use fleet_registry::WORKER_COLUMNS;
+
 const WORKER_INTEGERS: [&str; 4] = ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch"];
 
 const LEASE_COLUMNS: [&str; 15] = [

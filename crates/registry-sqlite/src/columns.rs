@@ -10,42 +10,10 @@ use rusqlite::Row;
 use rusqlite::types::Value;
 
 /// Every column of `worker_registrations`, in the order of [`values`] and [`read_worker`].
-pub(crate) const COLUMNS: [&str; 28] = [
-    "worker_identity",
-    "client_type",
-    "client_instance_id",
-    "instance_provenance",
-    "fleet_run_id",
-    "namespace",
-    "profile",
-    "session_id",
-    "generation_id",
-    "host_id",
-    "boot_id",
-    "pid",
-    "process_start_time",
-    "repository",
-    "status",
-    "ownership_state",
-    "registered_at",
-    "last_heartbeat_at",
-    "heartbeat_ttl_s",
-    "fencing_epoch",
-    "token_fingerprint",
-    "code_revision",
-    "config_revision",
-    "profile_revision",
-    "schema_revision",
-    "retired_at",
-    "retired_by",
-    "retirement_reason",
-];
+pub(crate) use fleet_registry::WORKER_COLUMNS as COLUMNS;
 
-pub(crate) const LIST: &str = "worker_identity, client_type, client_instance_id, instance_provenance, \
-    fleet_run_id, namespace, profile, session_id, generation_id, host_id, boot_id, pid, \
-    process_start_time, repository, status, ownership_state, registered_at, last_heartbeat_at, \
-    heartbeat_ttl_s, fencing_epoch, token_fingerprint, code_revision, config_revision, \
-    profile_revision, schema_revision, retired_at, retired_by, retirement_reason";
+/// The columns as a `SELECT` list.
+pub(crate) static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| COLUMNS.join(", "));
 
 pub(crate) const INSTANCE_LIST: &str = "client_instance_id, client_type, fleet_run_id, minted_at, host_id";
 
@@ -53,7 +21,7 @@ pub(crate) fn insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
         let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
-        format!("INSERT INTO worker_registrations ({LIST}) VALUES ({})", marks.join(", "))
+        format!("INSERT INTO worker_registrations ({}) VALUES ({})", *LIST, marks.join(", "))
     })
 }
 

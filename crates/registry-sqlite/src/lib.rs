@@ -180,14 +180,14 @@ struct SqliteTx<'a> {
 
 impl Tx for SqliteTx<'_> {
     fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
-        let sql = format!("SELECT {} FROM worker_registrations ORDER BY worker_identity", columns::LIST);
+        let sql = format!("SELECT {} FROM worker_registrations ORDER BY worker_identity", *columns::LIST);
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
         let rows = stmt.query_map([], columns::read_worker).map_err(map_error)?;
         rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
-        let sql = format!("SELECT {} FROM worker_registrations WHERE worker_identity = ?1", columns::LIST);
+        let sql = format!("SELECT {} FROM worker_registrations WHERE worker_identity = ?1", *columns::LIST);
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
         stmt.query_row([id.as_str()], columns::read_worker).optional().map_err(map_error)?.transpose()
     }
@@ -196,7 +196,7 @@ impl Tx for SqliteTx<'_> {
         let sql = format!(
             "SELECT {} FROM worker_registrations WHERE client_instance_id = ?1 AND namespace = ?2 \
              ORDER BY worker_identity",
-            columns::LIST
+            *columns::LIST
         );
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
         let rows =
