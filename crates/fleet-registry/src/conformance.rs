@@ -451,6 +451,125 @@ pub fn initialization_runs_once_per_version<S: Store>(store: S) {
     assert!(matches!(registry.init_start(&key, 2, "proc-d", SHORT).expect("store"), InitDecision::Run(_)));
 }
 
+/// A planner for the apply cases: every active row marked stale is a candidate; the
+/// tokens are the sorted identities with their status and heartbeat. The real rules live
+/// in `fleet-retirement`; these cases pin the apply mechanics each backend must honour.
+#[derive(Debug)]
+struct StaleRowsPlanner;
+
+impl crate::RetirementPlanner for StaleRowsPlanner {
+    fn registry_fingerprint(&self, rows: &[crate::WorkerRow]) -> String {
+        let mut parts: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{}:{}:{:?}", r.worker_identity, r.status, r.last_heartbeat_at))
+            .collect();
+        parts.sort();
+        parts.join("|")
+    }
+
+    fn plan(
+        &self,
+        rows: &[crate::WorkerRow],
+        _: &[InstanceRecord],
+        lease_owners: &std::collections::BTreeSet<String>,
+        _: &std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>,
+    ) -> crate::PlanSummary {
+        let candidates: std::collections::BTreeSet<_> = rows
+            .iter()
+            .filter(|r| r.status == WorkerStatus::Active && r.ownership_state == Some(OwnershipState::Stale))
+            .filter(|r| !lease_owners.contains(r.worker_identity.as_str()))
+            .map(|r| r.worker_identity.clone())
+            .collect();
+        crate::PlanSummary {
+            candidate_fingerprint: candidates.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
+            candidates,
+            reasons: Default::default(),
+        }
+    }
+}
+
+/// Writes a workflow lease for `owner` inside the apply's own transaction, just before
+/// its first write: the lease fence must trip and roll everything back.
+#[derive(Debug)]
+struct LeaseBeforeWrite;
+
+impl crate::BeforeWrite for LeaseBeforeWrite {
+    fn before_write(
+        &self,
+        tx: &mut dyn crate::Tx,
+        worker: &fleet_identity::WorkerIdentity,
+    ) -> Result<(), StoreError> {
+        let tenure = fleet_lease::Tenure {
+            owner: worker.to_string(),
+            lease_id: fleet_lease::LeaseId::new("lease-sneaky").expect("valid"),
+            ttl: time::Duration::seconds(60),
+            scopes: Vec::new(),
+        };
+        let key = lkey("workflow:sneaky");
+        let now = tx.store_now()?;
+        let (_, lease) =
+            fleet_lease::decide_acquire(None, &key, fleet_lease::LeaseKind::Workflow, &tenure, now)
+                .map_err(|d| StoreError::invalid(d.to_string()))?;
+        tx.put_lease(None, &lease)?;
+        Ok(())
+    }
+}
+
+/// Apply retires only on matching tokens and a fresh proof of death, replays as
+/// `already_retired`, retires nothing without a probe, and rolls back whole when the
+/// lease fence moves.
+pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) {
+    use crate::{ApplyOutcome, ApplyRequest};
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let dead = registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    let also_dead = registry
+        .register(&registration(Namespace::Merger, process(102, 5002), "gen-c"), &token(3), at(0), &probe)
+        .expect("register");
+    let live = registry
+        .register(&registration(Namespace::Reviewer, process(101, 5001), "gen-b"), &token(2), at(0), &probe)
+        .expect("register");
+    registry.heartbeat(&credential(&live, "gen-b", 2), at(40)).expect("heartbeat");
+    let stale = registry.mark_expired_stale(at(45)).expect("sweep");
+    assert_eq!(stale.len(), 2);
+    probe.set(&process(100, 5000), ProcessVerdict::Gone);
+    probe.set(&process(102, 5002), ProcessVerdict::Gone);
+
+    let rows = registry.workers().expect("read");
+    let planner = StaleRowsPlanner;
+    let summary =
+        crate::RetirementPlanner::plan(&planner, &rows, &[], &Default::default(), &Default::default());
+    let request = ApplyRequest {
+        registry_fingerprint: crate::RetirementPlanner::registry_fingerprint(&planner, &rows),
+        candidate_fingerprint: summary.candidate_fingerprint.clone(),
+        worker_identities: vec![dead.row.worker_identity.clone(), also_dead.row.worker_identity.clone()],
+        retired_by: "conformance".into(),
+    };
+
+    let before = registry.export().expect("export");
+    let moved = ApplyRequest { registry_fingerprint: "stale-token".into(), ..request.clone() };
+    let report = registry.apply_retirement(&moved, &planner, Some(&probe), at(50), &());
+    assert_eq!(report.outcome, ApplyOutcome::RegistryRevisionMoved);
+    let report = registry.apply_retirement(&request, &planner, None, at(50), &());
+    assert_eq!(report.outcome, ApplyOutcome::LivenessReprobeUnavailable);
+    let report = registry.apply_retirement(&request, &planner, Some(&probe), at(50), &LeaseBeforeWrite);
+    assert_eq!(report.outcome, ApplyOutcome::TransactionFailed);
+    assert!(!report.success && report.retired.is_empty());
+    assert_eq!(registry.export().expect("export"), before, "a failed apply writes nothing");
+    assert!(registry.leases(None).expect("leases").is_empty(), "not even the lease written inside it");
+
+    let report = registry.apply_retirement(&request, &planner, Some(&probe), at(50), &());
+    assert_eq!(report.outcome, ApplyOutcome::Applied);
+    assert_eq!(report.retired_count, 2);
+    let retired =
+        registry.workers().expect("read").into_iter().filter(|r| r.status == WorkerStatus::Retired).count();
+    assert_eq!(retired, 2);
+    let replay = registry.apply_retirement(&request, &planner, Some(&probe), at(51), &());
+    assert_eq!(replay.outcome, ApplyOutcome::AlreadyRetired);
+}
+
 /// Generates one `#[test]` per conformance case; `$open` must yield a fresh empty store.
 /// With `skip_unless = COND`, each case runs only when `COND` holds (a backend whose
 /// server may be absent on a developer's machine) and says so when it skips.
@@ -479,7 +598,8 @@ macro_rules! registry_conformance {
                 a_failed_write_rolls_back,
                 connector_leases_are_insert_only_and_fenced,
                 workflow_leases_protect_their_owners,
-                initialization_runs_once_per_version
+                initialization_runs_once_per_version,
+                apply_retires_only_what_the_plan_and_the_probe_prove
             );
 
             #[test]
