@@ -114,3 +114,48 @@ fn a_worker_registers_and_releases_through_postgres() {
         "it heartbeat"
     );
 }
+
+#[test]
+fn eight_concurrent_initializers_on_postgres_run_the_command_once() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let url = schema.url();
+    let fleet = Fleet::new();
+    let counter = fleet.dir.path().join("runs");
+    let script = format!("echo run >> '{}'; sleep 0.3", counter.display());
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            fleet
+                .fleetctl()
+                .env("FLEET_REGISTRY", &url)
+                .args([
+                    "initialize",
+                    "--key",
+                    "schema",
+                    "--target-version",
+                    "1",
+                    "--ttl",
+                    "5",
+                    "--poll-ms",
+                    "20",
+                    "--",
+                ])
+                .args(["sh", "-c", &script])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "every starter reports ready");
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().lines().count(), 1, "the command ran exactly once");
+    let audit =
+        fleet.fleetctl().env("FLEET_REGISTRY", &url).args(["lease", "audit", "--json"]).output().unwrap();
+    let log: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let starts = log.as_array().unwrap().iter().filter(|e| e["event"] == "init_start").count();
+    assert_eq!(starts, 1);
+}
