@@ -95,6 +95,9 @@ pub(crate) enum LeaseCmd {
         /// Scopes for a connector lease (repeatable).
         #[arg(long = "scope")]
         scopes: Vec<String>,
+        /// Connector policy file (default: deny every connector takeover).
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Show one lease, or every lease.
     Show {
@@ -174,6 +177,16 @@ impl ConnectorPolicy for StaticPolicy {
     ) -> PolicyDecision {
         self.allows(id, c, s, t)
     }
+}
+
+/// The connector policy: the file given, or deny everything.
+fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failure> {
+    let Some(path) = path else { return Ok(Box::new(DenyAll)) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("cannot read policy {}: {e}", path.display())))?;
+    let policy: StaticPolicy = serde_json::from_str(&text)
+        .map_err(|e| Failure::usage(format!("policy {} is not valid: {e}", path.display())))?;
+    Ok(Box::new(policy))
 }
 
 fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
@@ -263,16 +276,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let (key, kind, connector) = parse_key(&target.key)?;
             let ttl = secs(ttl)?;
             let scopes = scopes(&raw)?;
-            let policy: Box<dyn ConnectorPolicy> = match policy {
-                Some(path) => {
-                    let text = std::fs::read_to_string(&path)
-                        .map_err(|e| Failure::usage(format!("cannot read policy {}: {e}", path.display())))?;
-                    Box::new(serde_json::from_str::<StaticPolicy>(&text).map_err(|e| {
-                        Failure::usage(format!("policy {} is not valid: {e}", path.display()))
-                    })?)
-                }
-                None => Box::new(DenyAll),
-            };
+            let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
             let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
             let result = match &connector {
@@ -304,13 +308,26 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let result = open_registry(location, OpenMode::MustExist)?.release_lease(&key, &holder, &ctx)?;
             report(result, target.json)
         }
-        LeaseCmd::Takeover { target, owner, expected_epoch, ttl, scopes: raw } => {
+        LeaseCmd::Takeover { target, owner, expected_epoch, ttl, scopes: raw, policy } => {
             let (key, _, connector) = parse_key(&target.key)?;
             let epoch = FencingEpoch::new(expected_epoch).map_err(|e| Failure::usage(e.to_string()))?;
             let (ttl, scopes) = (secs(ttl)?, scopes(&raw)?);
+            let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
-            let result = open_registry(location, OpenMode::MustExist)?
-                .take_over_lease(&key, epoch, &owner, ttl, &scopes, &ctx)?;
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let result = match &connector {
+                Some(id) => registry.take_over_connector_lease(
+                    id,
+                    epoch,
+                    &owner,
+                    &scopes,
+                    ttl,
+                    GrantLimits::default(),
+                    policy.as_ref(),
+                    &ctx,
+                )?,
+                None => registry.take_over_lease(&key, epoch, &owner, ttl, &scopes, &ctx)?,
+            };
             report(result, target.json)
         }
         LeaseCmd::Show { key, json } => {

@@ -220,3 +220,130 @@ fn a_contention_storm_never_gives_two_holders_one_epoch() {
         }
     }
 }
+
+#[test]
+fn connector_leases_through_the_cli_follow_policy_insert_only_and_takeover() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    let key = "connector:acme/agent-7/slack-main";
+    let policy = fleet.dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        serde_json::json!({"allow": [{"tenant": "acme", "agent": "agent-7", "binding": "slack-main",
+            "connector": "conn-a", "scopes": ["chat.read"], "max_ttl_s": 120}]})
+        .to_string(),
+    )
+    .unwrap();
+    let json = |out: std::process::Output| -> (Option<i32>, serde_json::Value) {
+        (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
+    };
+    // The default policy denies every connector lease.
+    let (code, denied) = json(fleet.ctl(&[
+        "lease",
+        "acquire",
+        "--key",
+        key,
+        "--owner",
+        "conn-a",
+        "--scope",
+        "chat.read",
+        "--json",
+    ]));
+    assert_eq!((code, denied["reason"].as_str()), (Some(1), Some("policy_denied")));
+    let policy_arg = policy.to_str().unwrap();
+    let (code, out_of_policy) = json(fleet.ctl(&[
+        "lease",
+        "acquire",
+        "--key",
+        key,
+        "--owner",
+        "conn-a",
+        "--scope",
+        "chat.write",
+        "--policy",
+        policy_arg,
+        "--json",
+    ]));
+    assert_eq!((code, out_of_policy["reason"].as_str()), (Some(1), Some("policy_denied")));
+    let (code, acquired) = json(fleet.ctl(&[
+        "lease",
+        "acquire",
+        "--key",
+        key,
+        "--owner",
+        "conn-a",
+        "--scope",
+        "Chat.Read",
+        "--ttl",
+        "1",
+        "--policy",
+        policy_arg,
+        "--json",
+    ]));
+    assert_eq!(code, Some(0));
+    assert_eq!(acquired["lease"]["scopes"], serde_json::json!(["chat.read"]), "scopes are normalized");
+    let (code, held) = json(fleet.ctl(&[
+        "lease",
+        "acquire",
+        "--key",
+        key,
+        "--owner",
+        "conn-a",
+        "--scope",
+        "chat.read",
+        "--policy",
+        policy_arg,
+        "--json",
+    ]));
+    assert_eq!((code, held["reason"].as_str()), (Some(1), Some("lease_held")));
+    std::thread::sleep(Duration::from_millis(1100));
+    let (_, lapsed) = json(fleet.ctl(&[
+        "lease",
+        "acquire",
+        "--key",
+        key,
+        "--owner",
+        "conn-a",
+        "--scope",
+        "chat.read",
+        "--policy",
+        policy_arg,
+        "--json",
+    ]));
+    assert_eq!(lapsed["reason"], "takeover_required", "acquisition is insert-only");
+    let takeover = |extra: &[&str]| {
+        let mut args = vec!["lease", "takeover", "--key", key, "--owner", "conn-a", "--expected-epoch", "1"];
+        args.extend(["--scope", "chat.read", "--json"]);
+        args.extend(extra);
+        json(fleet.ctl(&args))
+    };
+    let (code, unauthorized) = takeover(&[]);
+    assert_eq!(
+        (code, unauthorized["reason"].as_str()),
+        (Some(1), Some("policy_denied")),
+        "takeover is authorized too"
+    );
+    let (code, taken) = takeover(&["--policy", policy_arg]);
+    assert_eq!(code, Some(0), "{taken}");
+    assert_eq!(taken["lease"]["fencing_epoch"], 2);
+    let (code, stale) = json(fleet.ctl(&[
+        "lease",
+        "renew",
+        "--key",
+        key,
+        "--owner",
+        "conn-a",
+        "--lease-id",
+        acquired["lease"]["lease_id"].as_str().unwrap(),
+        "--epoch",
+        "1",
+        "--json",
+    ]));
+    assert_eq!((code, stale["reason"].as_str()), (Some(1), Some("stale_epoch")));
+    let audit = fleet.ctl(&["lease", "audit", "--key", key]);
+    let table = String::from_utf8(audit.stdout).unwrap();
+    assert!(
+        table.contains("policy_denied") && table.contains("taken_over") && !table.contains("chat.read"),
+        "{table}"
+    );
+}

@@ -114,6 +114,24 @@ fn audit(
     })
 }
 
+/// The cap and policy checks every connector lease passes before the store is touched.
+fn connector_refusal(
+    identity: &ConnectorIdentity,
+    connector: &str,
+    scopes: &[String],
+    ttl: Duration,
+    limits: GrantLimits,
+    policy: &dyn ConnectorPolicy,
+) -> Option<LeaseDenial> {
+    if ttl > limits.max_lease_ttl() || ttl <= Duration::ZERO {
+        Some(LeaseDenial::TtlExceedsCap)
+    } else if policy.authorize_lease(identity, connector, scopes, Some(ttl)) != PolicyDecision::Allow {
+        Some(LeaseDenial::PolicyDenied)
+    } else {
+        None
+    }
+}
+
 /// Writes `next` over `current` by compare-and-swap; inside the write transaction only a
 /// broken store can make it miss.
 fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &LeaseRecord) -> Result<(), StoreError> {
@@ -159,33 +177,59 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         let key = identity.lease_key();
-        let refused = if ttl > limits.max_lease_ttl() || ttl <= Duration::ZERO {
-            Some(LeaseDenial::TtlExceedsCap)
-        } else if policy.authorize_lease(identity, connector, scopes, Some(ttl)) != PolicyDecision::Allow {
-            Some(LeaseDenial::PolicyDenied)
-        } else {
-            None
-        };
-        if let Some(denial) = refused {
-            return self.store_mut().write(|tx| {
-                let now = tx.store_now()?;
-                let current = tx.lease(&key)?;
-                audit(
-                    tx,
-                    "acquire",
-                    Err(denial),
-                    current.as_ref(),
-                    &key,
-                    LeaseKind::Connector,
-                    connector,
-                    ctx,
-                    None,
-                    now,
-                )?;
-                Ok(Err(denial))
-            });
+        if let Some(denial) = connector_refusal(identity, connector, scopes, ttl, limits, policy) {
+            return self.audit_refusal(&key, "acquire", denial, connector, ctx);
         }
         self.acquire_lease(&key, LeaseKind::Connector, connector, ttl, scopes, ctx)
+    }
+
+    /// The authorized takeover of a connector lease: the same cap and policy checks as
+    /// acquisition, then the compare-and-swap on the expected epoch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn take_over_connector_lease(
+        &mut self,
+        identity: &ConnectorIdentity,
+        expected_epoch: FencingEpoch,
+        connector: &str,
+        scopes: &[String],
+        ttl: Duration,
+        limits: GrantLimits,
+        policy: &dyn ConnectorPolicy,
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        let key = identity.lease_key();
+        if let Some(denial) = connector_refusal(identity, connector, scopes, ttl, limits, policy) {
+            return self.audit_refusal(&key, "takeover", denial, connector, ctx);
+        }
+        self.take_over_lease(&key, expected_epoch, connector, ttl, scopes, ctx)
+    }
+
+    /// Records a refusal decided before the lease was read, and returns it.
+    fn audit_refusal(
+        &mut self,
+        key: &LeaseKey,
+        event: &str,
+        denial: LeaseDenial,
+        connector: &str,
+        ctx: &AuditContext,
+    ) -> Result<LeaseResult, StoreError> {
+        self.store_mut().write(|tx| {
+            let now = tx.store_now()?;
+            let current = tx.lease(key)?;
+            audit(
+                tx,
+                event,
+                Err(denial),
+                current.as_ref(),
+                key,
+                LeaseKind::Connector,
+                connector,
+                ctx,
+                None,
+                now,
+            )?;
+            Ok(Err(denial))
+        })
     }
 
     /// Renews the holder's lease for another `ttl` from the store's now.
