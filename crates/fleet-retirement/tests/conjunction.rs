@@ -241,3 +241,22 @@ fn the_plan_is_deterministic_and_counts_its_reasons() {
     let again = plan(&ev, &world.ctx);
     assert_eq!(p, again);
 }
+
+#[test]
+fn every_registry_column_is_either_fingerprinted_or_deliberately_excluded() {
+    let excluded = [
+        "token_fingerprint",
+        "code_revision",
+        "config_revision",
+        "profile_revision",
+        "schema_revision",
+        "retired_at",
+        "retired_by",
+        "retirement_reason",
+    ];
+    let mut classified: Vec<&str> = FINGERPRINT_FIELDS.iter().chain(excluded.iter()).copied().collect();
+    classified.sort_unstable();
+    let mut columns = fleet_registry::WORKER_COLUMNS.to_vec();
+    columns.sort_unstable();
+    assert_eq!(classified, columns, "a new column must be fingerprinted or excluded on purpose");
+}
