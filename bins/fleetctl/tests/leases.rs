@@ -237,79 +237,26 @@ fn connector_leases_through_the_cli_follow_policy_insert_only_and_takeover() {
     let json = |out: std::process::Output| -> (Option<i32>, serde_json::Value) {
         (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
     };
-    // The default policy denies every connector lease.
-    let (code, denied) = json(fleet.ctl(&[
-        "lease",
-        "acquire",
-        "--key",
-        key,
-        "--owner",
-        "conn-a",
-        "--scope",
-        "chat.read",
-        "--json",
-    ]));
-    assert_eq!((code, denied["reason"].as_str()), (Some(1), Some("policy_denied")));
     let policy_arg = policy.to_str().unwrap();
-    let (code, out_of_policy) = json(fleet.ctl(&[
-        "lease",
-        "acquire",
-        "--key",
-        key,
-        "--owner",
-        "conn-a",
-        "--scope",
-        "chat.write",
-        "--policy",
-        policy_arg,
-        "--json",
-    ]));
+    // `lease acquire` of the key by conn-a with `scope`, plus `extra` arguments.
+    let acquire = |scope: &str, extra: &[&str]| {
+        let mut args =
+            vec!["lease", "acquire", "--key", key, "--owner", "conn-a", "--scope", scope, "--json"];
+        args.extend(extra);
+        json(fleet.ctl(&args))
+    };
+    // The default policy denies every connector lease.
+    let (code, denied) = acquire("chat.read", &[]);
+    assert_eq!((code, denied["reason"].as_str()), (Some(1), Some("policy_denied")));
+    let (code, out_of_policy) = acquire("chat.write", &["--policy", policy_arg]);
     assert_eq!((code, out_of_policy["reason"].as_str()), (Some(1), Some("policy_denied")));
-    let (code, acquired) = json(fleet.ctl(&[
-        "lease",
-        "acquire",
-        "--key",
-        key,
-        "--owner",
-        "conn-a",
-        "--scope",
-        "Chat.Read",
-        "--ttl",
-        "1",
-        "--policy",
-        policy_arg,
-        "--json",
-    ]));
+    let (code, acquired) = acquire("Chat.Read", &["--ttl", "1", "--policy", policy_arg]);
     assert_eq!(code, Some(0));
     assert_eq!(acquired["lease"]["scopes"], serde_json::json!(["chat.read"]), "scopes are normalized");
-    let (code, held) = json(fleet.ctl(&[
-        "lease",
-        "acquire",
-        "--key",
-        key,
-        "--owner",
-        "conn-a",
-        "--scope",
-        "chat.read",
-        "--policy",
-        policy_arg,
-        "--json",
-    ]));
+    let (code, held) = acquire("chat.read", &["--policy", policy_arg]);
     assert_eq!((code, held["reason"].as_str()), (Some(1), Some("lease_held")));
     std::thread::sleep(Duration::from_millis(1100));
-    let (_, lapsed) = json(fleet.ctl(&[
-        "lease",
-        "acquire",
-        "--key",
-        key,
-        "--owner",
-        "conn-a",
-        "--scope",
-        "chat.read",
-        "--policy",
-        policy_arg,
-        "--json",
-    ]));
+    let (_, lapsed) = acquire("chat.read", &["--policy", policy_arg]);
     assert_eq!(lapsed["reason"], "takeover_required", "acquisition is insert-only");
     let takeover = |extra: &[&str]| {
         let mut args = vec!["lease", "takeover", "--key", key, "--owner", "conn-a", "--expected-epoch", "1"];
