@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fleet_identity::ClientInstanceId;
+use fleet_registry::OpenMode;
 use fleet_registry::Registry;
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 
 fn launcher(registry: &std::path::Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleet-launch"));

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use fleet_registry::OpenMode;
 use fleet_registry::{Registry, RegistryDump};
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};

@@ -61,7 +61,7 @@ fn register(
         repository,
         revisions: Revisions {
             code: Some(env!("CARGO_PKG_VERSION").to_owned()),
-            schema: Some(registry_sqlite::SCHEMA_VERSION.to_string()),
+            schema: Some(fleet_registry::SCHEMA_VERSION.to_string()),
             ..Revisions::default()
         },
     };

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
 use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
 use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, InstanceRecord, WorkerRow};
-use fleet_retirement::Planner;
+
+use fleet_registry::OpenMode;
 use fleet_runtime::{
     InstanceEnv, RegistryLocation, now, open_registry, plan_retirement, retirement_context, take_snapshot,
 };
 use fleet_snapshot::{FindingCode, Manifest, Policy, mutation_gate};
-use registry_sqlite::OpenMode;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
@@ -206,7 +206,7 @@ impl FleetServer {
             retired_by: me.worker_identity.to_string(),
         };
         let at = ctx.now;
-        let report = registry.apply_retirement(&request, &Planner { ctx }, Some(&probe), at, &());
+        let report = registry.apply_retirement(&request, &ctx, Some(&probe), at, &());
         let value = serde_json::to_value(&report).unwrap_or_default();
         match report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => Ok(value),

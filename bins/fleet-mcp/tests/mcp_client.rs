@@ -107,7 +107,7 @@ fn failed(result: &CallToolResult) -> Option<String> {
 
 fn workers(fleet: &Fleet) -> Vec<fleet_registry::WorkerRow> {
     let store =
-        registry_sqlite::SqliteStore::open(&fleet.registry, registry_sqlite::OpenMode::MustExist).unwrap();
+        registry_sqlite::SqliteStore::open(&fleet.registry, fleet_registry::OpenMode::MustExist).unwrap();
     fleet_registry::Registry::new(store).workers().unwrap()
 }
 

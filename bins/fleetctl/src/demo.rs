@@ -7,9 +7,9 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use fleet_identity::{ClientType, Namespace};
+use fleet_registry::OpenMode;
 use fleet_registry::{Registry, WorkerRow, WorkerStatus};
 use fleet_runtime::{AnyStore, Failure, Launch, RegistryLocation, now, open_registry};
-use registry_sqlite::OpenMode;
 
 use crate::worker_cmd::list_table;
 
@@ -189,13 +189,7 @@ fn retire(location: &RegistryLocation, stale: &[fleet_identity::WorkerIdentity])
             retired_by: "fleetctl-demo".into(),
         };
         let at = ctx.now;
-        let report = registry(location)?.apply_retirement(
-            &request,
-            &fleet_retirement::Planner { ctx },
-            Some(&probe),
-            at,
-            &(),
-        );
+        let report = registry(location)?.apply_retirement(&request, &ctx, Some(&probe), at, &());
         println!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …");
         let outcome = serde_json::to_value(report.outcome).unwrap_or_default();
         println!(

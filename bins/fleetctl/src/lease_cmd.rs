@@ -9,9 +9,9 @@ use fleet_lease::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, FencingEpoch, GrantLimits, Holder, LeaseId, LeaseKey,
     LeaseKind, LeaseRecord, PolicyDecision, normalize_scopes,
 };
+use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, LeaseResult};
 use fleet_runtime::{Failure, RegistryLocation, open_registry};
-use registry_sqlite::OpenMode;
 use serde::Deserialize;
 use time::Duration;
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use fleet_registry::OpenMode;
 use fleet_registry::RegistryDump;
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
-use registry_sqlite::OpenMode;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum RegistryCmd {

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use fleet_identity::WorkerIdentity;
 use fleet_probe::LocalProbe;
+use fleet_registry::OpenMode;
 use fleet_registry::{ApplyOutcome, ApplyRequest};
-use fleet_retirement::{Plan, Planner, RetirementContext};
+use fleet_retirement::{Plan, RetirementContext};
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 use fleet_snapshot::{FindingCode, Policy};
-use registry_sqlite::OpenMode;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Common {
@@ -85,7 +85,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 retired_by: format!("fleetctl-pid-{}", std::process::id()),
             };
             let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let report = registry.apply_retirement(&request, &Planner { ctx }, Some(&probe), at, &());
+            let report = registry.apply_retirement(&request, &ctx, Some(&probe), at, &());
             drop(registry);
             // The apply's outcome is reported even when the follow-up snapshot cannot be
             // taken: post_apply is then null and says why.

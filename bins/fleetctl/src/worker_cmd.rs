@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::Subcommand;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
+use fleet_registry::OpenMode;
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
 use fleet_runtime::{
     Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
 };
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
-use registry_sqlite::OpenMode;
 
 use crate::table;
 
@@ -160,7 +160,7 @@ fn revisions() -> Revisions {
         code: Some(var("FLEET_CODE_REVISION").unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned())),
         config: var("FLEET_CONFIG_REVISION"),
         profile: var("FLEET_PROFILE_REVISION"),
-        schema: Some(registry_sqlite::SCHEMA_VERSION.to_string()),
+        schema: Some(fleet_registry::SCHEMA_VERSION.to_string()),
     }
 }
 

@@ -149,7 +149,7 @@ fn lease_hammer_helper() {
     let Some(path) = std::env::var_os("FLEET_HAMMER_REGISTRY") else { return };
     let me = std::env::var("FLEET_HAMMER_ID").unwrap();
     let store =
-        registry_sqlite::SqliteStore::open(std::path::Path::new(&path), registry_sqlite::OpenMode::MustExist)
+        registry_sqlite::SqliteStore::open(std::path::Path::new(&path), fleet_registry::OpenMode::MustExist)
             .unwrap();
     let mut registry = fleet_registry::Registry::new(store);
     let key = LeaseKey::new("workflow:hot").unwrap();

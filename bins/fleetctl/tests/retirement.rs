@@ -165,8 +165,8 @@ fn a_lease_acquired_between_plan_and_apply_protects_its_owner() {
 
 #[test]
 fn a_revived_pid_between_plan_and_apply_is_never_retired() {
-    use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
     use fleet_registry::{ApplyOutcome, ApplyRequest, BeforeWrite};
+    use fleet_registry::{LivenessProbe, ProcessIdentity, ProcessVerdict};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// The OS answer, until `revived` is set; then this very process answers alive.
@@ -213,26 +213,14 @@ fn a_revived_pid_between_plan_and_apply_is_never_retired() {
         retired_by: "test".into(),
     };
     let now = ctx.now;
-    let report = fleet.open().apply_retirement(
-        &request,
-        &fleet_retirement::Planner { ctx },
-        Some(&probe),
-        now,
-        &ReviveBeforeWrite(&probe),
-    );
+    let report = fleet.open().apply_retirement(&request, &ctx, Some(&probe), now, &ReviveBeforeWrite(&probe));
     assert_eq!(report.outcome, ApplyOutcome::Applied);
     assert_eq!(report.retired_count, 0);
     assert_eq!(report.preserved[0].reason_code, "pid_alive");
     assert_eq!(fleet.workers()[0].status, WorkerStatus::Active);
 
     // Without a probe nothing is retired at all.
-    let none = fleet.open().apply_retirement(
-        &request,
-        &fleet_retirement::Planner { ctx: retire_ctx() },
-        None,
-        now,
-        &(),
-    );
+    let none = fleet.open().apply_retirement(&request, &retire_ctx(), None, now, &());
     assert_eq!(none.outcome, ApplyOutcome::LivenessReprobeUnavailable);
 }
 
@@ -289,13 +277,8 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
     };
     let probe = fleet_probe::LocalProbe::new().unwrap();
     let hook = AcquireBeforeSecondWrite(std::cell::Cell::new(0));
-    let report = fleet.open().apply_retirement(
-        &request,
-        &fleet_retirement::Planner { ctx: retire_ctx() },
-        Some(&probe),
-        retire_ctx().now,
-        &hook,
-    );
+    let report =
+        fleet.open().apply_retirement(&request, &retire_ctx(), Some(&probe), retire_ctx().now, &hook);
     assert_eq!(hook.0.get(), 2, "the first row was processed before the lease moved");
     assert_eq!(report.outcome, ApplyOutcome::TransactionFailed);
     assert!(!report.success && !report.mutation_performed);
@@ -336,8 +319,8 @@ fn killing_the_applier_at_any_moment_leaves_none_or_all_retired() {
         std::thread::sleep(Duration::from_millis(delay_ms));
         let _ = Command::new("kill").args(["-KILL", &applier.id().to_string()]).status();
         let _ = applier.wait();
-        let store = registry_sqlite::SqliteStore::open(&fleet.registry, registry_sqlite::OpenMode::MustExist)
-            .unwrap();
+        let store =
+            registry_sqlite::SqliteStore::open(&fleet.registry, fleet_registry::OpenMode::MustExist).unwrap();
         store.integrity_check().unwrap();
         let retired = fleet.workers().iter().filter(|r| r.status == WorkerStatus::Retired).count();
         assert!(retired == 0 || retired == 5, "after a kill at {delay_ms} ms, {retired} of 5 retired");

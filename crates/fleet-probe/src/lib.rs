@@ -4,16 +4,19 @@
 //! Liveness is answered as `alive`, `gone` or `unknown`, never guessed. A process we may
 //! not signal (`EPERM`) exists, so it is alive. A pid whose current start time differs
 //! from the recorded one belongs to a different incarnation of that number.
+//!
+//! The values it hands back ([`ProcessIdentity`], [`Liveness`], [`ProcessVerdict`]) and
+//! the [`LivenessProbe`] trait it implements belong to `fleet-model`.
 
 use std::fs;
 use std::io;
 use std::path::Path;
 
 use fleet_identity::{BootId, HostId, IdentityError, Pid, ProcessStartTime};
+use fleet_model::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid as NixPid;
-use serde::{Deserialize, Serialize};
 
 /// Why a piece of process evidence could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -100,18 +103,6 @@ pub fn process_start_time(pid: Pid) -> Result<Option<ProcessStartTime>, ProbeErr
         .transpose()
 }
 
-/// The answer to "is this process alive?".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Liveness {
-    /// The process exists and is running (or we may not signal it, which proves it exists).
-    Alive,
-    /// There is no such process, or only its unreaped exit status remains.
-    Gone,
-    /// The probe could not tell.
-    Unknown,
-}
-
 /// Whether the pid number is occupied, without asking which incarnation holds it.
 pub fn probe_pid(pid: Pid) -> Liveness {
     match kill(NixPid::from_raw(pid.as_raw()), None) {
@@ -125,20 +116,6 @@ pub fn probe_pid(pid: Pid) -> Liveness {
         Err(Errno::ESRCH) => Liveness::Gone,
         Err(_) => Liveness::Unknown,
     }
-}
-
-/// What a recorded process (pid plus start time) is doing now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProcessVerdict {
-    /// The very process that was recorded is still alive.
-    Alive,
-    /// That process is gone and nothing else holds its pid number.
-    Gone,
-    /// That process is gone, but the pid number now belongs to a different incarnation.
-    PidReused,
-    /// The probe could not tell.
-    Unknown,
 }
 
 /// Probes the recorded process `pid` that started at `start_time` on this boot.
@@ -155,41 +132,19 @@ pub fn probe_process(pid: Pid, start_time: ProcessStartTime) -> ProcessVerdict {
     }
 }
 
-/// Everything that names one process: machine, boot, pid and start time.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ProcessIdentity {
-    /// The machine.
-    pub host_id: HostId,
-    /// The boot of the machine.
-    pub boot_id: BootId,
-    /// The pid number.
-    pub pid: Pid,
-    /// The start time of the incarnation that holds the pid number.
-    pub process_start_time: ProcessStartTime,
+/// The identity of process `pid` on this machine, now.
+pub fn process_identity(pid: Pid) -> Result<ProcessIdentity, ProbeError> {
+    let process_start_time = process_start_time(pid)?.ok_or_else(|| ProbeError::Invalid {
+        path: format!("/proc/{pid}/stat"),
+        detail: "no such process".into(),
+    })?;
+    Ok(ProcessIdentity { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time })
 }
 
-impl ProcessIdentity {
-    /// The identity of process `pid` on this machine, now.
-    pub fn of(pid: Pid) -> Result<Self, ProbeError> {
-        let process_start_time = process_start_time(pid)?.ok_or_else(|| ProbeError::Invalid {
-            path: format!("/proc/{pid}/stat"),
-            detail: "no such process".into(),
-        })?;
-        Ok(Self { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time })
-    }
-
-    /// The identity of the calling process.
-    pub fn current() -> Result<Self, ProbeError> {
-        let pid = Pid::new(i64::from(std::process::id())).map_err(|e| invalid("getpid", e))?;
-        Self::of(pid)
-    }
-}
-
-/// A source of liveness answers about recorded processes. The OS implements it; tests
-/// may script it.
-pub trait LivenessProbe {
-    /// What the recorded process is doing now, judged from this machine.
-    fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict;
+/// The identity of the calling process.
+pub fn current_process() -> Result<ProcessIdentity, ProbeError> {
+    let pid = Pid::new(i64::from(std::process::id())).map_err(|e| invalid("getpid", e))?;
+    process_identity(pid)
 }
 
 /// The liveness probe of this machine: it can speak only of processes on this host and

@@ -3,10 +3,8 @@
 use std::process::{Child, Command};
 
 use fleet_identity::{Pid, ProcessStartTime};
-use fleet_probe::{
-    Liveness, LivenessProbe, LocalProbe, ProcessIdentity, ProcessVerdict, probe_pid, probe_process,
-    process_start_time,
-};
+use fleet_model::{Liveness, LivenessProbe, ProcessVerdict};
+use fleet_probe::{LocalProbe, probe_pid, probe_process, process_start_time};
 
 fn sleeper() -> (Child, Pid) {
     let child = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
@@ -66,7 +64,7 @@ fn a_process_we_may_not_signal_is_alive() {
 #[test]
 fn the_local_probe_refuses_to_speak_for_other_hosts() {
     let probe = LocalProbe::new().unwrap();
-    let mut me = ProcessIdentity::current().unwrap();
+    let mut me = fleet_probe::current_process().unwrap();
     assert_eq!(probe.probe(&me), ProcessVerdict::Alive);
     me.host_id = fleet_identity::HostId::new("00000000000000000000000000000001").unwrap();
     assert_eq!(probe.probe(&me), ProcessVerdict::Unknown);

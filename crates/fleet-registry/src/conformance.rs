@@ -9,7 +9,7 @@ use fleet_identity::{
     BootId, ClientInstanceId, ClientType, GenerationId, HostId, LegacyPlaceholder, Namespace, Pid,
     ProcessStartTime, SessionId, Timestamp,
 };
-use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+use fleet_model::{LivenessProbe, ProcessIdentity, ProcessVerdict};
 
 use crate::{
     HeartbeatTtl, InstanceRecord, InstanceRef, OwnershipState, Registration, RegistrationOutcome, Registry,
@@ -451,41 +451,19 @@ pub fn initialization_runs_once_per_version<S: Store>(store: S) {
     assert!(matches!(registry.init_start(&key, 2, "proc-d", SHORT).expect("store"), InitDecision::Run(_)));
 }
 
-/// A planner for the apply cases: every active row marked stale is a candidate; the
-/// tokens are the sorted identities with their status and heartbeat. The real rules live
-/// in `fleet-retirement`; these cases pin the apply mechanics each backend must honour.
-#[derive(Debug)]
-struct StaleRowsPlanner;
-
-impl crate::RetirementPlanner for StaleRowsPlanner {
-    fn registry_fingerprint(&self, rows: &[crate::WorkerRow]) -> String {
-        let mut parts: Vec<String> = rows
-            .iter()
-            .map(|r| format!("{}:{}:{:?}", r.worker_identity, r.status, r.last_heartbeat_at))
-            .collect();
-        parts.sort();
-        parts.join("|")
+/// Where the apply cases run retirement: the test host and boot, the test repository.
+fn retirement_context(now: Timestamp) -> fleet_retirement::RetirementContext {
+    let here = process(1, 1);
+    fleet_retirement::RetirementContext {
+        host_id: here.host_id,
+        boot_id: Some(here.boot_id),
+        canonical_repository: repository(),
+        now,
     }
+}
 
-    fn plan(
-        &self,
-        rows: &[crate::WorkerRow],
-        _: &[InstanceRecord],
-        lease_owners: &std::collections::BTreeSet<String>,
-        _: &std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>,
-    ) -> crate::PlanSummary {
-        let candidates: std::collections::BTreeSet<_> = rows
-            .iter()
-            .filter(|r| r.status == WorkerStatus::Active && r.ownership_state == Some(OwnershipState::Stale))
-            .filter(|r| !lease_owners.contains(r.worker_identity.as_str()))
-            .map(|r| r.worker_identity.clone())
-            .collect();
-        crate::PlanSummary {
-            candidate_fingerprint: candidates.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(","),
-            candidates,
-            reasons: Default::default(),
-        }
-    }
+fn repository() -> fleet_identity::Repository {
+    fleet_identity::Repository::new("/srv/repo").expect("valid")
 }
 
 /// Writes a workflow lease for `owner` inside the apply's own transaction, just before
@@ -521,15 +499,20 @@ impl crate::BeforeWrite for LeaseBeforeWrite {
 pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) {
     use crate::{ApplyOutcome, ApplyRequest};
     let mut registry = Registry::new(store);
+    registry.record_instance(&ledger_entry()).expect("record");
     let probe = ScriptedProbe::default();
+    let bound = |namespace, process, generation| Registration {
+        repository: Some(repository()),
+        ..registration(namespace, process, generation)
+    };
     let dead = registry
-        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .register(&bound(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
         .expect("register");
     let also_dead = registry
-        .register(&registration(Namespace::Merger, process(102, 5002), "gen-c"), &token(3), at(0), &probe)
+        .register(&bound(Namespace::Merger, process(102, 5002), "gen-c"), &token(3), at(0), &probe)
         .expect("register");
     let live = registry
-        .register(&registration(Namespace::Reviewer, process(101, 5001), "gen-b"), &token(2), at(0), &probe)
+        .register(&bound(Namespace::Reviewer, process(101, 5001), "gen-b"), &token(2), at(0), &probe)
         .expect("register");
     registry.heartbeat(&credential(&live, "gen-b", 2), at(40)).expect("heartbeat");
     let stale = registry.mark_expired_stale(at(45)).expect("sweep");
@@ -538,35 +521,40 @@ pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) 
     probe.set(&process(102, 5002), ProcessVerdict::Gone);
 
     let rows = registry.workers().expect("read");
-    let planner = StaleRowsPlanner;
-    let summary =
-        crate::RetirementPlanner::plan(&planner, &rows, &[], &Default::default(), &Default::default());
+    let ctx = retirement_context(at(50));
+    let ledger = [instance()].into_iter().collect();
+    let probes =
+        rows.iter().filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?)))).collect();
+    let owners = Default::default();
+    let plan =
+        fleet_retirement::plan(&fleet_retirement::Evidence::new(&rows, &ledger, &owners, &probes), &ctx);
+    assert_eq!(plan.candidate_count, 2, "{plan:?}");
     let request = ApplyRequest {
-        registry_fingerprint: crate::RetirementPlanner::registry_fingerprint(&planner, &rows),
-        candidate_fingerprint: summary.candidate_fingerprint.clone(),
+        registry_fingerprint: plan.registry_fingerprint.clone(),
+        candidate_fingerprint: plan.candidate_fingerprint.clone(),
         worker_identities: vec![dead.row.worker_identity.clone(), also_dead.row.worker_identity.clone()],
         retired_by: "conformance".into(),
     };
 
     let before = registry.export().expect("export");
     let moved = ApplyRequest { registry_fingerprint: "stale-token".into(), ..request.clone() };
-    let report = registry.apply_retirement(&moved, &planner, Some(&probe), at(50), &());
+    let report = registry.apply_retirement(&moved, &ctx, Some(&probe), at(50), &());
     assert_eq!(report.outcome, ApplyOutcome::RegistryRevisionMoved);
-    let report = registry.apply_retirement(&request, &planner, None, at(50), &());
+    let report = registry.apply_retirement(&request, &ctx, None, at(50), &());
     assert_eq!(report.outcome, ApplyOutcome::LivenessReprobeUnavailable);
-    let report = registry.apply_retirement(&request, &planner, Some(&probe), at(50), &LeaseBeforeWrite);
+    let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &LeaseBeforeWrite);
     assert_eq!(report.outcome, ApplyOutcome::TransactionFailed);
     assert!(!report.success && report.retired.is_empty());
     assert_eq!(registry.export().expect("export"), before, "a failed apply writes nothing");
     assert!(registry.leases(None).expect("leases").is_empty(), "not even the lease written inside it");
 
-    let report = registry.apply_retirement(&request, &planner, Some(&probe), at(50), &());
+    let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &());
     assert_eq!(report.outcome, ApplyOutcome::Applied);
     assert_eq!(report.retired_count, 2);
     let retired =
         registry.workers().expect("read").into_iter().filter(|r| r.status == WorkerStatus::Retired).count();
     assert_eq!(retired, 2);
-    let replay = registry.apply_retirement(&request, &planner, Some(&probe), at(51), &());
+    let replay = registry.apply_retirement(&request, &ctx, Some(&probe), at(51), &());
     assert_eq!(replay.outcome, ApplyOutcome::AlreadyRetired);
 }
 

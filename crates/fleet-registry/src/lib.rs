@@ -1,6 +1,7 @@
-//! The worker registry, independent of any database: the row types of DESIGN.md, the
-//! store traits a backend implements, and the algorithms written once over those traits
-//! (registration, heartbeats, release, the stale sweep, import and export).
+//! The worker registry, independent of any database: the store traits a backend
+//! implements, and the algorithms written once over those traits (registration,
+//! heartbeats, release, the stale sweep, import and export, leases, and the retirement
+//! apply, which composes the pure `fleet-retirement` rules with a live probe).
 //!
 //! A backend implements [`Store`] and [`Tx`]: a handful of primitive reads and guarded
 //! writes, run inside the transactions the backend opens. Everything with a rule in it
@@ -11,7 +12,6 @@ mod error;
 mod leases;
 mod registry;
 mod retire;
-mod rows;
 mod store;
 
 #[cfg(feature = "conformance")]
@@ -23,10 +23,12 @@ pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
     WorkerCredential, WorkerToken,
 };
-pub use retire::{
-    ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, PlanSummary, Preserved, RetirementPlanner,
+pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved};
+pub use store::{ImportSummary, OpenMode, SCHEMA_VERSION, Store, Tx};
+
+/// The rows the registry stores and the probe values its rules consult, from the data
+/// model at the bottom of the graph.
+pub use fleet_model::{
+    DumpError, InstanceRecord, Liveness, LivenessProbe, OwnershipState, ProcessIdentity, ProcessVerdict,
+    RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
 };
-pub use rows::{
-    DumpError, InstanceRecord, OwnershipState, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
-};
-pub use store::{ImportSummary, Store, Tx};

@@ -8,11 +8,13 @@ use fleet_identity::{
     ClientInstanceId, ClientType, FleetRunId, GenerationId, LegacyPlaceholder, Namespace, Profile,
     Repository, SessionId, Timestamp, WorkerIdentity,
 };
-use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+use fleet_model::{
+    InstanceRecord, LivenessProbe, OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump, WorkerRow,
+    WorkerStatus,
+};
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::rows::{InstanceRecord, OwnershipState, RegistryDump, WorkerRow, WorkerStatus};
 use crate::store::{ImportSummary, Store, Tx};
 
 /// The instance a worker says it belongs to: a launcher ID, or a legacy placeholder
@@ -350,22 +352,6 @@ fn lost_registration(who: &WorkerCredential, row: Option<&WorkerRow>) -> StoreEr
     }
 }
 
-fn same_process(row: &WorkerRow, process: &ProcessIdentity) -> bool {
-    row.host_id.as_ref() == Some(&process.host_id)
-        && row.boot_id.as_ref() == Some(&process.boot_id)
-        && row.pid == Some(process.pid)
-        && row.process_start_time == Some(process.process_start_time)
-}
-
-fn row_process(row: &WorkerRow) -> Option<ProcessIdentity> {
-    Some(ProcessIdentity {
-        host_id: row.host_id.clone()?,
-        boot_id: row.boot_id.clone()?,
-        pid: row.pid?,
-        process_start_time: row.process_start_time?,
-    })
-}
-
 fn register_in(
     tx: &mut dyn Tx,
     reg: &Registration,
@@ -377,7 +363,7 @@ fn register_in(
     let slot = tx.slot(reg.instance.as_str(), reg.namespace)?;
     let own = slot.iter().find(|row| {
         row.status == WorkerStatus::Active
-            && same_process(row, &reg.process)
+            && row.process().as_ref() == Some(&reg.process)
             && row.generation_id.as_ref() == Some(&reg.generation_id)
     });
     if let Some(own) = own {
@@ -397,7 +383,8 @@ fn register_in(
 
     let mut superseded = Vec::new();
     for row in slot.iter().filter(|r| r.status == WorkerStatus::Active) {
-        let gone = row_process(row)
+        let gone = row
+            .process()
             .is_some_and(|p| matches!(probe.probe(&p), ProcessVerdict::Gone | ProcessVerdict::PidReused));
         if gone {
             let mut replaced = row.clone();

@@ -6,40 +6,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fleet_identity::{Timestamp, WorkerIdentity};
-use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+use fleet_identity::{ClientInstanceId, Timestamp, WorkerIdentity};
+use fleet_model::{LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus};
+use fleet_retirement::{Evidence, RetirementContext, plan, registry_fingerprint};
 use serde::Serialize;
 
 use crate::error::StoreError;
 use crate::leases::active_workflow_owners_in;
 use crate::registry::Registry;
-use crate::rows::{InstanceRecord, WorkerRow, WorkerStatus};
 use crate::store::Store;
-
-/// What a planner says about freshly read rows.
-#[derive(Debug, Clone, Default)]
-pub struct PlanSummary {
-    /// The candidate fingerprint of the fresh plan.
-    pub candidate_fingerprint: String,
-    /// The fresh candidates.
-    pub candidates: BTreeSet<WorkerIdentity>,
-    /// The preserve reason of every other row.
-    pub reasons: BTreeMap<WorkerIdentity, String>,
-}
-
-/// The planning rules, supplied by `fleet-retirement` (which depends on this crate).
-pub trait RetirementPlanner {
-    /// The stable token over every row.
-    fn registry_fingerprint(&self, rows: &[WorkerRow]) -> String;
-    /// Plans over freshly read rows, ledger, workflow-lease owners and probe results.
-    fn plan(
-        &self,
-        rows: &[WorkerRow],
-        ledger: &[InstanceRecord],
-        lease_owners: &BTreeSet<String>,
-        probes: &BTreeMap<WorkerIdentity, ProcessVerdict>,
-    ) -> PlanSummary;
-}
 
 /// An apply request: the plan's tokens and the identities it named.
 #[derive(Debug, Clone)]
@@ -116,19 +91,10 @@ impl ApplyReport {
     }
 }
 
-fn process_of(row: &WorkerRow) -> Option<ProcessIdentity> {
-    Some(ProcessIdentity {
-        host_id: row.host_id.clone()?,
-        boot_id: row.boot_id.clone()?,
-        pid: row.pid?,
-        process_start_time: row.process_start_time?,
-    })
-}
-
 fn probe_rows(rows: &[WorkerRow], probe: &dyn LivenessProbe) -> BTreeMap<WorkerIdentity, ProcessVerdict> {
     rows.iter()
         .filter(|r| r.status == WorkerStatus::Active)
-        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&process_of(r)?))))
+        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
         .collect()
 }
 
@@ -159,7 +125,7 @@ impl<S: Store> Registry<S> {
     pub fn apply_retirement(
         &mut self,
         request: &ApplyRequest,
-        planner: &dyn RetirementPlanner,
+        ctx: &RetirementContext,
         probe: Option<&dyn LivenessProbe>,
         now: Timestamp,
         hook: &dyn BeforeWrite,
@@ -183,17 +149,20 @@ impl<S: Store> Registry<S> {
                 return Ok(ApplyReport::nothing(ApplyOutcome::AlreadyRetired));
             }
             // 2. The registry fingerprint.
-            if planner.registry_fingerprint(&rows) != request.registry_fingerprint {
+            if registry_fingerprint(&rows) != request.registry_fingerprint {
                 return Ok(ApplyReport::nothing(ApplyOutcome::RegistryRevisionMoved));
             }
             // 3. A fresh plan, with leases read inside this transaction.
             let fence = active_workflow_owners_in(tx)?;
-            let ledger = tx.instances()?;
+            let ledger: BTreeSet<ClientInstanceId> =
+                tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
             let probes = probe_rows(&rows, probe);
-            let fresh = planner.plan(&rows, &ledger, &fence.owners, &probes);
+            let fresh = plan(&Evidence::new(&rows, &ledger, &fence.owners, &probes), ctx);
             if fresh.candidate_fingerprint != request.candidate_fingerprint {
                 return Ok(ApplyReport::nothing(ApplyOutcome::CandidateSetMoved));
             }
+            let reasons: BTreeMap<&WorkerIdentity, &String> =
+                fresh.preserved.iter().map(|a| (&a.worker_identity, &a.reason_code)).collect();
             // 4 and 5. Revalidate each request, then retire it by guarded swap.
             let mut report = ApplyReport::nothing(ApplyOutcome::Applied);
             for id in &request.worker_identities {
@@ -203,8 +172,8 @@ impl<S: Store> Registry<S> {
                     report.preserved.push(preserve("not_registered"));
                     continue;
                 };
-                if !fresh.candidates.contains(id) {
-                    let reason = fresh.reasons.get(id).map_or("not_a_candidate", String::as_str);
+                if fresh.candidate_worker_identities.binary_search(id).is_err() {
+                    let reason = reasons.get(id).map_or("not_a_candidate", |r| r.as_str());
                     report.preserved.push(preserve(reason));
                     continue;
                 }
@@ -215,7 +184,7 @@ impl<S: Store> Registry<S> {
                 }
                 // The liveness re-probe must affirmatively re-establish that this very
                 // process is gone.
-                let verdict = process_of(row).map(|p| probe.probe(&p));
+                let verdict = row.process().map(|p| probe.probe(&p));
                 if verdict != Some(ProcessVerdict::Gone) {
                     report.preserved.push(preserve(reprobe_reason(verdict)));
                     continue;

@@ -3,11 +3,26 @@
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
+use fleet_model::{InstanceRecord, WorkerRow};
 
 use crate::error::StoreError;
 use crate::leases::AuditEntry;
 use crate::registry::WorkerCredential;
-use crate::rows::{InstanceRecord, WorkerRow};
+
+/// The version of the registry's schema (its tables and columns) that this build reads
+/// and writes. Every backend's migrations reach exactly this version; workers record it
+/// as their `schema_revision`.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Whether opening a registry may create it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the registry (a SQLite file with mode 0600, and its directory) when missing.
+    CreateIfMissing,
+    /// Fail with `Unavailable` when the registry does not exist: readers must not report
+    /// an empty fleet because a path was mistyped.
+    MustExist,
+}
 
 /// The primitive operations available inside one transaction.
 pub trait Tx {

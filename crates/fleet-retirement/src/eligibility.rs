@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use fleet_identity::{BootId, ClientInstanceId, HostId, Repository, Timestamp};
-use fleet_probe::ProcessVerdict;
-use fleet_registry::{OwnershipState, WorkerRow, WorkerStatus};
+use fleet_model::ProcessVerdict;
+use fleet_model::{OwnershipState, WorkerRow, WorkerStatus};
 use serde::Serialize;
 
 /// The fields the conjunction reads that have no reason code of their own.

@@ -2,7 +2,7 @@
 //! the selected candidates. Unlike the snapshot's consistency token they hold no time, so
 //! a plan/apply cycle of any length can compare them.
 
-use fleet_registry::WorkerRow;
+use fleet_model::WorkerRow;
 
 /// Every column that retirement reads. Excluded on purpose: `token_fingerprint`
 /// (credential-adjacent), the four `*_revision` columns (revision drift is a separate

@@ -8,11 +8,9 @@
 mod eligibility;
 mod fingerprint;
 mod plan;
-mod planner;
 
 pub use eligibility::{
     Evidence, PreserveReason, REQUIRED_IDENTITY_FIELDS, RetirementContext, Verdict, assess,
 };
 pub use fingerprint::{FINGERPRINT_FIELDS, candidate_fingerprint, canonical_row, registry_fingerprint};
 pub use plan::{Assessment, Plan, RowEvidence, plan};
-pub use planner::Planner;

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use fleet_identity::WorkerIdentity;
-use fleet_probe::ProcessVerdict;
-use fleet_registry::WorkerRow;
+use fleet_model::ProcessVerdict;
+use fleet_model::WorkerRow;
 use serde::Serialize;
 
 use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess};
@@ -26,8 +26,8 @@ pub struct Assessment {
 /// The row fields and probe result a verdict rests on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RowEvidence {
-    pub status: fleet_registry::WorkerStatus,
-    pub ownership_state: Option<fleet_registry::OwnershipState>,
+    pub status: fleet_model::WorkerStatus,
+    pub ownership_state: Option<fleet_model::OwnershipState>,
     pub last_heartbeat_at: Option<String>,
     pub heartbeat_ttl_s: Option<u32>,
     pub host_id: Option<fleet_identity::HostId>,

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{ClientInstanceId, Timestamp, WorkerIdentity};
-use fleet_probe::ProcessVerdict;
-use fleet_registry::{OwnershipState, WorkerRow, WorkerStatus};
+use fleet_model::ProcessVerdict;
+use fleet_model::{OwnershipState, WorkerRow, WorkerStatus};
 use fleet_retirement::{
     Evidence, FINGERPRINT_FIELDS, PreserveReason, RetirementContext, Verdict, assess, plan,
     registry_fingerprint,
@@ -256,7 +256,7 @@ fn every_registry_column_is_either_fingerprinted_or_deliberately_excluded() {
     ];
     let mut classified: Vec<&str> = FINGERPRINT_FIELDS.iter().chain(excluded.iter()).copied().collect();
     classified.sort_unstable();
-    let mut columns = fleet_registry::WORKER_COLUMNS.to_vec();
+    let mut columns = fleet_model::WORKER_COLUMNS.to_vec();
     columns.sort_unstable();
     assert_eq!(classified, columns, "a new column must be fingerprinted or excluded on purpose");
 }

@@ -4,11 +4,12 @@
 use std::collections::BTreeSet;
 
 use fleet_identity::{ClientInstanceId, Repository, Timestamp};
-use fleet_probe::{LivenessProbe, LocalProbe, ProcessIdentity};
+use fleet_probe::LocalProbe;
+use fleet_registry::OpenMode;
+use fleet_registry::{LivenessProbe, ProcessIdentity};
 use fleet_registry::{Store, StoreError, WorkerRow, WorkerStatus, active_workflow_owners_in};
 use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
-use registry_sqlite::OpenMode;
 
 use crate::exit::Failure;
 use crate::location::{RegistryLocation, open_registry};

@@ -8,8 +8,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration as StdDuration;
 
 use fleet_lease::{InitDecision, InitStatus, LeaseKey};
+use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, StoreError};
-use registry_sqlite::OpenMode;
 use time::Duration;
 
 use crate::location::{RegistryLocation, open_registry};

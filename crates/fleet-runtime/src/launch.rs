@@ -2,8 +2,8 @@
 //! with the environment its five workers receive.
 
 use fleet_identity::{ClientInstanceId, ClientType, FleetRunId, INSTANCE_DIGEST_BYTES, SessionId};
+use fleet_registry::OpenMode;
 use fleet_registry::{InstanceRecord, InstanceRef, StoreError, StoreErrorKind};
-use registry_sqlite::OpenMode;
 
 use crate::env::{InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 use crate::location::{RegistryLocation, open_registry};

@@ -5,9 +5,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use fleet_identity::Timestamp;
+use fleet_registry::OpenMode;
 use fleet_registry::{Registry, Store, StoreError, Tx, WorkerCredential};
 use registry_postgres::PostgresStore;
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 
 /// Why a registry location was refused.
 #[derive(Debug, thiserror::Error)]

@@ -8,12 +8,12 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 
 use fleet_identity::{GenerationId, Namespace, Pid, Repository, Timestamp};
-use fleet_probe::{LocalProbe, ProcessIdentity};
+use fleet_probe::LocalProbe;
+use fleet_registry::OpenMode;
 use fleet_registry::{
     HeartbeatTtl, Registration, Revisions, StoreError, StoreErrorKind, WorkerCredential, WorkerRow,
     WorkerToken,
 };
-use registry_sqlite::OpenMode;
 use time::OffsetDateTime;
 
 use crate::env::InstanceEnv;
@@ -71,7 +71,7 @@ impl WorkerSession {
         env: &InstanceEnv,
         options: WorkerOptions,
     ) -> Result<Self, StoreError> {
-        let process = ProcessIdentity::of(options.pid).map_err(probe_error)?;
+        let process = fleet_probe::process_identity(options.pid).map_err(probe_error)?;
         let probe = LocalProbe::new().map_err(probe_error)?;
         let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
             .map_err(|e| StoreError::invalid(e.to_string()))?;

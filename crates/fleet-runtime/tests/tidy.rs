@@ -17,17 +17,122 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-const PURE: [&str; 4] = ["fleet-identity", "fleet-snapshot", "fleet-retirement", "fleet-lease"];
+/// The crates that other tools link to judge a fleet without touching it.
+const PURE: [&str; 5] =
+    ["fleet-model", "fleet-identity", "fleet-snapshot", "fleet-retirement", "fleet-lease"];
+
+/// What a pure crate may depend on directly: the model, the identities, and the plain
+/// data crates.
+const PURE_MAY_USE: [&str; 7] =
+    ["fleet-model", "fleet-identity", "serde", "serde_json", "blake3", "time", "thiserror"];
+
+/// What no pure crate may reach, however indirectly.
+const NEVER_BELOW_A_PURE_CRATE: [&str; 13] = [
+    "fleet-registry",
+    "fleet-probe",
+    "fleet-runtime",
+    "registry-sqlite",
+    "registry-postgres",
+    "nix",
+    "libc",
+    "rusqlite",
+    "postgres",
+    "tokio",
+    "uuid",
+    "getrandom",
+    "rmcp",
+];
+
+/// The workspace's resolved graph of normal (non-dev, non-build) dependencies, by
+/// package name, for this machine's platform.
+fn normal_dependency_graph() -> std::collections::BTreeMap<String, Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let host = String::from_utf8(std::process::Command::new("rustc").arg("-vV").output().unwrap().stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .unwrap();
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--filter-platform", &host])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name_of: std::collections::BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|node| {
+            let deps = node["deps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
+                .map(|d| name_of[d["pkg"].as_str().unwrap()].to_owned())
+                .collect();
+            (name_of[node["id"].as_str().unwrap()].to_owned(), deps)
+        })
+        .collect()
+}
+
+fn reachable(graph: &std::collections::BTreeMap<String, Vec<String>>, from: &str) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec![from.to_owned()];
+    while let Some(next) = todo.pop() {
+        for dep in graph.get(&next).into_iter().flatten() {
+            if seen.insert(dep.clone()) {
+                todo.push(dep.clone());
+            }
+        }
+    }
+    seen.into_iter().collect()
+}
 
 #[test]
-fn pure_crates_use_no_database_runtime_clock_or_environment() {
+fn pure_crates_reach_no_store_probe_os_or_runtime_crate() {
+    let graph = normal_dependency_graph();
+    for krate in PURE {
+        let direct = &graph[krate];
+        for dep in direct {
+            assert!(PURE_MAY_USE.contains(&dep.as_str()), "{krate} depends directly on {dep}");
+        }
+        let all = reachable(&graph, krate);
+        for forbidden in NEVER_BELOW_A_PURE_CRATE {
+            assert!(!all.iter().any(|d| d == forbidden), "{krate} reaches {forbidden}");
+        }
+    }
+}
+
+#[test]
+fn arrows_point_down_from_the_registry_to_the_pure_crates() {
+    let graph = normal_dependency_graph();
+    let registry = &graph["fleet-registry"];
+    for needed in ["fleet-model", "fleet-retirement", "fleet-lease"] {
+        assert!(registry.iter().any(|d| d == needed), "fleet-registry should compose {needed}");
+    }
+    assert!(
+        !reachable(&graph, "fleet-registry").iter().any(|d| d == "fleet-probe"),
+        "the probe is handed in"
+    );
+    for bin in ["fleetctl", "fleet-mcp", "fleet-launch"] {
+        assert!(
+            !graph[bin].iter().any(|d| d == "registry-sqlite"),
+            "{bin} names the SQLite backend directly"
+        );
+    }
+}
+
+#[test]
+fn pure_crates_use_no_clock_environment_or_filesystem_in_source() {
     for krate in PURE {
         let dir = root().join("crates").join(krate);
-        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
-        let deps = manifest.split("[dev-dependencies]").next().unwrap();
-        for forbidden in ["rusqlite", "postgres", "tokio", "registry-sqlite", "getrandom"] {
-            assert!(!deps.contains(forbidden), "{krate} depends on {forbidden}");
-        }
         let mut files = Vec::new();
         rust_files(&dir.join("src"), &mut files);
         for file in files {

@@ -6,8 +6,8 @@ use fleet_identity::{
     ClientInstanceId, InstanceClaim, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
     assess_instance_id,
 };
-use fleet_probe::ProcessVerdict;
-use fleet_registry::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
+use fleet_model::ProcessVerdict;
+use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
 use serde::Serialize;
 
 use crate::findings::{Finding, FindingCode};

@@ -3,8 +3,8 @@
 use fleet_identity::{
     ClientInstanceId, ClientType, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
 };
-use fleet_probe::ProcessVerdict;
-use fleet_registry::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
+use fleet_model::ProcessVerdict;
+use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
 use fleet_snapshot::{
     FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput,
     compare_snapshot_heartbeats, mutation_gate, snapshot,

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use fleet_identity::{Repository, Timestamp};
-use fleet_registry::RegistryDump;
+use fleet_model::RegistryDump;
 use fleet_snapshot::{FindingCode, FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
 
 fn fixture_dir() -> PathBuf {

@@ -101,8 +101,10 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH ROW EXECUTE FUNCTION lease_audit_log_is_append_only();",
 ];
 
-/// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+/// The schema version this build writes: the registry's, which these migrations reach.
+pub const SCHEMA_VERSION: i64 = fleet_registry::SCHEMA_VERSION;
+#[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
+const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
 
 /// A registry in a PostgreSQL database.
 pub struct PostgresStore {

@@ -4,9 +4,10 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fleet_identity::Timestamp;
+use fleet_registry::OpenMode;
 use fleet_registry::conformance::{ScriptedProbe, at, process, registration};
 use fleet_registry::{Registry, WorkerCredential, WorkerToken};
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 
 fn heartbeat(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");

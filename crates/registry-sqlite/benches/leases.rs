@@ -3,8 +3,9 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fleet_lease::{LeaseKey, LeaseKind};
+use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, Registry};
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 
 fn leases(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");

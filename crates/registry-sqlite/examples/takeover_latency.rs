@@ -6,8 +6,9 @@
 use std::time::{Duration, Instant};
 
 use fleet_lease::{LeaseKey, LeaseKind};
+use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, Registry};
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 
 fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>().unwrap_or(0));

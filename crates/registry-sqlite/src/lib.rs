@@ -19,23 +19,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
-use fleet_registry::{InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow};
+use fleet_registry::{
+    InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
+};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 pub use migrations::SCHEMA_VERSION;
 
 /// How long a writer waits for another writer before reporting `Busy`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Whether opening may create the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Create the file (mode 0600) and its directory when missing.
-    CreateIfMissing,
-    /// Fail with `Unavailable` when the file does not exist: readers must not report an
-    /// empty fleet because a path was mistyped.
-    MustExist,
-}
 
 /// A registry in one SQLite file.
 #[derive(Debug)]

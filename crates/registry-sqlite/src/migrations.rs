@@ -89,9 +89,10 @@ const MIGRATIONS: &[&str] = &[
         BEGIN SELECT RAISE(ABORT, 'lease_audit_log is append-only'); END;",
 ];
 
-/// The schema version this build writes.
+/// The schema version this build writes: the registry's, which these migrations reach.
+pub const SCHEMA_VERSION: i64 = fleet_registry::SCHEMA_VERSION;
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
 
 /// Brings the database up to [`SCHEMA_VERSION`]; refuses a database from a newer build.
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

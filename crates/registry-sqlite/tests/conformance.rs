@@ -1,6 +1,7 @@
 //! The registry conformance suite against real SQLite files.
 
-use registry_sqlite::{OpenMode, SqliteStore};
+use fleet_registry::OpenMode;
+use registry_sqlite::SqliteStore;
 
 fn fresh() -> SqliteStore {
     // Each store gets its own directory, kept alive for the process (tests are short).

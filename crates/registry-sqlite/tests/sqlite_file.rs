@@ -3,8 +3,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
+use fleet_registry::OpenMode;
 use fleet_registry::{Registry, StoreErrorKind};
-use registry_sqlite::{OpenMode, SCHEMA_VERSION, SqliteStore};
+use registry_sqlite::{SCHEMA_VERSION, SqliteStore};
 
 #[test]
 fn a_new_registry_file_is_private_and_in_wal_mode() {

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use fleet_registry::OpenMode;
 use fleet_registry::{Registry, RegistryDump, WorkerRow};
-use registry_sqlite::{OpenMode, SqliteStore};
+use registry_sqlite::SqliteStore;
 
 pub const INSTANCE_VARS: [&str; 7] = [
     "GITEA_MCP_CLIENT",

@@ -2,7 +2,7 @@
 //! workers each, one row in ten historical and one in fifty stale.
 
 use fleet_identity::{ClientInstanceId, ClientType, Namespace, Timestamp};
-use fleet_registry::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
+use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
 
 /// `2026-07-30T12:00:00Z` plus `secs` seconds.
 fn at(secs: i64) -> Timestamp {

@@ -10,6 +10,8 @@ use fleet_identity::{
 };
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::process::ProcessIdentity;
+
 /// Where a registration is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -207,6 +209,16 @@ impl WorkerRow {
     /// expired here; callers that need proof treat it as incomplete.
     pub fn heartbeat_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_some_and(|at| now > at)
+    }
+
+    /// The process the row records, when every part of its identity is there.
+    pub fn process(&self) -> Option<ProcessIdentity> {
+        Some(ProcessIdentity {
+            host_id: self.host_id.clone()?,
+            boot_id: self.boot_id.clone()?,
+            pid: self.pid?,
+            process_start_time: self.process_start_time?,
+        })
     }
 
     /// The row's instance ID, when it is a well-formed launcher ID.

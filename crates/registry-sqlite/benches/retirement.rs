@@ -5,10 +5,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use fleet_identity::{ClientInstanceId, Timestamp, WorkerIdentity};
-use fleet_probe::{LivenessProbe, ProcessIdentity, ProcessVerdict};
-use fleet_registry::{ApplyRequest, InstanceRecord, Registry, RegistryDump, WorkerRow};
-use fleet_retirement::{Evidence, Planner, RetirementContext, plan, registry_fingerprint};
-use registry_sqlite::{OpenMode, SqliteStore};
+use fleet_model::{
+    InstanceRecord, LivenessProbe, OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump, WorkerRow,
+};
+use fleet_registry::{ApplyRequest, OpenMode, Registry};
+use fleet_retirement::{Evidence, RetirementContext, plan, registry_fingerprint};
+use registry_sqlite::SqliteStore;
 
 const HOST: &str = "0123456789abcdef0123456789abcdef";
 
@@ -73,7 +75,7 @@ fn ctx() -> RetirementContext {
 fn probes(rows: &[WorkerRow]) -> BTreeMap<WorkerIdentity, ProcessVerdict> {
     rows.iter()
         .map(|r| {
-            let v = if r.ownership_state == Some(fleet_registry::OwnershipState::Stale) {
+            let v = if r.ownership_state == Some(OwnershipState::Stale) {
                 ProcessVerdict::Gone
             } else {
                 ProcessVerdict::Alive
@@ -144,13 +146,7 @@ fn bench(c: &mut Criterion) {
                 Registry::new(SqliteStore::open(&copy, OpenMode::MustExist).expect("open"))
             },
             |mut registry| {
-                let report = registry.apply_retirement(
-                    &request,
-                    &Planner { ctx: ctx() },
-                    Some(&scripted),
-                    at(1000),
-                    &(),
-                );
+                let report = registry.apply_retirement(&request, &ctx(), Some(&scripted), at(1000), &());
                 assert_eq!(report.retired_count, 10_000, "{report:?}");
             },
             BatchSize::PerIteration,

@@ -1,0 +1,16 @@
+//! Fleetward's data model, at the bottom of the crate graph: the registry's rows, the
+//! launcher's ledger, the JSON dump that export writes and import reads, and the plain
+//! values that a liveness probe hands back.
+//!
+//! Nothing here does I/O, reads a clock or draws randomness. The stores produce these
+//! values, the probe produces the verdicts, and the pure crates (`fleet-snapshot`,
+//! `fleet-retirement`) judge them; each of those depends on this crate, never on the
+//! store or the probe.
+
+mod process;
+mod rows;
+
+pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
+pub use rows::{
+    DumpError, InstanceRecord, OwnershipState, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+};

@@ -1,0 +1,52 @@
+//! What a liveness probe says about a recorded process, and the trait a probe
+//! implements. The operating system's probe lives in `fleet-probe`; tests script their
+//! own.
+
+use fleet_identity::{BootId, HostId, Pid, ProcessStartTime};
+use serde::{Deserialize, Serialize};
+
+/// The answer to "is this pid number occupied?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    /// The process exists and is running (or we may not signal it, which proves it exists).
+    Alive,
+    /// There is no such process, or only its unreaped exit status remains.
+    Gone,
+    /// The probe could not tell.
+    Unknown,
+}
+
+/// What a recorded process (pid plus start time) is doing now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessVerdict {
+    /// The very process that was recorded is still alive.
+    Alive,
+    /// That process is gone and nothing else holds its pid number.
+    Gone,
+    /// That process is gone, but the pid number now belongs to a different incarnation.
+    PidReused,
+    /// The probe could not tell.
+    Unknown,
+}
+
+/// Everything that names one process: machine, boot, pid and start time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    /// The machine.
+    pub host_id: HostId,
+    /// The boot of the machine.
+    pub boot_id: BootId,
+    /// The pid number.
+    pub pid: Pid,
+    /// The start time of the incarnation that holds the pid number.
+    pub process_start_time: ProcessStartTime,
+}
+
+/// A source of liveness answers about recorded processes. The OS implements it
+/// (`fleet_probe::LocalProbe`); tests may script it.
+pub trait LivenessProbe {
+    /// What the recorded process is doing now, judged from where the probe runs.
+    fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict;
+}
