@@ -1,16 +1,22 @@
 //! `fleet-launch`: the trusted launcher. Every ID it prints or passes on is first
 //! recorded in the registry's ledger, so the workers it reaches are trusted.
 
+mod clients;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use clap::{Parser, Subcommand, ValueEnum};
-use fleet_identity::{ClientType, FleetRunId, Namespace, SessionId};
+use clap::{Parser, Subcommand};
+use fleet_identity::{ClientType, FleetRunId, SessionId};
 use fleet_runtime::{Failure, Launch, RegistryLocation, vars};
-use serde_json::{Value, json};
+use serde_json::json;
+
+use fleet_runtime::AgentClient as Client;
+
+use crate::clients::{ClientConfig, EditError, Scope};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,6 +45,27 @@ struct LaunchArgs {
     session: Option<SessionId>,
 }
 
+#[derive(Debug, clap::Args)]
+struct ConfigArgs {
+    /// The agent client whose config format to write.
+    #[arg(long, value_enum)]
+    client: Client,
+    /// The MCP server each entry starts (default: fleet-mcp beside this binary).
+    #[arg(long)]
+    server_command: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct FileArgs {
+    /// The user's config file, or the project's in the current directory (default:
+    /// user for Codex, project for the others).
+    #[arg(long, value_enum)]
+    scope: Option<Scope>,
+    /// Edit this file instead of the client's usual one.
+    #[arg(long, conflicts_with = "scope")]
+    file: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Mint and record one instance ID, and print it.
@@ -49,18 +76,30 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Mint an instance ID and print the five-entry mcpServers configuration.
+    /// Print the five server entries in a client's config format. The output holds no
+    /// identity and is the same on every call: commit it, share it.
     Config {
         #[command(flatten)]
-        launch: LaunchArgs,
-        /// Output shape: Claude Code's .mcp.json, Codex's config.toml, or plain JSON.
-        #[arg(long, value_enum, default_value = "json")]
-        format: Format,
-        /// The MCP server each entry starts (default: fleet-mcp beside this binary).
-        #[arg(long)]
-        server_command: Option<PathBuf>,
+        config: ConfigArgs,
     },
-    /// Mint an instance ID, then run APP with the instance environment.
+    /// Merge the five server entries into the client's config file, keeping everything
+    /// else in it. Running it again changes nothing.
+    Install {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        file: FileArgs,
+    },
+    /// Remove the five server entries from the client's config file, and nothing else.
+    Uninstall {
+        /// The agent client whose config file to edit.
+        #[arg(long, value_enum)]
+        client: Client,
+        #[command(flatten)]
+        file: FileArgs,
+    },
+    /// Mint an instance ID, then run APP with the instance environment: start every
+    /// agent session this way, and its servers register under a launch of their own.
     Run {
         #[command(flatten)]
         launch: LaunchArgs,
@@ -68,13 +107,6 @@ enum Cmd {
         #[arg(required = true, last = true)]
         app: Vec<OsString>,
     },
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Format {
-    Claude,
-    Codex,
-    Json,
 }
 
 fn parse_client(s: &str) -> Result<ClientType, String> {
@@ -99,18 +131,6 @@ fn mint_and_record(registry: Option<&str>, args: LaunchArgs) -> Result<Launch, F
     Ok(Launch::mint(&location, args.client, args.fleet_run_id, args.session)?)
 }
 
-fn server_entries(launch: &Launch, command: &str) -> BTreeMap<String, Value> {
-    Namespace::ALL
-        .into_iter()
-        .map(|ns| {
-            let mut env: BTreeMap<&str, String> = launch.vars().into_iter().collect();
-            env.insert(vars::PROFILE, ns.as_str().to_owned());
-            let entry = json!({ "command": command, "args": ["--namespace", ns.as_str()], "env": env });
-            (format!("gitea-{ns}"), entry)
-        })
-        .collect()
-}
-
 fn default_server_command() -> String {
     std::env::current_exe()
         .ok()
@@ -119,30 +139,60 @@ fn default_server_command() -> String {
         .map_or_else(|| "fleet-mcp".to_owned(), |p| p.display().to_string())
 }
 
-/// TOML basic strings share JSON's escapes for everything a path or ID can hold.
-fn toml_string(s: &str) -> String {
-    Value::String(s.to_owned()).to_string()
+fn server_command(config: &ConfigArgs) -> String {
+    config.server_command.as_ref().map_or_else(default_server_command, |p| p.display().to_string())
 }
 
-fn codex_toml(servers: &BTreeMap<String, Value>) -> String {
-    let mut out = String::new();
-    for (name, entry) in servers {
-        out.push_str(&format!("[mcp_servers.{name}]\n"));
-        out.push_str(&format!("command = {}\n", entry["command"]));
-        let args: Vec<String> = entry["args"]
-            .as_array()
-            .map(|a| a.iter().map(|v| toml_string(v.as_str().unwrap_or_default())).collect())
-            .unwrap_or_default();
-        out.push_str(&format!("args = [{}]\n\n", args.join(", ")));
-        out.push_str(&format!("[mcp_servers.{name}.env]\n"));
-        if let Some(env) = entry["env"].as_object() {
-            for (k, v) in env {
-                out.push_str(&format!("{k} = {}\n", toml_string(v.as_str().unwrap_or_default())));
-            }
-        }
-        out.push('\n');
+/// The config file `install` and `uninstall` edit.
+fn config_file(client: Client, file: FileArgs) -> Result<PathBuf, Failure> {
+    if let Some(path) = file.file {
+        return Ok(path);
     }
-    out
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| Failure::usage("HOME is not set; pass --file"))?;
+    let project =
+        std::env::current_dir().map_err(|e| Failure::usage(format!("no current directory: {e}")))?;
+    let codex_home = std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+    let scope = file.scope.unwrap_or_else(|| client.default_scope());
+    Ok(client.config_path(scope, &home, &project, codex_home.as_deref()))
+}
+
+fn read_config(path: &Path) -> Result<String, Failure> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(Failure::usage(format!("cannot read {}: {e}", path.display()))),
+    }
+}
+
+/// Writes `text` to `path` by renaming a sibling temporary file over it, so a reader
+/// never sees half a config; the file keeps its permissions.
+fn write_config(path: &Path, text: &str) -> Result<(), Failure> {
+    let fail = |e: std::io::Error| Failure::usage(format!("cannot write {}: {e}", path.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".fleet-launch.tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).map_err(fail)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        std::fs::set_permissions(&tmp, meta.permissions()).map_err(fail)?;
+    }
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+/// Applies `edit` to the file; reports whether anything changed.
+fn edit_config(path: &Path, edit: impl FnOnce(&str) -> Result<String, EditError>) -> Result<bool, Failure> {
+    let before = read_config(path)?;
+    let after = edit(&before).map_err(|e| Failure::usage(e.to_string()))?;
+    if after == before {
+        return Ok(false);
+    }
+    write_config(path, &after)?;
+    Ok(true)
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
@@ -158,17 +208,24 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Cmd::Config { launch, format, server_command } => {
-            let launch = mint_and_record(registry, launch)?;
-            let command = server_command.map_or_else(default_server_command, |p| p.display().to_string());
-            let servers = server_entries(&launch, &command);
-            match format {
-                Format::Claude => println!("{:#}", json!({ "mcpServers": servers })),
-                Format::Codex => print!("{}", codex_toml(&servers)),
-                Format::Json => {
-                    println!("{:#}", json!({ "client_instance_id": launch.id(), "mcpServers": servers }))
-                }
-            }
+        Cmd::Config { config } => {
+            print!("{}", clients::render(config.client, &server_command(&config)));
+            Ok(())
+        }
+        Cmd::Install { config, file } => {
+            let path = config_file(config.client, file)?;
+            let command = server_command(&config);
+            let changed = edit_config(&path, |text| clients::merge(config.client, &command, text, &path))?;
+            let what = if changed { "installed" } else { "already installed, unchanged:" };
+            println!("{what} 5 fleet-mcp entries in {}", path.display());
+            println!("start each session with: fleet-launch run --client <client type> -- <app>");
+            Ok(())
+        }
+        Cmd::Uninstall { client, file } => {
+            let path = config_file(client, file)?;
+            let changed = edit_config(&path, |text| clients::remove(client, text, &path))?;
+            let what = if changed { "removed the fleet-mcp entries from" } else { "no fleet-mcp entries in" };
+            println!("{what} {}", path.display());
             Ok(())
         }
         Cmd::Run { launch, app } => {

@@ -40,32 +40,23 @@ fn every_minted_id_is_recorded_and_distinct() {
 }
 
 #[test]
-fn config_prints_five_entries_with_one_recorded_instance() {
+fn config_is_identity_free_and_the_same_on_every_call() {
     let dir = tempfile::tempdir().unwrap();
     let registry = dir.path().join("registry.sqlite3");
-    let out = launcher(&registry)
-        .args(["config", "--client", "claude_code", "--format", "json", "--fleet-run-id", "canary-1"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let servers = v["mcpServers"].as_object().unwrap();
-    assert_eq!(
-        servers.keys().map(String::as_str).collect::<BTreeSet<_>>(),
-        ["gitea-author", "gitea-controller", "gitea-merger", "gitea-reconciler", "gitea-reviewer"].into()
-    );
-    let id = v["client_instance_id"].as_str().unwrap();
-    for (name, entry) in servers {
-        let env = &entry["env"];
-        assert_eq!(env["GITEA_MCP_CLIENT_INSTANCE"], id, "{name}");
-        assert_eq!(env["GITEA_MCP_CLIENT"], "claude_code");
-        assert_eq!(env["GITEA_MCP_INSTANCE_PROVENANCE"], "trusted_launcher");
-        assert_eq!(env["GITEA_MCP_FLEET_RUN_ID"], "canary-1");
-        assert_eq!(env["GITEA_CLIENT_MANAGED"], "1");
-        assert_eq!(env["GITEA_MCP_PROFILE"], name.trim_start_matches("gitea-"));
-        assert_eq!(entry["args"][1], name.trim_start_matches("gitea-"));
+    for client in ["codex", "claude_code", "cursor", "gemini", "vscode"] {
+        let print = || {
+            let out = launcher(&registry).args(["config", "--client", client]).output().unwrap();
+            assert!(out.status.success(), "{client}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let first = print();
+        assert_eq!(first, print(), "{client}: the same on every call");
+        assert!(!first.contains("inst-"), "{client}: no instance ID is baked in");
+        for ns in ["author", "reviewer", "merger", "controller", "reconciler"] {
+            assert!(first.contains(&format!("gitea-{ns}")), "{client}: {ns}");
+        }
     }
-    assert_eq!(ledger(&registry), [id.to_owned()].into());
+    assert!(!registry.exists(), "printing a config mints nothing");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! told to stop. A worker that cannot register still serves diagnostic reads.
 
 mod profiles;
+mod schemas;
 mod server;
 
 use std::path::PathBuf;
@@ -12,7 +13,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use fleet_identity::{Namespace, Pid, Repository};
 use fleet_registry::{HeartbeatTtl, Revisions};
-use fleet_runtime::{Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, vars};
+use fleet_runtime::{
+    AgentClient, EnvError, Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, vars,
+};
 use rmcp::ServiceExt;
 
 #[derive(Debug, Parser)]
@@ -26,10 +29,14 @@ struct Cli {
     registry: Option<String>,
     /// profiles.json (default: built-in profiles, gitea.read only, per namespace).
     #[arg(long, env = "FLEET_PROFILES")]
-    profiles: Option<PathBuf>,
+    profiles: Option<String>,
     /// Seconds a heartbeat stays valid.
     #[arg(long, default_value_t = 30)]
     ttl: u32,
+    /// The agent client whose config started this server (the entries `fleet-launch
+    /// install` writes say so), so a missing variable is explained in its terms.
+    #[arg(long, value_enum)]
+    config_client: Option<AgentClient>,
 }
 
 fn parse_namespace(s: &str) -> Result<Namespace, String> {
@@ -68,9 +75,21 @@ fn register(
     WorkerSession::start(location, env, options).map_err(|e| e.to_string())
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+/// The instance environment, or why it is unusable; a missing variable is explained by
+/// the forwarding rule of the client that started this server.
+fn instance_env(client: Option<AgentClient>) -> Result<InstanceEnv, String> {
+    InstanceEnv::from_process().map_err(|e| match (&e, client) {
+        (EnvError::Missing(_), Some(client)) => format!("{e}. {}", client.forwarding_hint()),
+        _ => e.to_string(),
+    })
+}
+
+fn run(mut cli: Cli) -> Result<(), Failure> {
+    // Client configs forward unset variables as empty strings: those mean "not given".
+    cli.registry = cli.registry.filter(|r| !r.trim().is_empty());
+    cli.profiles = cli.profiles.filter(|p| !p.is_empty());
     let location = RegistryLocation::resolve(cli.registry.as_deref())?.absolute();
-    let env = InstanceEnv::from_process().map_err(|e| e.to_string());
+    let env = instance_env(cli.config_client);
     let session = register(&location, &env, &cli);
     if let Err(e) = &session {
         eprintln!("fleet-mcp: not registered, serving diagnostic reads only: {e}");
@@ -83,7 +102,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         location,
         namespace: cli.namespace,
         profile,
-        profiles: profiles::Profiles::new(cli.profiles.clone()),
+        profiles: profiles::Profiles::new(cli.profiles.clone().map(PathBuf::from)),
         env,
         registration: session.as_ref().map(|s| s.row().clone()).map_err(Clone::clone),
     };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
 use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
-use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, InstanceRecord, WorkerRow};
+use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, WorkerRow};
 
 use fleet_registry::OpenMode;
 use fleet_runtime::{
@@ -14,14 +14,20 @@ use fleet_runtime::{
 };
 use fleet_snapshot::{FindingCode, Manifest, Policy, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::profiles::{Profiles, READ, RETIRE};
+use crate::schemas;
 
 /// Everything a tool needs to know about this process.
 #[derive(Debug)]
@@ -34,28 +40,75 @@ pub(crate) struct Context {
     pub(crate) registration: Result<WorkerRow, String>,
 }
 
+/// The fleet-wide tools, for the controller and reconciler roles only.
+const FLEET_TOOLS: [&str; 3] = [
+    "gitea_snapshot_instance_fleet",
+    "gitea_plan_stale_worker_retirement",
+    "gitea_apply_stale_worker_retirement",
+];
+
+/// Checks a call's arguments against the tool's parameter type, naming the argument at
+/// fault, so a malformed call gets the same JSON error body as any other refusal.
+fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
+    fn check<T: serde::de::DeserializeOwned>(arguments: &JsonObject) -> Result<(), CallToolResult> {
+        let value = Value::Object(arguments.clone());
+        serde_path_to_error::deserialize::<_, T>(value).map(drop).map_err(|e| {
+            let field = e.path().to_string();
+            let message = e.into_inner().to_string();
+            // serde names a missing or unknown field in its message, not in the path.
+            let field = if field == "." {
+                message.split('`').nth(1).map_or_else(String::new, str::to_owned)
+            } else {
+                field
+            };
+            refusal("invalid_arguments", json!({ "field": field, "message": message }))
+        })
+    }
+    let empty = JsonObject::new();
+    let arguments = arguments.unwrap_or(&empty);
+    match tool {
+        "gitea_snapshot_instance_fleet" => check::<SnapshotParams>(arguments),
+        "gitea_plan_stale_worker_retirement" => check::<PlanParams>(arguments),
+        "gitea_apply_stale_worker_retirement" => check::<ApplyParams>(arguments),
+        "gitea_acquire_workflow_lease" => check::<LeaseAcquireParams>(arguments),
+        "gitea_renew_workflow_lease" | "gitea_release_workflow_lease" => {
+            check::<LeaseHolderParams>(arguments)
+        }
+        _ => Ok(()),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct FleetServer {
     ctx: Arc<Context>,
     tool_router: ToolRouter<Self>,
 }
 
+/// A success: the body as `structuredContent`, and as text for clients that read only
+/// the content blocks.
 fn ok(value: Value) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+    CallToolResult::structured(value)
 }
 
-/// A success whose body is serialised straight to text (large bodies skip the
-/// intermediate JSON value).
+/// A success whose body is a serialisable value.
 fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallToolResult> {
-    serde_json::to_string(value)
-        .map(|text| CallToolResult::success(vec![ContentBlock::text(text)]))
-        .map_err(|e| refuse("internal_error", e))
+    serde_json::to_value(value).map(ok).map_err(|e| refuse("internal_error", e))
 }
 
+/// The body of every failure: `{"error": CODE, "detail": {...}}`, with `detail` always an
+/// object a client can read fields from.
+fn refusal(reason: &str, detail: Value) -> CallToolResult {
+    let detail = match detail {
+        Value::Object(map) => Value::Object(map),
+        Value::String(message) => json!({ "message": message }),
+        other => json!({ "value": other }),
+    };
+    CallToolResult::structured_error(json!({ "error": reason, "detail": detail }))
+}
+
+/// A failure whose detail is one sentence.
 fn refuse(reason: &str, detail: impl std::fmt::Display) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(
-        json!({ "error": reason, "detail": detail.to_string() }).to_string(),
-    )])
+    refusal(reason, Value::String(detail.to_string()))
 }
 
 /// A tool body: a JSON value, or a refusal that becomes `isError: true`.
@@ -69,6 +122,7 @@ fn finish(outcome: Outcome) -> CallToolResult {
 pub(crate) struct SnapshotParams {
     /// The approved fleet manifest: {"instances": [{"client_type", "client_instance_id", "fleet_run_id", "namespaces"}]}.
     #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, Value>")]
     expected_manifest: Option<Value>,
 }
 
@@ -76,6 +130,7 @@ pub(crate) struct SnapshotParams {
 pub(crate) struct PlanParams {
     /// Expected repository binding; defaults to this server's working directory.
     #[serde(default)]
+    #[schemars(with = "String")]
     canonical_repository: Option<String>,
 }
 
@@ -85,10 +140,12 @@ pub(crate) struct ApplyParams {
     registry_fingerprint: String,
     /// The exact candidate_fingerprint the plan returned.
     candidate_fingerprint: String,
-    /// The exact candidate identities: a list, or a JSON or comma-separated string.
+    /// The exact candidate identities (a JSON or comma-separated string is accepted too).
+    #[schemars(with = "Vec<String>")]
     worker_identities: Value,
     /// Must match the value the plan used.
     #[serde(default)]
+    #[schemars(with = "String")]
     canonical_repository: Option<String>,
 }
 
@@ -98,6 +155,7 @@ pub(crate) struct LeaseAcquireParams {
     workflow: String,
     /// Seconds until the lease lapses unless renewed (1 to 3600, default 60).
     #[serde(default)]
+    #[schemars(with = "u64")]
     ttl_s: Option<u64>,
 }
 
@@ -111,6 +169,7 @@ pub(crate) struct LeaseHolderParams {
     fencing_epoch: u64,
     /// Seconds from now (renew only; default 60).
     #[serde(default)]
+    #[schemars(with = "u64")]
     ttl_s: Option<u64>,
 }
 
@@ -142,7 +201,15 @@ fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
 
 impl FleetServer {
     pub(crate) fn new(ctx: Context) -> Self {
-        Self { ctx: Arc::new(ctx), tool_router: Self::tool_router() }
+        let mut tool_router = Self::tool_router();
+        // A namespace lists only the tools its role may call: the fleet-wide tools are
+        // for the controller and the reconciler.
+        if !matches!(ctx.namespace, Namespace::Controller | Namespace::Reconciler) {
+            for tool in FLEET_TOOLS {
+                tool_router.disable_route(tool);
+            }
+        }
+        Self { ctx: Arc::new(ctx), tool_router }
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -177,7 +244,7 @@ impl FleetServer {
             .map_err(|e| refuse("registry_unavailable", e))?;
         let gate = mutation_gate(&snap, &me.worker_identity);
         if !gate.mutation_allowed {
-            return Err(refuse("mutation_gate_closed", json!(gate.reasons)));
+            return Err(refusal("mutation_gate_closed", json!({ "reasons": gate.reasons })));
         }
         let mine = me.client_instance_id.as_deref();
         if snap
@@ -207,17 +274,18 @@ impl FleetServer {
         };
         let at = ctx.now;
         let report = registry.apply_retirement(&request, &ctx, Some(&probe), at, &());
-        let value = serde_json::to_value(&report).unwrap_or_default();
+        let mut value = serde_json::to_value(&report).unwrap_or_default();
         match report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => Ok(value),
-            other => Err(refuse(
-                serde_json::to_value(other)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .as_deref()
-                    .unwrap_or("failed"),
-                value,
-            )),
+            other => {
+                // A refusal is not a success of any kind: the detail carries what the
+                // registry said, without the flag.
+                if let Value::Object(map) = &mut value {
+                    map.remove("success");
+                }
+                let code = serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned));
+                Err(refusal(code.as_deref().unwrap_or("failed"), value))
+            }
         }
     }
 
@@ -250,7 +318,7 @@ impl FleetServer {
 impl FleetServer {
     /// Read-only snapshot of the instance fleet: live instances, their five namespace
     /// workers, and every active blocker with its evidence. Controller and reconciler only.
-    #[tool(annotations(
+    #[tool(output_schema = schemas::snapshot(), annotations(
         read_only_hint = true,
         destructive_hint = false,
         idempotent_hint = true,
@@ -276,7 +344,7 @@ impl FleetServer {
 
     /// Dry-run plan of stale worker retirement: candidates, preserved rows with reasons,
     /// and the fingerprints apply needs. Writes nothing. Controller and reconciler only.
-    #[tool(annotations(
+    #[tool(output_schema = schemas::plan(), annotations(
         read_only_hint = true,
         destructive_hint = false,
         idempotent_hint = true,
@@ -300,7 +368,7 @@ impl FleetServer {
     /// Retire the planned stale workers, compare-and-swap protected: refused unless the
     /// registry and candidate set are exactly as planned. Requires
     /// gitea.worker_registry.retire, which no profile holds by default.
-    #[tool(annotations(
+    #[tool(output_schema = schemas::apply(), annotations(
         read_only_hint = false,
         destructive_hint = true,
         idempotent_hint = true,
@@ -315,7 +383,7 @@ impl FleetServer {
 
     /// This process's identities, registration and mutation gate verdict (single-process
     /// view, not fleet-wide).
-    #[tool(annotations(
+    #[tool(output_schema = schemas::runtime_context(), annotations(
         read_only_hint = true,
         destructive_hint = false,
         idempotent_hint = true,
@@ -324,8 +392,17 @@ impl FleetServer {
     async fn gitea_get_runtime_context(&self) -> CallToolResult {
         let ctx = &self.ctx;
         let dump = open_registry(&ctx.location, OpenMode::MustExist).and_then(|mut r| r.export());
-        let ledger: Vec<InstanceRecord> = dump.as_ref().map(|d| d.instances.clone()).unwrap_or_default();
-        let ids: std::collections::BTreeSet<_> = ledger.into_iter().map(|i| i.client_instance_id).collect();
+        let ids: std::collections::BTreeSet<_> = dump
+            .as_ref()
+            .map(|d| d.instances.iter().map(|i| i.client_instance_id.clone()).collect())
+            .unwrap_or_default();
+        // The registration as the registry holds it now, not as it was at start.
+        let registration = ctx.registration.as_ref().ok().map(|me| {
+            dump.as_ref()
+                .ok()
+                .and_then(|d| d.worker_registrations.iter().find(|r| r.worker_identity == me.worker_identity))
+                .unwrap_or(me)
+        });
         let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
         let gate = ctx.registration.as_ref().ok().and_then(|me| {
             take_snapshot(&ctx.location, None, &Policy::default(), now())
@@ -339,17 +416,19 @@ impl FleetServer {
             "client_instance_id": instance,
             "instance_trust": dump.is_ok().then(|| assess_instance_id(instance.as_deref(), &ids)),
             "environment_error": ctx.env.as_ref().err(),
-            "registration": ctx.registration.as_ref().ok(),
+            "registration": registration,
             "registration_error": ctx.registration.as_ref().err(),
             "registry_available": dump.is_ok(),
+            "registry_error": dump.as_ref().err().map(ToString::to_string),
             "pid": std::process::id(),
             "mutation_gate": gate,
+            "tools": self.tool_router.list_all().into_iter().map(|t| t.name).collect::<Vec<_>>(),
         }))
     }
 
     /// Acquire the workflow lease workflow:NAME for this worker. While it is live, stale
     /// retirement never touches this worker.
-    #[tool(annotations(
+    #[tool(output_schema = schemas::lease(), annotations(
         read_only_hint = false,
         destructive_hint = false,
         idempotent_hint = false,
@@ -374,7 +453,7 @@ impl FleetServer {
     }
 
     /// Renew this worker's workflow lease; refused with stale_epoch once taken over.
-    #[tool(annotations(
+    #[tool(output_schema = schemas::lease(), annotations(
         read_only_hint = false,
         destructive_hint = false,
         idempotent_hint = false,
@@ -391,7 +470,7 @@ impl FleetServer {
     }
 
     /// Release this worker's workflow lease.
-    #[tool(annotations(
+    #[tool(output_schema = schemas::lease(), annotations(
         read_only_hint = false,
         destructive_hint = false,
         idempotent_hint = false,
@@ -410,6 +489,21 @@ impl FleetServer {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for FleetServer {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if self.tool_router.has_route(&request.name)
+            && !self.tool_router.is_disabled(&request.name)
+            && let Err(refusal) = check_arguments(&request.name, request.arguments.as_ref())
+        {
+            return Ok(refusal.into());
+        }
+        let call = ToolCallContext::new(self, request, context);
+        self.tool_router.call(call).await
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("fleet-mcp", env!("CARGO_PKG_VERSION")))

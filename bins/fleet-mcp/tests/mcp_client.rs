@@ -224,15 +224,20 @@ async fn the_permission_matrix_holds_cell_by_cell() {
                     }
                     _ => json!({}),
                 };
-                let result = call(&client, tool, args).await;
-                let error = failed(&result);
+                let params = CallToolRequestParams::new(tool.to_owned())
+                    .with_arguments(args.as_object().cloned().unwrap_or_default());
+                // A tool the namespace does not list cannot be called at all.
+                let error = match client.call_tool(params).await {
+                    Ok(result) => failed(&result),
+                    Err(_) => Some("not_listed".to_owned()),
+                };
                 let expected: Option<&str> = match tool {
                     "gitea_snapshot_instance_fleet" | "gitea_plan_stale_worker_retirement" => {
-                        (!fleet_role).then_some("role_denied")
+                        (!fleet_role).then_some("not_listed")
                     }
                     "gitea_apply_stale_worker_retirement" => match (retire, fleet_role) {
-                        (false, _) => Some("permission_denied"),
-                        (true, false) => Some("role_denied"),
+                        (_, false) => Some("not_listed"),
+                        (false, true) => Some("permission_denied"),
                         // Authorized: it reaches the registry, where the plan's tokens are stale.
                         (true, true) => Some("registry_revision_moved"),
                     },
@@ -307,80 +312,159 @@ async fn a_server_that_cannot_register_still_serves_diagnostic_reads() {
     assert!(workers(&fleet).is_empty(), "nothing was registered");
 }
 
-/// The entries `fleet-launch config` prints start five servers as written, whether read
-/// from Claude Code's `.mcp.json` or Codex's `config.toml`.
+/// Each namespace lists the tools its role may call, and each has a schema every client
+/// dialect accepts: one plain `type` per input property, an output schema for every
+/// tool.
 #[tokio::test]
-async fn the_launcher_configs_start_five_registered_servers() {
-    for format in ["claude", "codex"] {
-        let fleet = Fleet::new();
-        let out = StdCommand::new(Fleet::bin("fleet-launch"))
-            .args(["config", "--client", "codex", "--format", format])
-            .env("FLEET_REGISTRY", &fleet.registry)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        let text = String::from_utf8(out.stdout).unwrap();
-        let entries: Vec<(String, Vec<String>, BTreeMap<String, String>)> = match format {
-            "claude" => {
-                let v: Value = serde_json::from_str(&text).unwrap();
-                v["mcpServers"]
-                    .as_object()
-                    .unwrap()
-                    .values()
-                    .map(|e| {
-                        (
-                            e["command"].as_str().unwrap().to_owned(),
-                            serde_json::from_value(e["args"].clone()).unwrap(),
-                            serde_json::from_value(e["env"].clone()).unwrap(),
-                        )
-                    })
-                    .collect()
+async fn a_namespace_lists_only_its_tools_with_plain_schemas() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    for ns in NAMESPACES {
+        let client = fleet.connect(ns, Some(&id), None).await;
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        let fleet_role = matches!(ns, "controller" | "reconciler");
+        assert_eq!(names.len(), if fleet_role { 7 } else { 4 }, "{ns}: {names:?}");
+        assert_eq!(names.contains(&"gitea_apply_stale_worker_retirement"), fleet_role, "{ns}");
+        for tool in &tools {
+            let props = tool.input_schema.get("properties").and_then(Value::as_object);
+            for (field, schema) in props.into_iter().flatten() {
+                assert!(schema["type"].is_string(), "{ns} {} {field}: {schema}", tool.name);
             }
-            _ => parse_codex_toml(&text),
-        };
-        assert_eq!(entries.len(), 5, "{format}");
-        let mut clients = Vec::new();
-        for (command, args, env) in &entries {
-            let transport = TokioChildProcess::new(Command::new(command).configure(|cmd| {
-                cmd.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).envs(env);
-            }))
-            .unwrap();
-            clients.push(().serve(transport).await.expect("initialize"));
+            let output =
+                tool.output_schema.as_ref().unwrap_or_else(|| panic!("{} has no output schema", tool.name));
+            assert_eq!(output.get("type"), Some(&json!("object")), "{}", tool.name);
         }
-        let rows = workers(&fleet);
-        assert_eq!(rows.len(), 5, "{format}");
-        let instances: std::collections::BTreeSet<_> =
-            rows.iter().map(|r| r.client_instance_id.clone()).collect();
-        assert_eq!(instances.len(), 1, "{format}: one instance");
-        let context = body(&call(&clients[3], "gitea_get_runtime_context", json!({})).await);
-        assert_eq!(context["instance_trust"], "trusted", "{format}");
-        for c in clients {
-            c.cancel().await.unwrap();
-        }
+        client.cancel().await.unwrap();
     }
 }
 
-/// Reads the `[mcp_servers.NAME]` tables `fleet-launch config --format codex` prints.
-fn parse_codex_toml(text: &str) -> Vec<(String, Vec<String>, BTreeMap<String, String>)> {
-    let mut out: Vec<(String, Vec<String>, BTreeMap<String, String>)> = Vec::new();
-    let unquote = |s: &str| serde_json::from_str::<String>(s.trim()).unwrap();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if line.starts_with("[mcp_servers.") && !line.ends_with(".env]") {
-            out.push((String::new(), Vec::new(), BTreeMap::new()));
-        } else if line.starts_with('[') {
-            continue;
-        } else if let Some((key, value)) = line.split_once(" = ") {
-            let entry = out.last_mut().unwrap();
-            match key {
-                "command" => entry.0 = unquote(value),
-                "args" => entry.1 = serde_json::from_str(value).unwrap(),
-                _ => {
-                    entry.2.insert(key.to_owned(), unquote(value));
-                }
-            }
+/// Whether `value` has every required property of `schema` with its declared type.
+fn conforms(value: &Value, schema: &serde_json::Map<String, Value>) -> Result<(), String> {
+    for field in schema["required"].as_array().unwrap() {
+        let field = field.as_str().unwrap();
+        let ty = schema["properties"][field]["type"].as_str().unwrap();
+        let v = value.get(field).ok_or(format!("missing {field}"))?;
+        let ok = match ty {
+            "string" => v.is_string(),
+            "boolean" => v.is_boolean(),
+            "integer" => v.is_u64() || v.is_i64(),
+            "array" => v.is_array(),
+            "object" => v.is_object(),
+            _ => false,
+        };
+        if !ok {
+            return Err(format!("{field} is not {ty}: {v}"));
         }
     }
-    out
+    Ok(())
+}
+
+/// Successes carry `structuredContent` that matches the declared output schema, and the
+/// same JSON as text; failures carry the error body in both.
+#[tokio::test]
+async fn results_are_structured_and_match_their_output_schemas() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    let schemas: BTreeMap<String, serde_json::Map<String, Value>> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name.to_string(), (*t.output_schema.unwrap()).clone()))
+        .collect();
+    let lease = call(&client, "gitea_acquire_workflow_lease", json!({"workflow": "schema"})).await;
+    let held = lease.structured_content.clone().unwrap();
+    let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
+    let plan_body = plan.structured_content.clone().unwrap();
+    let cases = [
+        ("gitea_snapshot_instance_fleet", json!({})),
+        ("gitea_plan_stale_worker_retirement", json!({})),
+        ("gitea_get_runtime_context", json!({})),
+        (
+            "gitea_renew_workflow_lease",
+            json!({"workflow": "schema", "lease_id": held["lease"]["lease_id"], "fencing_epoch": held["lease"]["fencing_epoch"]}),
+        ),
+        (
+            "gitea_apply_stale_worker_retirement",
+            json!({"registry_fingerprint": plan_body["registry_fingerprint"], "candidate_fingerprint": plan_body["candidate_fingerprint"], "worker_identities": ["wkr-none"]}),
+        ),
+    ];
+    for (tool, args) in cases {
+        let result = call(&client, tool, args).await;
+        assert_eq!(failed(&result), None, "{tool}: {:?}", result.structured_content);
+        let structured =
+            result.structured_content.clone().unwrap_or_else(|| panic!("{tool}: no structuredContent"));
+        conforms(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert_eq!(body(&result), structured, "{tool}: the text block says the same");
+    }
+    client.cancel().await.unwrap();
+}
+
+/// An argument of the wrong type or a missing one is refused with the same JSON body as
+/// any other refusal, naming the argument; a refused apply never says success.
+#[tokio::test]
+async fn argument_errors_and_refusals_share_one_json_body() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    let cases = [
+        ("gitea_acquire_workflow_lease", json!({"workflow": "w", "ttl_s": "60"}), "ttl_s"),
+        ("gitea_acquire_workflow_lease", json!({}), "workflow"),
+        (
+            "gitea_apply_stale_worker_retirement",
+            json!({"candidate_fingerprint": "b3:y", "worker_identities": []}),
+            "registry_fingerprint",
+        ),
+        (
+            "gitea_renew_workflow_lease",
+            json!({"workflow": "w", "lease_id": "l", "fencing_epoch": -1}),
+            "fencing_epoch",
+        ),
+    ];
+    for (tool, args, field) in cases {
+        let result = call(&client, tool, args).await;
+        assert_eq!(failed(&result).as_deref(), Some("invalid_arguments"), "{tool}");
+        let body = result.structured_content.clone().unwrap();
+        assert_eq!(body["detail"]["field"], field, "{tool}: {body}");
+        assert!(body["detail"]["message"].is_string(), "{tool}: {body}");
+    }
+    let refused = call(
+        &client,
+        "gitea_apply_stale_worker_retirement",
+        json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": ["wkr-x"]}),
+    )
+    .await;
+    assert_eq!(failed(&refused).as_deref(), Some("registry_revision_moved"));
+    let detail = &refused.structured_content.clone().unwrap()["detail"];
+    assert!(detail.is_object(), "{detail}");
+    assert_eq!(detail["outcome"], "registry_revision_moved");
+    assert!(detail.get("success").is_none(), "a refusal never says success: {detail}");
+    client.cancel().await.unwrap();
+}
+
+/// The runtime context reads the registration afresh: its heartbeat moves.
+#[tokio::test]
+async fn the_runtime_context_is_read_fresh() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let client = fleet.connect("author", Some(&id), None).await;
+    let first = body(&call(&client, "gitea_get_runtime_context", json!({})).await);
+    let beat = |v: &Value| v["registration"]["last_heartbeat_at"].as_str().unwrap().to_owned();
+    // A 5 s TTL heartbeats every 5/3 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = body(&call(&client, "gitea_get_runtime_context", json!({})).await);
+        if beat(&now) != beat(&first) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the context kept the heartbeat of the start");
+    }
+    client.cancel().await.unwrap();
 }
 
 /// Apply's pre-checks each fail closed with their own reason, for a reconciler that
@@ -403,7 +487,7 @@ async fn apply_pre_checks_fail_closed_each_with_its_own_reason() {
     let untrusted = fleet.connect("reconciler", Some(copied), Some(&profiles)).await;
     let r = call(&untrusted, "gitea_apply_stale_worker_retirement", apply_args.clone()).await;
     assert_eq!(failed(&r).as_deref(), Some("mutation_gate_closed"));
-    assert!(body(&r)["detail"].as_str().unwrap().contains("untrusted_instance_identity"));
+    assert!(body(&r)["detail"]["reasons"].to_string().contains("untrusted_instance_identity"));
     untrusted.cancel().await.unwrap();
 
     // Cohort uniqueness: two authors in the reconciler's own instance.

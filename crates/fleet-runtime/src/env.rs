@@ -24,6 +24,71 @@ pub mod vars {
     pub const PROFILE: &str = "GITEA_MCP_PROFILE";
     /// Where the registry is.
     pub const REGISTRY: &str = "FLEET_REGISTRY";
+    /// Where `fleet-mcp` reads its profiles.
+    pub const PROFILES: &str = "FLEET_PROFILES";
+
+    /// The variables a launch hands to each of its servers through the agent client.
+    /// Client configs name these (never their values) so that one shared file serves
+    /// every launch; `GITEA_MCP_PROFILE` is not among them, since each entry sets its own.
+    pub const FORWARDED: [&str; 8] = [
+        CLIENT,
+        CLIENT_INSTANCE,
+        INSTANCE_PROVENANCE,
+        CLIENT_SESSION,
+        FLEET_RUN_ID,
+        CLIENT_MANAGED,
+        REGISTRY,
+        PROFILES,
+    ];
+}
+
+/// An agent client whose config file starts the five servers and carries the launch's
+/// variables to them, each by its own documented rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentClient {
+    /// OpenAI Codex (`config.toml`).
+    Codex,
+    /// Claude Code (`.mcp.json`, or `~/.claude.json` for the user scope).
+    #[value(name = "claude_code", alias = "claude")]
+    ClaudeCode,
+    /// Cursor (`.cursor/mcp.json`).
+    Cursor,
+    /// Gemini CLI (`.gemini/settings.json`).
+    Gemini,
+    /// VS Code (`.vscode/mcp.json`).
+    Vscode,
+}
+
+impl AgentClient {
+    /// The client's name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentClient::Codex => "codex",
+            AgentClient::ClaudeCode => "claude_code",
+            AgentClient::Cursor => "cursor",
+            AgentClient::Gemini => "gemini",
+            AgentClient::Vscode => "vscode",
+        }
+    }
+
+    /// How this client hands a launch's variables to a server, and what to do when one
+    /// is missing: one sentence for an error message.
+    pub fn forwarding_hint(self) -> String {
+        let rule = match self {
+            AgentClient::Codex => "Codex passes a server only the variables its entry names in env_vars",
+            AgentClient::ClaudeCode => {
+                "Claude Code fills the entry's env from ${VAR:-} in its own environment"
+            }
+            AgentClient::Cursor => "Cursor fills the entry's env from ${env:VAR} in its own environment",
+            AgentClient::Gemini => "Gemini CLI fills the entry's env from ${VAR} in its own environment",
+            AgentClient::Vscode => "VS Code fills the entry's env from ${env:VAR} in its own environment",
+        };
+        format!(
+            "{rule}: install the entries with `fleet-launch install --client {0}` and start the session \
+             with `fleet-launch run --client <client type> -- <app>`",
+            self.as_str()
+        )
+    }
 }
 
 /// The provenance the launcher declares.
@@ -33,7 +98,7 @@ pub const PROVENANCE_TRUSTED_LAUNCHER: &str = "trusted_launcher";
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// A required variable is not set.
-    #[error("{0} is not set; start the worker through `fleet-launch run` or `fleet-launch config`")]
+    #[error("{0} is not set; start the session through `fleet-launch run`")]
     Missing(&'static str),
     /// A variable is set to something invalid.
     #[error("{var} is invalid: {detail}")]

@@ -10,7 +10,7 @@ mod launch;
 mod location;
 mod worker;
 
-pub use env::{EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
+pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use exit::{Failure, parse_args};
 pub use fleet::{plan_retirement, probe_local, retirement_context, take_snapshot};
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};

@@ -1,0 +1,156 @@
+//! `fleet-launch install` and `uninstall` through the binary, against config files as
+//! users keep them: other settings, their own servers, comments.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/clients").join(name);
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn launcher(args: &[&str], file: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(args)
+        .arg("--file")
+        .arg(file)
+        .args(["--server-command", "/opt/fleetward/bin/fleet-mcp"].iter().filter(|_| args[0] == "install"))
+        .output()
+        .unwrap()
+}
+
+fn install(client: &str, file: &Path) -> Output {
+    launcher(&["install", "--client", client], file)
+}
+
+fn uninstall(client: &str, file: &Path) -> Output {
+    launcher(&["uninstall", "--client", client], file)
+}
+
+fn written(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn codex_install_is_idempotent_and_keeps_the_users_settings_and_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = fixture("codex-config.toml");
+    let file = written(&dir, "config.toml", &original);
+
+    assert!(install("codex", &file).status.success());
+    let once = std::fs::read_to_string(&file).unwrap();
+    let doc: toml_edit::DocumentMut = once.parse().expect("valid TOML");
+    assert_eq!(doc["model"].as_str(), Some("o4-mini"));
+    assert_eq!(doc["mcp_servers"]["docs"]["command"].as_str(), Some("docs-mcp"));
+    assert!(once.contains("# The team's documentation server."));
+    let author = &doc["mcp_servers"]["gitea-author"];
+    assert_eq!(author["command"].as_str(), Some("/opt/fleetward/bin/fleet-mcp"));
+    let forwarded: Vec<&str> =
+        author["env_vars"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert!(forwarded.contains(&"GITEA_MCP_CLIENT_INSTANCE") && forwarded.contains(&"FLEET_REGISTRY"));
+    assert_eq!(author["env"]["GITEA_MCP_PROFILE"].as_str(), Some("author"));
+
+    let again = install("codex", &file);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("unchanged"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), once, "a second install changes nothing");
+
+    assert!(uninstall("codex", &file).status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), original, "uninstall takes out only ours");
+}
+
+#[test]
+fn json_installs_keep_every_other_key_and_comment() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = fixture("vscode-mcp.jsonc");
+    let file = written(&dir, "mcp.json", &original);
+    assert!(install("vscode", &file).status.success());
+    let once = std::fs::read_to_string(&file).unwrap();
+    assert!(once.contains("// Servers for this workspace.") && once.contains("// remote"), "{once}");
+    let plain: String = once
+        .lines()
+        .map(|l| l.split(" //").next().unwrap())
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let v: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    assert_eq!(v["servers"]["github"]["type"], "http");
+    let author = &v["servers"]["gitea-author"];
+    assert_eq!(author["type"], "stdio");
+    assert_eq!(author["env"]["GITEA_MCP_CLIENT_INSTANCE"], "${env:GITEA_MCP_CLIENT_INSTANCE}");
+    assert!(install("vscode", &file).status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), once, "a second install changes nothing");
+    assert!(uninstall("vscode", &file).status.success());
+    let after = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !after.contains("gitea-") && after.contains("// remote") && after.contains("\"github\""),
+        "{after}"
+    );
+}
+
+#[test]
+fn an_entry_of_our_name_that_runs_something_else_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = fixture("claude.json");
+    let file = written(&dir, ".claude.json", &original);
+    let out = install("claude_code", &file);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("gitea-author already runs \"my-own-gitea-author\""), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), original, "a refused install writes nothing");
+    let out = uninstall("claude_code", &file);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), original, "uninstall removes only ours");
+}
+
+#[test]
+fn every_client_installs_into_a_missing_file_and_keeps_unrelated_keys() {
+    for (client, servers_key) in [
+        ("claude_code", "mcpServers"),
+        ("cursor", "mcpServers"),
+        ("gemini", "mcpServers"),
+        ("vscode", "servers"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("nested/dir/config.json");
+        assert!(install(client, &fresh).status.success(), "{client}");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&fresh).unwrap()).unwrap();
+        assert_eq!(v[servers_key].as_object().unwrap().len(), 5, "{client}");
+        let settings = written(&dir, "settings.json", r#"{"theme": "dark", "general": {"vimMode": true}}"#);
+        assert!(install(client, &settings).status.success(), "{client}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&settings).unwrap()).unwrap();
+        assert_eq!(v["theme"], "dark", "{client}");
+        assert_eq!(v["general"]["vimMode"], true, "{client}");
+    }
+}
+
+#[test]
+fn a_path_with_a_control_character_is_written_as_valid_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = "/opt/odd\u{7f}dir \"quoted\"\\/fleet-mcp";
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(["config", "--client", "codex", "--server-command", command])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let doc: toml_edit::DocumentMut = String::from_utf8(out.stdout).unwrap().parse().expect("valid TOML");
+    assert_eq!(doc["mcp_servers"]["gitea-merger"]["command"].as_str(), Some(command));
+    drop(dir);
+}
+
+#[test]
+fn a_config_that_does_not_parse_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    for (client, text) in [("codex", "[mcp_servers\nbroken"), ("cursor", "{\"mcpServers\": [")] {
+        let file = written(&dir, &format!("{client}.conf"), text);
+        let out = install(client, &file);
+        assert_eq!(out.status.code(), Some(2), "{client}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("is not valid"), "{stderr}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    }
+}

@@ -1,0 +1,83 @@
+//! The output schema each tool declares: the fields its `structuredContent` always
+//! carries, with their JSON types. Clients validate successful results against these, so
+//! every field named here is present in every success.
+
+use std::sync::Arc;
+
+use rmcp::model::JsonObject;
+use serde_json::{Value, json};
+
+/// An object schema with these required properties of these types.
+fn object(fields: &[(&str, &str)]) -> Arc<JsonObject> {
+    let properties: serde_json::Map<String, Value> =
+        fields.iter().map(|(name, ty)| ((*name).to_owned(), json!({ "type": ty }))).collect();
+    let required: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
+    let schema = json!({ "type": "object", "properties": properties, "required": required });
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::default(),
+    }
+}
+
+/// `gitea_snapshot_instance_fleet`.
+pub(crate) fn snapshot() -> Arc<JsonObject> {
+    object(&[
+        ("snapshot_at", "string"),
+        ("consistency_token", "string"),
+        ("registry_revision", "string"),
+        ("live_fleet_safe", "boolean"),
+        ("manifest_supplied", "boolean"),
+        ("counts", "object"),
+        ("instances", "array"),
+        ("workers", "array"),
+        ("findings", "array"),
+    ])
+}
+
+/// `gitea_plan_stale_worker_retirement`.
+pub(crate) fn plan() -> Arc<JsonObject> {
+    object(&[
+        ("outcome", "string"),
+        ("registry_fingerprint", "string"),
+        ("candidate_fingerprint", "string"),
+        ("candidate_worker_identities", "array"),
+        ("candidates", "array"),
+        ("preserved", "array"),
+        ("preserved_reason_counts", "object"),
+        ("assessed_count", "integer"),
+        ("candidate_count", "integer"),
+        ("preserved_count", "integer"),
+        ("protected_active_workflow_owners", "array"),
+        ("canonical_repository", "string"),
+        ("mutation_performed", "boolean"),
+        ("read_only", "boolean"),
+    ])
+}
+
+/// `gitea_apply_stale_worker_retirement`.
+pub(crate) fn apply() -> Arc<JsonObject> {
+    object(&[
+        ("outcome", "string"),
+        ("success", "boolean"),
+        ("retired", "array"),
+        ("preserved", "array"),
+        ("retired_count", "integer"),
+        ("mutation_performed", "boolean"),
+    ])
+}
+
+/// `gitea_get_runtime_context`.
+pub(crate) fn runtime_context() -> Arc<JsonObject> {
+    object(&[
+        ("namespace", "string"),
+        ("profile", "string"),
+        ("registry_available", "boolean"),
+        ("pid", "integer"),
+        ("tools", "array"),
+    ])
+}
+
+/// The workflow-lease tools.
+pub(crate) fn lease() -> Arc<JsonObject> {
+    object(&[("outcome", "string"), ("lease", "object")])
+}
