@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use fleet_identity::{Namespace, Pid, Repository};
+use fleet_identity::{Namespace, Repository};
 use fleet_registry::{HeartbeatTtl, Revisions};
 use fleet_runtime::{
     AgentClient, EnvError, Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, vars,
@@ -56,14 +56,16 @@ fn register(
     cli: &Cli,
 ) -> Result<WorkerSession, String> {
     let env = env.as_ref().map_err(Clone::clone)?;
-    let pid = Pid::new(i64::from(std::process::id())).map_err(|e| e.to_string())?;
+    // Read through /proc/self: right in any PID namespace, where our own pid number is
+    // not our entry in the /proc we see.
+    let process = fleet_probe::current_process().map_err(|e| format!("cannot read process evidence: {e}"))?;
     let repository = std::env::current_dir()
         .and_then(std::fs::canonicalize)
         .ok()
         .and_then(|p| Repository::new(p.display().to_string()).ok());
     let options = WorkerOptions {
         namespace: cli.namespace,
-        pid,
+        process,
         heartbeat_ttl: HeartbeatTtl::from_secs(cli.ttl).map_err(|e| e.to_string())?,
         repository,
         revisions: Revisions {

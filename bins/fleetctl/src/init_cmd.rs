@@ -45,10 +45,13 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         poll: Duration::from_millis(args.poll_ms.max(10)),
     };
     let report = run_initialization(location, &options, |cancel| {
-        let mut child = Command::new(program)
-            .args(rest)
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+        // The command dies with this process: a takeover after our death never runs a
+        // second copy beside a first that outlived its owner.
+        let mut command = Command::new(program);
+        command.args(rest);
+        crate::child::die_with_parent(&mut command);
+        let mut child =
+            command.spawn().map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         loop {
             if cancel.cancelled() {
                 let _ = child.kill();

@@ -1,6 +1,7 @@
 //! `fleetctl`: the operator's tool. Thin by design: parse arguments, open the registry,
 //! call a library, print a table or JSON.
 
+mod child;
 mod demo;
 mod init_cmd;
 mod lease_cmd;
@@ -50,6 +51,12 @@ enum Cmd {
         #[arg(long)]
         keep: Option<std::path::PathBuf>,
     },
+    /// Internal: hold a worker until `worker run` has registered it, then become it.
+    #[command(name = "__gate", hide = true)]
+    Gate {
+        #[arg(required = true, last = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -69,5 +76,6 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Retire(cmd) => retire_cmd::run(&location, cmd),
         Cmd::Initialize(args) => init_cmd::run(&location, args),
         Cmd::Demo { keep } => demo::run(keep),
+        Cmd::Gate { command } => Ok(child::gate(&command)),
     }
 }

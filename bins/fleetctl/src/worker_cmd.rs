@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::Subcommand;
@@ -15,6 +15,7 @@ use fleet_runtime::{
 };
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
+use crate::child::HeldChild;
 use crate::table;
 
 #[derive(Debug, Subcommand)]
@@ -109,28 +110,39 @@ fn run_worker(
     let repository = Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::usage("no worker command"))?;
 
-    let mut child = Command::new(program)
-        .args(args)
-        .spawn()
-        .map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
-    let child_pid = i32::try_from(child.id()).unwrap_or(0);
-    CHILD.store(child_pid, Ordering::SeqCst);
-    forward_signals_to_child();
-
-    let options = WorkerOptions {
-        namespace,
-        pid: Pid::new(i64::from(child_pid)).map_err(|e| Failure::usage(e.to_string()))?,
-        heartbeat_ttl,
-        repository: Some(repository),
-        revisions: revisions(),
-    };
-    let session = match WorkerSession::start(location, &env, options) {
+    // The worker process is created held: registered first, then let run, so it never
+    // runs unregistered; and it dies with this supervisor.
+    let held = HeldChild::spawn(program, args)
+        .map_err(|e| Failure::usage(format!("cannot start {}: {e}", program.to_string_lossy())))?;
+    let child_pid = i32::try_from(held.id()).unwrap_or(0);
+    let registered =
+        Pid::new(i64::from(child_pid)).map_err(|e| Failure::usage(e.to_string())).and_then(|pid| {
+            let process = fleet_probe::process_identity(pid)
+                .map_err(|e| Failure::store(format!("cannot read the worker's process evidence: {e}")))?;
+            let options = WorkerOptions {
+                namespace,
+                process,
+                heartbeat_ttl,
+                repository: Some(repository),
+                revisions: revisions(),
+            };
+            Ok(WorkerSession::start(location, &env, options)?)
+        });
+    let session = match registered {
         Ok(session) => session,
         Err(e) => {
-            // Nothing was registered: the child must not run as an unregistered worker.
-            let _ = signal::kill(nix::unistd::Pid::from_raw(child_pid), Signal::SIGTERM);
-            let _ = child.wait();
-            return Err(e.into());
+            // Nothing was registered: the worker never runs.
+            held.abort();
+            return Err(e);
+        }
+    };
+    CHILD.store(child_pid, Ordering::SeqCst);
+    forward_signals_to_child();
+    let mut child = match held.release() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = session.release();
+            return Err(Failure::store(format!("cannot start the registered worker: {e}")));
         }
     };
 

@@ -12,8 +12,8 @@ mod trust;
 
 pub use instance::{ClientInstanceId, INSTANCE_DIGEST_BYTES, InstanceIdError, LegacyPlaceholder};
 pub use names::{
-    BootId, ClientType, FleetRunId, GenerationId, HostId, IdentityError, Namespace, Pid, ProcessStartTime,
-    Profile, Repository, SessionId, WorkerIdentity,
+    BootId, ClientType, FleetRunId, GenerationId, HostId, IdentityError, Namespace, Pid, PidNamespace,
+    ProcessStartTime, Profile, Repository, SessionId, WorkerIdentity,
 };
 pub use time_stamp::{Timestamp, TimestampError};
 pub use trust::{InstanceClaim, Ledger, TrustVerdict, assess_instance_id};

@@ -299,6 +299,69 @@ impl fmt::Display for ProcessStartTime {
     }
 }
 
+/// The PID namespace a process lives in: the inode number of its `/proc/<pid>/ns/pid`.
+/// A pid means something only inside its own PID namespace, so a probe in another one
+/// (a container, `unshare -p`) cannot judge it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "i64", into = "i64")]
+pub struct PidNamespace(u64);
+
+impl PidNamespace {
+    /// Wraps a namespace inode number: positive, and below 2^63 so stores can keep it.
+    pub fn new(inode: u64) -> Result<Self, IdentityError> {
+        if inode > 0 && i64::try_from(inode).is_ok() {
+            Ok(Self(inode))
+        } else {
+            Err(IdentityError::Malformed {
+                kind: "pid namespace",
+                value: inode.to_string(),
+                expected: "a positive inode number below 2^63",
+            })
+        }
+    }
+
+    /// Reads the target of a `/proc/<pid>/ns/pid` link, `pid:[4026531836]`.
+    pub fn from_link(link: &str) -> Result<Self, IdentityError> {
+        let malformed = || IdentityError::Malformed {
+            kind: "pid namespace",
+            value: link.to_owned(),
+            expected: "pid:[INODE]",
+        };
+        let inode = link.strip_prefix("pid:[").and_then(|s| s.strip_suffix(']')).ok_or_else(malformed)?;
+        Self::new(inode.parse().map_err(|_| malformed())?)
+    }
+
+    /// The inode number.
+    pub fn inode(self) -> u64 {
+        self.0
+    }
+}
+
+impl TryFrom<i64> for PidNamespace {
+    type Error = IdentityError;
+    fn try_from(value: i64) -> Result<Self, Self::Error> {
+        u64::try_from(value)
+            .map_err(|_| IdentityError::Malformed {
+                kind: "pid namespace",
+                value: value.to_string(),
+                expected: "a positive inode number",
+            })
+            .and_then(Self::new)
+    }
+}
+
+impl From<PidNamespace> for i64 {
+    fn from(ns: PidNamespace) -> Self {
+        i64::try_from(ns.0).unwrap_or(i64::MAX)
+    }
+}
+
+impl fmt::Display for PidNamespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The five MCP namespace workers that every launch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -2,7 +2,7 @@
 //! implements. The operating system's probe lives in `fleet-probe`; tests script their
 //! own.
 
-use fleet_identity::{BootId, HostId, Pid, ProcessStartTime};
+use fleet_identity::{BootId, HostId, Pid, PidNamespace, ProcessStartTime};
 use serde::{Deserialize, Serialize};
 
 /// The answer to "is this pid number occupied?".
@@ -42,6 +42,9 @@ pub struct ProcessIdentity {
     pub pid: Pid,
     /// The start time of the incarnation that holds the pid number.
     pub process_start_time: ProcessStartTime,
+    /// The PID namespace the pid belongs to, when it was recorded. A probe in another
+    /// namespace (or facing a row that does not say) cannot judge the pid.
+    pub pid_namespace: Option<PidNamespace>,
 }
 
 /// A source of liveness answers about recorded processes. The OS implements it

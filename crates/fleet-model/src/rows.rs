@@ -5,8 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use fleet_identity::{
-    BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid, ProcessStartTime,
-    Profile, Repository, SessionId, Timestamp, WorkerIdentity,
+    BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid, PidNamespace,
+    ProcessStartTime, Profile, Repository, SessionId, Timestamp, WorkerIdentity,
 };
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -97,7 +97,7 @@ fn lenient_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Er
 
 /// The columns of `worker_registrations`, in the order every backend stores and reads
 /// them (the field names of [`WorkerRow`]).
-pub const WORKER_COLUMNS: [&str; 28] = [
+pub const WORKER_COLUMNS: [&str; 29] = [
     "worker_identity",
     "client_type",
     "client_instance_id",
@@ -126,6 +126,7 @@ pub const WORKER_COLUMNS: [&str; 28] = [
     "retired_at",
     "retired_by",
     "retirement_reason",
+    "pid_namespace",
 ];
 
 /// One row of `worker_registrations`: one worker process, never deleted.
@@ -190,6 +191,10 @@ pub struct WorkerRow {
     pub retired_by: Option<String>,
     #[serde(default)]
     pub retirement_reason: Option<String>,
+    /// The PID namespace of `pid` (the inode of `/proc/<pid>/ns/pid`); rows written
+    /// before it was recorded lack it, and a probe cannot judge their pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<PidNamespace>,
 }
 
 impl WorkerRow {
@@ -218,6 +223,7 @@ impl WorkerRow {
             boot_id: self.boot_id.clone()?,
             pid: self.pid?,
             process_start_time: self.process_start_time?,
+            pid_namespace: self.pid_namespace,
         })
     }
 

@@ -12,7 +12,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use fleet_identity::{BootId, HostId, IdentityError, Pid, ProcessStartTime};
+use fleet_identity::{BootId, HostId, IdentityError, Pid, PidNamespace, ProcessStartTime};
 use fleet_model::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -132,33 +132,62 @@ pub fn probe_process(pid: Pid, start_time: ProcessStartTime) -> ProcessVerdict {
     }
 }
 
-/// The identity of process `pid` on this machine, now.
+/// The PID namespace of the process whose `/proc` directory is `proc_dir`
+/// (`/proc/self`, `/proc/<pid>`).
+fn pid_namespace_at(proc_dir: &str) -> Result<PidNamespace, ProbeError> {
+    let path = format!("{proc_dir}/ns/pid");
+    let link = fs::read_link(&path).map_err(|source| ProbeError::Read { path: path.clone(), source })?;
+    PidNamespace::from_link(&link.to_string_lossy()).map_err(|e| invalid(&path, e))
+}
+
+/// The PID namespace the calling process lives in: its pids mean something only there.
+pub fn own_pid_namespace() -> Result<PidNamespace, ProbeError> {
+    pid_namespace_at("/proc/self")
+}
+
+/// The identity of process `pid` on this machine, now, with the PID namespace it lives
+/// in.
 pub fn process_identity(pid: Pid) -> Result<ProcessIdentity, ProbeError> {
     let process_start_time = process_start_time(pid)?.ok_or_else(|| ProbeError::Invalid {
         path: format!("/proc/{pid}/stat"),
         detail: "no such process".into(),
     })?;
-    Ok(ProcessIdentity { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time })
+    let pid_namespace = Some(pid_namespace_at(&format!("/proc/{pid}"))?);
+    Ok(ProcessIdentity { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time, pid_namespace })
 }
 
-/// The identity of the calling process.
+/// The identity of the calling process. It is read through `/proc/self`, which names the
+/// caller whatever PID namespace it lives in; the pid is the caller's own view of it.
 pub fn current_process() -> Result<ProcessIdentity, ProbeError> {
     let pid = Pid::new(i64::from(std::process::id())).map_err(|e| invalid("getpid", e))?;
-    process_identity(pid)
+    let path = "/proc/self/stat";
+    let text = fs::read_to_string(path).map_err(|source| ProbeError::Read { path: path.into(), source })?;
+    let stat = parse_stat(&text)
+        .ok_or_else(|| ProbeError::Invalid { path: path.into(), detail: "unparsable stat line".into() })?;
+    let process_start_time = ProcessStartTime::new(stat.start_time).map_err(|e| invalid(path, e))?;
+    Ok(ProcessIdentity {
+        host_id: host_id()?,
+        boot_id: boot_id()?,
+        pid,
+        process_start_time,
+        pid_namespace: Some(own_pid_namespace()?),
+    })
 }
 
-/// The liveness probe of this machine: it can speak only of processes on this host and
-/// this boot, and answers `unknown` for any other.
+/// The liveness probe of this machine: it can speak only of processes on this host, this
+/// boot and its own PID namespace, and answers `unknown` for any other — a pid recorded
+/// in a container means nothing to the host's process table.
 #[derive(Debug, Clone)]
 pub struct LocalProbe {
     host_id: HostId,
     boot_id: BootId,
+    pid_namespace: PidNamespace,
 }
 
 impl LocalProbe {
-    /// A probe for the current host and boot.
+    /// A probe for the current host, boot and PID namespace.
     pub fn new() -> Result<Self, ProbeError> {
-        Ok(Self { host_id: host_id()?, boot_id: boot_id()? })
+        Ok(Self { host_id: host_id()?, boot_id: boot_id()?, pid_namespace: own_pid_namespace()? })
     }
 
     /// The host this probe speaks for.
@@ -175,6 +204,11 @@ impl LocalProbe {
 impl LivenessProbe for LocalProbe {
     fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
         if process.host_id != self.host_id {
+            return ProcessVerdict::Unknown;
+        }
+        // A row that does not say which PID namespace its pid lives in, or names another,
+        // cannot be judged from here: the same number may be another process, or none.
+        if process.pid_namespace != Some(self.pid_namespace) {
             return ProcessVerdict::Unknown;
         }
         if process.boot_id != self.boot_id {

@@ -49,6 +49,7 @@ pub fn process(pid: i64, start: u64) -> ProcessIdentity {
         boot_id: BootId::new("11111111-2222-3333-4444-555555555555").expect("valid"),
         pid: Pid::new(pid).expect("valid"),
         process_start_time: ProcessStartTime::new(start).expect("valid"),
+        pid_namespace: Some(fleet_identity::PidNamespace::new(4_026_531_836).expect("valid")),
     }
 }
 

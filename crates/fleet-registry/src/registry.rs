@@ -425,6 +425,7 @@ fn register_in(
         retired_at: None,
         retired_by: None,
         retirement_reason: None,
+        pid_namespace: reg.process.pid_namespace,
     };
     tx.insert_worker(&row)?;
     Ok(Registered { row, outcome: RegistrationOutcome::Registered, superseded })

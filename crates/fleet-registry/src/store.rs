@@ -12,7 +12,7 @@ use crate::registry::WorkerCredential;
 /// The version of the registry's schema (its tables and columns) that this build reads
 /// and writes. Every backend's migrations reach exactly this version; workers record it
 /// as their `schema_revision`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Whether opening a registry may create it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -236,6 +236,20 @@ fn may_be_live(row: &WorkerRow, probe: Option<ProcessVerdict>) -> bool {
         && !matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused))
 }
 
+/// Why a row's liveness could not be proved. A probe can only speak of processes on its
+/// own host and boot, so when the row names another host, or a boot id is unknown on
+/// either side, that — not a shrug — is the reason: the later requirements of the
+/// conjunction (host binding, boot identity) are what made the probe impossible.
+fn unprobeable(row: &WorkerRow, ctx: &RetirementContext) -> PreserveReason {
+    if row.host_id.as_ref() != Some(&ctx.host_id) {
+        PreserveReason::HostBindingUnproven
+    } else if row.boot_id.is_none() || ctx.boot_id.is_none() {
+        PreserveReason::BootIdentityUnknown
+    } else {
+        PreserveReason::PidLivenessUnknown
+    }
+}
+
 /// The conjunction, in the seed's order.
 pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Verdict {
     use PreserveReason as R;
@@ -259,7 +273,7 @@ pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Ve
         return preserve(R::WorkerLive);
     }
     match probe {
-        None | Some(ProcessVerdict::Unknown) => return preserve(R::PidLivenessUnknown),
+        None | Some(ProcessVerdict::Unknown) => return preserve(unprobeable(row, ctx)),
         Some(ProcessVerdict::Alive) => return preserve(R::PidAlive),
         Some(ProcessVerdict::Gone | ProcessVerdict::PidReused) => {}
     }

@@ -7,7 +7,10 @@ use fleet_model::WorkerRow;
 /// Every column that retirement reads. Excluded on purpose: `token_fingerprint`
 /// (credential-adjacent), the four `*_revision` columns (revision drift is a separate
 /// concern) and the `retired_*` bookkeeping columns.
-pub const FINGERPRINT_FIELDS: [&str; 20] = [
+///
+/// `pid_namespace` comes last and only when the row records it, so rows written before it
+/// was recorded keep the tokens they always had.
+pub const FINGERPRINT_FIELDS: [&str; 21] = [
     "worker_identity",
     "client_type",
     "client_instance_id",
@@ -28,6 +31,7 @@ pub const FINGERPRINT_FIELDS: [&str; 20] = [
     "last_heartbeat_at",
     "heartbeat_ttl_s",
     "fencing_epoch",
+    "pid_namespace",
 ];
 
 fn push_text(out: &mut String, value: Option<&str>) {
@@ -95,6 +99,10 @@ pub fn canonical_row(row: &WorkerRow) -> String {
     push_number(&mut out, row.heartbeat_ttl_s.map(u64::from));
     out.push(',');
     push_number(&mut out, row.fencing_epoch);
+    if let Some(ns) = row.pid_namespace {
+        out.push(',');
+        push_number(&mut out, Some(ns.inode()));
+    }
     out.push(']');
     out
 }

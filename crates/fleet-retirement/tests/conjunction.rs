@@ -192,7 +192,7 @@ proptest! {
             "namespace" => serde_json::json!("merger"),
             "status" => serde_json::json!("released"),
             "ownership_state" => serde_json::json!("owned"),
-            "pid" | "process_start_time" | "heartbeat_ttl_s" | "fencing_epoch" => serde_json::json!(77),
+            "pid" | "process_start_time" | "heartbeat_ttl_s" | "fencing_epoch" | "pid_namespace" => serde_json::json!(77),
             "registered_at" | "last_heartbeat_at" => serde_json::json!(at(5).to_string()),
             "host_id" | "boot_id" => serde_json::json!("abcdefabcdefabcdefabcdefabcdefab"),
             "client_type" => serde_json::json!("gemini"),
@@ -259,4 +259,35 @@ fn every_registry_column_is_either_fingerprinted_or_deliberately_excluded() {
     let mut columns = fleet_model::WORKER_COLUMNS.to_vec();
     columns.sort_unstable();
     assert_eq!(classified, columns, "a new column must be fingerprinted or excluded on purpose");
+}
+
+/// A probe can only speak of its own host and boot. When it gives no answer for a row of
+/// another host, or a row without a boot id, the reason names that, not a shrug.
+#[test]
+fn an_unprobeable_row_says_why_it_could_not_be_probed() {
+    type Change = fn(&mut World);
+    let cases: [(&str, Change, PreserveReason); 4] = [
+        ("same host, no answer", |_| {}, PreserveReason::PidLivenessUnknown),
+        (
+            "another host",
+            |w| w.subject().host_id = Some("fedcba9876543210fedcba9876543210".parse().unwrap()),
+            PreserveReason::HostBindingUnproven,
+        ),
+        ("no boot id on the row", |w| w.subject().boot_id = None, PreserveReason::BootIdentityUnknown),
+        ("no boot id where retirement runs", |w| w.ctx.boot_id = None, PreserveReason::BootIdentityUnknown),
+    ];
+    for (case, change, expected) in cases {
+        for verdict in [None, Some(ProcessVerdict::Unknown)] {
+            let mut world = World::new();
+            change(&mut world);
+            match verdict {
+                Some(v) => world.probe(v),
+                None => {
+                    let id = world.rows[0].worker_identity.clone();
+                    world.probes.remove(&id);
+                }
+            }
+            assert_eq!(world.verdict(), Verdict::Preserve(expected), "{case}, probe {verdict:?}");
+        }
+    }
 }

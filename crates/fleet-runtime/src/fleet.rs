@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use fleet_identity::{ClientInstanceId, Repository, Timestamp};
 use fleet_probe::LocalProbe;
+use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
-use fleet_registry::{LivenessProbe, ProcessIdentity};
 use fleet_registry::{Store, StoreError, WorkerRow, WorkerStatus, active_workflow_owners_in};
 use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
@@ -20,15 +20,7 @@ pub fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
     let Ok(probe) = LocalProbe::new() else { return ProbeResults::new() };
     rows.iter()
         .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(probe.host_id()))
-        .filter_map(|r| {
-            let process = ProcessIdentity {
-                host_id: r.host_id.clone()?,
-                boot_id: r.boot_id.clone()?,
-                pid: r.pid?,
-                process_start_time: r.process_start_time?,
-            };
-            Some((r.worker_identity.clone(), probe.probe(&process)))
-        })
+        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
         .collect()
 }
 

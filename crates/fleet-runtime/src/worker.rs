@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 
-use fleet_identity::{GenerationId, Namespace, Pid, Repository, Timestamp};
+use fleet_identity::{GenerationId, Namespace, Repository, Timestamp};
 use fleet_probe::LocalProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
-    HeartbeatTtl, Registration, Revisions, StoreError, StoreErrorKind, WorkerCredential, WorkerRow,
-    WorkerToken,
+    HeartbeatTtl, ProcessIdentity, Registration, Revisions, StoreError, StoreErrorKind, WorkerCredential,
+    WorkerRow, WorkerToken,
 };
 use time::OffsetDateTime;
 
@@ -29,8 +29,9 @@ pub fn now() -> Timestamp {
 pub struct WorkerOptions {
     /// The namespace it serves.
     pub namespace: Namespace,
-    /// The process the row describes.
-    pub pid: Pid,
+    /// The process the row describes (`fleet_probe::current_process` for the caller
+    /// itself, `fleet_probe::process_identity` for a child).
+    pub process: ProcessIdentity,
     /// How long a heartbeat stays valid.
     pub heartbeat_ttl: HeartbeatTtl,
     /// The repository it is bound to.
@@ -71,7 +72,7 @@ impl WorkerSession {
         env: &InstanceEnv,
         options: WorkerOptions,
     ) -> Result<Self, StoreError> {
-        let process = fleet_probe::process_identity(options.pid).map_err(probe_error)?;
+        let process = options.process;
         let probe = LocalProbe::new().map_err(probe_error)?;
         let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
             .map_err(|e| StoreError::invalid(e.to_string()))?;

@@ -99,6 +99,8 @@ const MIGRATIONS: &[&str] = &[
         BEGIN RAISE EXCEPTION 'lease_audit_log is append-only'; END $$;
     CREATE TRIGGER lease_audit_log_is_append_only BEFORE UPDATE OR DELETE ON lease_audit_log
         FOR EACH ROW EXECUTE FUNCTION lease_audit_log_is_append_only();",
+    // 3: the PID namespace a worker's pid belongs to.
+    "ALTER TABLE worker_registrations ADD COLUMN pid_namespace BIGINT;",
 ];
 
 /// The schema version this build writes: the registry's, which these migrations reach.

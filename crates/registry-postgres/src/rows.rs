@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 
 use fleet_registry::WORKER_COLUMNS;
 
-const WORKER_INTEGERS: [&str; 4] = ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch"];
+const WORKER_INTEGERS: [&str; 5] =
+    ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch", "pid_namespace"];
 
 const LEASE_COLUMNS: [&str; 15] = [
     "lease_key",

@@ -77,6 +77,7 @@ pub(crate) fn values(row: &WorkerRow) -> Vec<Value> {
         text(row.retired_at.map(|t| t.to_string()).as_ref()),
         text(row.retired_by.as_ref()),
         text(row.retirement_reason.as_ref()),
+        int(row.pid_namespace.map(i64::from)),
     ]
 }
 
@@ -169,6 +170,11 @@ pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, S
             retired_at: r.parsed(25)?,
             retired_by: r.raw_text(26)?,
             retirement_reason: r.raw_text(27)?,
+            pid_namespace: r
+                .integer::<i64>(28)?
+                .map(fleet_identity::PidNamespace::try_from)
+                .transpose()
+                .map_err(|e| r.corrupt("pid_namespace", e))?,
         })
     })())
 }

@@ -87,6 +87,8 @@ const MIGRATIONS: &[&str] = &[
         BEGIN SELECT RAISE(ABORT, 'lease_audit_log is append-only'); END;
     CREATE TRIGGER lease_audit_log_is_append_only_delete BEFORE DELETE ON lease_audit_log
         BEGIN SELECT RAISE(ABORT, 'lease_audit_log is append-only'); END;",
+    // 3: the PID namespace a worker's pid belongs to.
+    "ALTER TABLE worker_registrations ADD COLUMN pid_namespace INTEGER;",
 ];
 
 /// The schema version this build writes: the registry's, which these migrations reach.

@@ -62,6 +62,7 @@ pub(crate) fn fleet(rows: usize) -> (Vec<WorkerRow>, Vec<InstanceRecord>, Timest
             retired_at: None,
             retired_by: None,
             retirement_reason: None,
+            pid_namespace: None,
         };
         out.push(row);
     }
