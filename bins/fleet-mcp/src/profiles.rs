@@ -6,10 +6,16 @@
 //! ```
 //!
 //! Without a file, the defaults give every namespace a profile of its own name, with
-//! `gitea.read` only. No profile holds `gitea.worker_registry.retire` by default.
+//! `gitea.read` only. No profile holds `gitea.worker_registry.retire` or
+//! `gitea.workflow_lease.write` by default.
+//!
+//! The file grants authority, so it fails closed: it must be a regular file owned by the
+//! user the server runs as and writable by no one else, or it is refused. It is read
+//! without blocking (a FIFO in its place is refused, not waited on), and only its first
+//! megabyte.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use fleet_identity::Namespace;
 use serde::Deserialize;
@@ -18,6 +24,11 @@ use serde::Deserialize;
 pub(crate) const READ: &str = "gitea.read";
 /// Retire stale registry rows.
 pub(crate) const RETIRE: &str = "gitea.worker_registry.retire";
+/// Acquire, renew and release this worker's workflow leases.
+pub(crate) const WORKFLOW_LEASE: &str = "gitea.workflow_lease.write";
+
+/// The largest profiles file read.
+const MAX_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,8 +61,7 @@ impl Profiles {
             let role: Namespace = name.parse().map_err(|_| format!("no default profile {name:?}"))?;
             return Ok(Profile { role, allowed_operations: vec![READ.to_owned()] });
         };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = read_trusted(path)?;
         let file: ProfilesFile =
             serde_json::from_str(&text).map_err(|e| format!("{} is not valid: {e}", path.display()))?;
         file.profiles
@@ -61,9 +71,48 @@ impl Profiles {
     }
 }
 
+/// Reads a file that may grant authority: without blocking, and only if it is a regular
+/// file owned by this user and writable by no one else.
+fn read_trusted(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let shown = path.display();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown} is not a regular file; refusing it"));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "{shown} is owned by uid {}, not by this user (uid {me}); refusing it",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{shown} is writable by others (mode {:o}); refusing it: chmod go-w {shown}",
+            meta.mode() & 0o777
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_BYTES).read_to_string(&mut text).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    Ok(text)
+}
+
 impl Profile {
     pub(crate) fn allows(&self, operation: &str) -> bool {
         self.allowed_operations.iter().any(|o| o == operation)
+    }
+
+    /// Whether the profile is for the namespace that uses it: an author profile that
+    /// calls itself a reconciler is refused, not promoted.
+    pub(crate) fn fits(&self, namespace: Namespace) -> bool {
+        self.role == namespace
     }
 
     /// Fleet-wide tools are for the controller and reconciler roles only.

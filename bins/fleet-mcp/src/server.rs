@@ -26,7 +26,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::profiles::{Profiles, READ, RETIRE};
+use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
 
 /// Everything a tool needs to know about this process.
@@ -38,6 +38,14 @@ pub(crate) struct Context {
     pub(crate) profiles: Profiles,
     pub(crate) env: Result<InstanceEnv, String>,
     pub(crate) registration: Result<WorkerRow, String>,
+}
+
+/// What a tool acts on: the whole fleet (controller and reconciler roles only), or only
+/// this worker's own state (any role, given the capability).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Fleet,
+    OwnWorker,
 }
 
 /// The fleet-wide tools, for the controller and reconciler roles only.
@@ -213,16 +221,25 @@ impl FleetServer {
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
-    fn authorize(&self, operation: &str) -> Result<(), CallToolResult> {
+    fn authorize(&self, operation: &str, reach: Reach) -> Result<(), CallToolResult> {
         let profile =
             self.ctx.profiles.resolve(&self.ctx.profile).map_err(|e| refuse("profile_unresolvable", e))?;
+        if !profile.fits(self.ctx.namespace) {
+            return Err(refuse(
+                "role_mismatch",
+                format!(
+                    "profile {:?} is for the {} role, but this server is the {} namespace",
+                    self.ctx.profile, profile.role, self.ctx.namespace
+                ),
+            ));
+        }
         if !profile.allows(operation) {
             return Err(refuse(
                 "permission_denied",
                 format!("profile {:?} does not hold {operation}", self.ctx.profile),
             ));
         }
-        if !profile.fleet_role() {
+        if reach == Reach::Fleet && !profile.fleet_role() {
             return Err(refuse(
                 "role_denied",
                 format!("the {} role may not use fleet tools; controller and reconciler may", profile.role),
@@ -237,7 +254,7 @@ impl FleetServer {
 
     fn apply_body(&self, p: ApplyParams) -> Outcome {
         // Permission at entry, then role as defence in depth.
-        self.authorize(RETIRE)?;
+        self.authorize(RETIRE, Reach::Fleet)?;
         let ids = parse_identities(&p.worker_identities).map_err(|e| refuse("invalid_arguments", e))?;
         let me = self.me()?;
         let snap = take_snapshot(&self.ctx.location, None, &Policy::default(), now())
@@ -263,7 +280,7 @@ impl FleetServer {
             .map_err(|e| refuse("invalid_arguments", e))?;
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
-        self.authorize(RETIRE).map_err(|_| {
+        self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
             refuse("permission_revoked", "the retire capability was withdrawn during the call")
         })?;
         let request = ApplyRequest {
@@ -329,7 +346,7 @@ impl FleetServer {
         Parameters(p): Parameters<SnapshotParams>,
     ) -> CallToolResult {
         (|| {
-            self.authorize(READ)?;
+            self.authorize(READ, Reach::Fleet)?;
             let manifest = p
                 .expected_manifest
                 .map(|m| Manifest::from_json(&m.to_string()))
@@ -355,7 +372,7 @@ impl FleetServer {
         Parameters(p): Parameters<PlanParams>,
     ) -> CallToolResult {
         (|| {
-            self.authorize(READ)?;
+            self.authorize(READ, Reach::Fleet)?;
             let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
                 .map_err(|e| refuse("invalid_arguments", e))?;
             let plan =
@@ -439,6 +456,7 @@ impl FleetServer {
         Parameters(p): Parameters<LeaseAcquireParams>,
     ) -> CallToolResult {
         finish((|| {
+            self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let owner = self.me()?.worker_identity.to_string();
             let (key, ttl) = (Self::lease_key(&p.workflow)?, ttl(p.ttl_s)?);
             Self::lease_result(self.registry()?.acquire_lease(
@@ -464,6 +482,7 @@ impl FleetServer {
         Parameters(p): Parameters<LeaseHolderParams>,
     ) -> CallToolResult {
         finish((|| {
+            self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder, ttl) = (Self::lease_key(&p.workflow)?, self.holder(&p)?, ttl(p.ttl_s)?);
             Self::lease_result(self.registry()?.renew_lease(&key, &holder, ttl, &AuditContext::default()))
         })())
@@ -481,6 +500,7 @@ impl FleetServer {
         Parameters(p): Parameters<LeaseHolderParams>,
     ) -> CallToolResult {
         finish((|| {
+            self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder) = (Self::lease_key(&p.workflow)?, self.holder(&p)?);
             Self::lease_result(self.registry()?.release_lease(&key, &holder, &AuditContext::default()))
         })())

@@ -55,7 +55,7 @@ impl Fleet {
     fn profiles(&self, name: &str, reconciler_retires: bool) -> PathBuf {
         let mut profiles = serde_json::Map::new();
         for ns in NAMESPACES {
-            let mut ops = vec!["gitea.read"];
+            let mut ops = vec!["gitea.read", "gitea.workflow_lease.write"];
             // Give every profile the capability when asked: the role check must still
             // keep author, reviewer and merger out.
             if reconciler_retires {
@@ -69,9 +69,20 @@ impl Fleet {
     }
 
     async fn connect(&self, ns: &str, instance: Option<&str>, profiles: Option<&Path>) -> Client {
+        self.connect_with_ttl(ns, instance, profiles, 5).await
+    }
+
+    async fn connect_with_ttl(
+        &self,
+        ns: &str,
+        instance: Option<&str>,
+        profiles: Option<&Path>,
+        ttl: u32,
+    ) -> Client {
+        let ttl = ttl.to_string();
         let transport =
             TokioChildProcess::new(Command::new(env!("CARGO_BIN_EXE_fleet-mcp")).configure(|cmd| {
-                cmd.args(["--namespace", ns, "--ttl", "5"])
+                cmd.args(["--namespace", ns, "--ttl", &ttl])
                     .env("FLEET_REGISTRY", &self.registry)
                     .env("GITEA_MCP_CLIENT", "codex")
                     .env_remove("GITEA_MCP_PROFILE")
@@ -144,7 +155,8 @@ async fn tools_are_listed_with_schemas_and_truthful_annotations() {
 async fn each_tool_answers_a_controller() {
     let fleet = Fleet::new();
     let id = fleet.mint();
-    let client = fleet.connect("controller", Some(&id), None).await;
+    let profiles = fleet.profiles("leases.json", false);
+    let client = fleet.connect("controller", Some(&id), Some(&profiles)).await;
     let snap = call(&client, "gitea_snapshot_instance_fleet", json!({})).await;
     assert_eq!(failed(&snap), None);
     assert_eq!(body(&snap)["counts"]["live_worker_count"], 1);
@@ -300,7 +312,8 @@ async fn five_servers_of_one_launch_are_one_instance_and_release_on_shutdown() {
 async fn a_server_that_cannot_register_still_serves_diagnostic_reads() {
     let fleet = Fleet::new();
     fleet.mint();
-    let client = fleet.connect("controller", None, None).await;
+    let profiles = fleet.profiles("leases.json", false);
+    let client = fleet.connect("controller", None, Some(&profiles)).await;
     let context = body(&call(&client, "gitea_get_runtime_context", json!({})).await);
     assert!(context["registration"].is_null());
     assert!(context["environment_error"].as_str().unwrap().contains("GITEA_MCP_CLIENT_INSTANCE"));
@@ -530,4 +543,100 @@ async fn editing_profiles_revokes_apply_immediately() {
     let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
     assert_eq!(failed(&plan), None);
     client.cancel().await.unwrap();
+}
+
+/// Staleness without an operator: five servers of a launch with a 2 s TTL, one killed.
+/// Nothing but the servers runs: their own heartbeat ticks sweep the lapsed row to
+/// stale, and the reconciler's plan and apply, over MCP, retire it.
+#[tokio::test]
+async fn the_fleet_retires_a_crashed_worker_through_mcp_alone() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let mut clients = Vec::new();
+    for ns in NAMESPACES {
+        clients.push(fleet.connect_with_ttl(ns, Some(&id), Some(&profiles), 2).await);
+    }
+    let author = workers(&fleet).into_iter().find(|r| r.namespace.as_str() == "author").unwrap();
+    let pid = i32::try_from(author.pid.unwrap().get()).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+
+    let reconciler = &clients[4];
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let plan = loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let plan = body(&call(reconciler, "gitea_plan_stale_worker_retirement", json!({})).await);
+        if plan["candidate_count"] == 1 {
+            break plan;
+        }
+        assert!(std::time::Instant::now() < deadline, "never became a candidate: {plan}");
+    };
+    assert_eq!(plan["candidate_worker_identities"], json!([author.worker_identity.as_str()]));
+    let applied = call(
+        reconciler,
+        "gitea_apply_stale_worker_retirement",
+        json!({
+            "registry_fingerprint": plan["registry_fingerprint"],
+            "candidate_fingerprint": plan["candidate_fingerprint"],
+            "worker_identities": plan["candidate_worker_identities"],
+        }),
+    )
+    .await;
+    assert_eq!(failed(&applied), None, "{:?}", applied.structured_content);
+    assert_eq!(body(&applied)["retired_count"], 1);
+    let rows = workers(&fleet);
+    let retired = rows.iter().find(|r| r.worker_identity == author.worker_identity).unwrap();
+    assert_eq!(retired.status, fleet_registry::WorkerStatus::Retired);
+    assert_eq!(rows.iter().filter(|r| r.status == fleet_registry::WorkerStatus::Active).count(), 4);
+    for c in clients {
+        let _ = c.cancel().await;
+    }
+}
+
+/// Profiles grant authority, so they fail closed: the workflow-lease tools need their own
+/// capability (none by default), a profile must be for its own namespace, and a file
+/// others may write, or that is not a regular file, is refused without being waited on.
+#[tokio::test]
+async fn profiles_fail_closed() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let acquire = json!({"workflow": "closed"});
+
+    let defaults = fleet.connect("author", Some(&id), None).await;
+    let r = call(&defaults, "gitea_acquire_workflow_lease", acquire.clone()).await;
+    assert_eq!(failed(&r).as_deref(), Some("permission_denied"), "no lease capability by default");
+    defaults.cancel().await.unwrap();
+
+    // An author profile that claims the reconciler role is not promoted.
+    let posing = fleet.dir.path().join("posing.json");
+    let grant = json!({"role": "reconciler", "allowed_operations": ["gitea.read", "gitea.worker_registry.retire", "gitea.workflow_lease.write"]});
+    std::fs::write(&posing, json!({"profiles": {"author": grant}}).to_string()).unwrap();
+    let author = fleet.connect("author", Some(&id), Some(&posing)).await;
+    let r = call(&author, "gitea_acquire_workflow_lease", acquire.clone()).await;
+    assert_eq!(failed(&r).as_deref(), Some("role_mismatch"));
+    author.cancel().await.unwrap();
+
+    // World-writable: anyone could grant themselves retire.
+    use std::os::unix::fs::PermissionsExt;
+    let open = fleet.profiles("open.json", true);
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let reconciler = fleet.connect("reconciler", Some(&id), Some(&open)).await;
+    let r = call(&reconciler, "gitea_plan_stale_worker_retirement", json!({})).await;
+    assert_eq!(failed(&r).as_deref(), Some("profile_unresolvable"));
+    assert!(body(&r)["detail"]["message"].as_str().unwrap().contains("writable by others"));
+    reconciler.cancel().await.unwrap();
+
+    // A FIFO where the file should be: refused at once, and the server keeps answering.
+    let fifo = fleet.dir.path().join("fifo.json");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reconciler = fleet.connect("reconciler", Some(&id), Some(&fifo)).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        call(&reconciler, "gitea_plan_stale_worker_retirement", json!({})),
+    )
+    .await
+    .expect("reading profiles never blocks");
+    assert_eq!(failed(&r).as_deref(), Some("profile_unresolvable"));
+    assert!(body(&r)["detail"]["message"].as_str().unwrap().contains("not a regular file"));
+    reconciler.cancel().await.unwrap();
 }

@@ -272,12 +272,21 @@ impl<S: Store> Registry<S> {
     /// `active`: the row is now a stale worker still marked active, which only a
     /// heartbeat from its own process (back to owned) or retirement ends. Each row is
     /// swapped only if unchanged since it was read, so a heartbeat racing the sweep wins.
+    ///
+    /// Every live worker runs it on its heartbeat tick, so it first looks in a read
+    /// transaction and takes the write lock only when some row is due.
     pub fn mark_expired_stale(&mut self, now: Timestamp) -> Result<Vec<WorkerIdentity>, StoreError> {
+        let due = |row: &WorkerRow| {
+            let owned = matches!(row.ownership_state, Some(OwnershipState::Owned) | None);
+            row.status == WorkerStatus::Active && owned && row.heartbeat_expired(now)
+        };
+        if !self.store.read(|tx| Ok::<_, StoreError>(tx.workers()?.iter().any(due)))? {
+            return Ok(Vec::new());
+        }
         self.store.write(|tx| {
             let mut marked = Vec::new();
             for row in tx.workers()? {
-                let owned = matches!(row.ownership_state, Some(OwnershipState::Owned) | None);
-                if row.status == WorkerStatus::Active && owned && row.heartbeat_expired(now) {
+                if due(&row) {
                     let mut stale = row.clone();
                     stale.ownership_state = Some(OwnershipState::Stale);
                     if tx.replace_worker(&row, &stale)? {

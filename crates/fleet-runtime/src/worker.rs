@@ -1,6 +1,7 @@
 //! A worker's life in the registry: register from the instance environment, heartbeat
-//! on a background thread every third of the TTL, then release on a clean exit or stop
-//! heartbeating (and leave the row for the TTL to lapse) after a crash.
+//! on a background thread every third of the TTL (sweeping the fleet's lapsed rows to
+//! stale on the same tick), then release on a clean exit or stop heartbeating (and leave
+//! the row for the TTL to lapse) after a crash.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,7 +184,13 @@ fn heartbeat_loop(
         }
         let Some(reg) = registry.as_mut() else { continue };
         match reg.heartbeat(credential, now()) {
-            Ok(()) => {}
+            // The fleet keeps itself honest: every live worker, on its own tick, marks
+            // the rows whose heartbeat lapsed stale, so retirement needs no operator.
+            Ok(()) => {
+                if let Err(e) = reg.mark_expired_stale(now()) {
+                    eprintln!("fleet: stale sweep failed, will retry: {e}");
+                }
+            }
             Err(e) if matches!(e.kind(), StoreErrorKind::NotFound | StoreErrorKind::Conflict) => {
                 eprintln!("fleet: registration lost: {e}");
                 lost.store(true, Ordering::SeqCst);
