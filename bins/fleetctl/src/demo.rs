@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use fleet_identity::{ClientType, Namespace};
+use fleet_identity::{ClientType, Namespace, WorkerIdentity};
 use fleet_registry::OpenMode;
-use fleet_registry::{Registry, WorkerRow, WorkerStatus};
+use fleet_registry::{OwnershipState, Registry, WorkerRow, WorkerStatus};
 use fleet_runtime::{AnyStore, Failure, Launch, RegistryLocation, now, open_registry};
 
 use crate::worker_cmd::list_table;
@@ -114,13 +114,18 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
         "Its row stays active: a crash does not release, and the heartbeat still counts for {DEMO_TTL_SECS}s."
     );
 
-    step(3, "The heartbeat lapses and the sweep marks the row stale");
+    step(3, "The heartbeat lapses; the fleet itself marks the row stale");
     let marked = wait_until(Duration::from_secs(30), || {
-        let marked = registry(&tour.location)?.mark_expired_stale(now())?;
-        Ok((!marked.is_empty()).then_some(marked))
+        let rows = registry(&tour.location)?.workers()?;
+        let stale: Vec<WorkerIdentity> = rows
+            .into_iter()
+            .filter(|r| r.status == WorkerStatus::Active && r.ownership_state == Some(OwnershipState::Stale))
+            .map(|r| r.worker_identity)
+            .collect();
+        Ok((!stale.is_empty()).then_some(stale))
     })?;
     for id in &marked {
-        println!("fleetctl registry sweep: stale {id}");
+        println!("stale: {id} (marked by the live workers' own heartbeat sweep; no operator ran anything)");
     }
     println!("\n$ fleetctl snapshot");
     print!("{}", fleet_snapshot_text(&tour.location)?);
@@ -166,7 +171,7 @@ fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
     Ok(crate::snapshot_cmd::render(&snap, false))
 }
 
-fn retire(location: &RegistryLocation, stale: &[fleet_identity::WorkerIdentity]) -> Result<(), Failure> {
+fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), Failure> {
     use fleet_registry::{ApplyOutcome, ApplyRequest};
     for attempt in 1..=5 {
         let (ctx, probe) = crate::retire_cmd::retirement_context(None)?;

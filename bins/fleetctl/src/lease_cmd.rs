@@ -10,7 +10,7 @@ use fleet_lease::{
     LeaseKind, LeaseRecord, PolicyDecision, normalize_scopes,
 };
 use fleet_registry::OpenMode;
-use fleet_registry::{AuditContext, LeaseResult};
+use fleet_registry::{AuditContext, ConnectorRequest, LeaseResult};
 use fleet_runtime::{Failure, RegistryLocation, open_registry};
 use serde::Deserialize;
 use time::Duration;
@@ -62,7 +62,7 @@ pub(crate) enum LeaseCmd {
         #[arg(long)]
         policy: Option<PathBuf>,
     },
-    /// Renew the holder's lease.
+    /// Renew the holder's lease (connector leases: policy and caps apply).
     Renew {
         #[command(flatten)]
         target: Target,
@@ -71,13 +71,19 @@ pub(crate) enum LeaseCmd {
         /// TTL in seconds from now.
         #[arg(long, default_value_t = 30)]
         ttl: u64,
+        /// Connector policy file (default: deny every connector lease).
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
-    /// Release the holder's lease.
+    /// Release the holder's lease (connector leases: the policy applies).
     Release {
         #[command(flatten)]
         target: Target,
         #[command(flatten)]
         holder: HolderArgs,
+        /// Connector policy file (default: deny every connector lease).
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Take over a lapsed or released lease at the epoch you saw.
     Takeover {
@@ -280,32 +286,42 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let ctx = context(&target, connector.as_ref());
             let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
             let result = match &connector {
-                Some(id) => registry.acquire_connector_lease(
-                    id,
-                    &owner,
-                    &scopes,
-                    ttl,
-                    GrantLimits::default(),
-                    policy.as_ref(),
-                    &ctx,
-                )?,
+                Some(id) => {
+                    let request = ConnectorRequest::Acquire { connector: &owner, scopes: &scopes, ttl };
+                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
+                }
                 None => registry.acquire_lease(&key, kind, &owner, ttl, &scopes, &ctx)?,
             };
             report(result, target.json)
         }
-        LeaseCmd::Renew { target, holder: h, ttl } => {
+        LeaseCmd::Renew { target, holder: h, ttl, policy } => {
             let (key, _, connector) = parse_key(&target.key)?;
             let (holder, ttl) = (holder(h)?, secs(ttl)?);
+            let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
-            let result =
-                open_registry(location, OpenMode::MustExist)?.renew_lease(&key, &holder, ttl, &ctx)?;
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let result = match &connector {
+                Some(id) => {
+                    let request = ConnectorRequest::Renew { holder: &holder, ttl };
+                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
+                }
+                None => registry.renew_lease(&key, &holder, ttl, &ctx)?,
+            };
             report(result, target.json)
         }
-        LeaseCmd::Release { target, holder: h } => {
+        LeaseCmd::Release { target, holder: h, policy } => {
             let (key, _, connector) = parse_key(&target.key)?;
             let holder = holder(h)?;
+            let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
-            let result = open_registry(location, OpenMode::MustExist)?.release_lease(&key, &holder, &ctx)?;
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let result = match &connector {
+                Some(id) => {
+                    let request = ConnectorRequest::Release { holder: &holder };
+                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
+                }
+                None => registry.release_lease(&key, &holder, &ctx)?,
+            };
             report(result, target.json)
         }
         LeaseCmd::Takeover { target, owner, expected_epoch, ttl, scopes: raw, policy } => {
@@ -316,16 +332,15 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let ctx = context(&target, connector.as_ref());
             let mut registry = open_registry(location, OpenMode::MustExist)?;
             let result = match &connector {
-                Some(id) => registry.take_over_connector_lease(
-                    id,
-                    epoch,
-                    &owner,
-                    &scopes,
-                    ttl,
-                    GrantLimits::default(),
-                    policy.as_ref(),
-                    &ctx,
-                )?,
+                Some(id) => {
+                    let request = ConnectorRequest::TakeOver {
+                        expected_epoch: epoch,
+                        connector: &owner,
+                        scopes: &scopes,
+                        ttl,
+                    };
+                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
+                }
                 None => registry.take_over_lease(&key, epoch, &owner, ttl, &scopes, &ctx)?,
             };
             report(result, target.json)

@@ -285,8 +285,34 @@ fn connector_leases_through_the_cli_follow_policy_insert_only_and_takeover() {
         "--epoch",
         "1",
         "--json",
+        "--policy",
+        policy_arg,
     ]));
     assert_eq!((code, stale["reason"].as_str()), (Some(1), Some("stale_epoch")));
+    // Renewal and release pass the cap and the policy too.
+    let lease_id = taken["lease"]["lease_id"].as_str().unwrap().to_owned();
+    let as_holder = |verb: &str, extra: &[&str]| {
+        let mut args = vec!["lease", verb, "--key", key, "--owner", "conn-a", "--lease-id", &lease_id];
+        args.extend(["--epoch", "2", "--json"]);
+        args.extend(extra);
+        json(fleet.ctl(&args))
+    };
+    let (code, r) = as_holder("renew", &["--ttl", "86400"]);
+    assert_eq!((code, r["reason"].as_str()), (Some(1), Some("ttl_exceeds_cap")), "no policy, past the cap");
+    let (code, r) = as_holder("renew", &["--ttl", "60"]);
+    assert_eq!(
+        (code, r["reason"].as_str()),
+        (Some(1), Some("policy_denied")),
+        "no policy: the default denies"
+    );
+    let (code, r) = as_holder("renew", &["--ttl", "200", "--policy", policy_arg]);
+    assert_eq!((code, r["reason"].as_str()), (Some(1), Some("policy_denied")), "past the policy's 120 s");
+    let (code, r) = as_holder("renew", &["--ttl", "60", "--policy", policy_arg]);
+    assert_eq!(code, Some(0), "{r}");
+    let (code, r) = as_holder("release", &[]);
+    assert_eq!((code, r["reason"].as_str()), (Some(1), Some("policy_denied")));
+    let (code, r) = as_holder("release", &["--policy", policy_arg]);
+    assert_eq!(code, Some(0), "{r}");
     let audit = fleet.ctl(&["lease", "audit", "--key", key]);
     let table = String::from_utf8(audit.stdout).unwrap();
     assert!(

@@ -33,9 +33,10 @@ impl FencingEpoch {
         self.0
     }
 
-    /// The next epoch.
-    pub fn next(self) -> Self {
-        Self(self.0.saturating_add(1))
+    /// The next epoch, or `None` at the largest epoch a store can keep: an epoch is never
+    /// handed out twice, so a lease there can never change hands again.
+    pub fn next(self) -> Option<Self> {
+        Self::new(self.0.checked_add(1)?).ok()
     }
 }
 
@@ -310,6 +311,9 @@ pub enum LeaseDenial {
     /// The policy refused.
     #[error("policy_denied: the configured policy refused")]
     PolicyDenied,
+    /// The lease is at the largest fencing epoch; taking it over would reuse one.
+    #[error("epoch_exhausted: the lease is at the largest fencing epoch and cannot change hands again")]
+    EpochExhausted,
 }
 
 impl LeaseDenial {
@@ -327,6 +331,7 @@ impl LeaseDenial {
             LeaseDenial::ReleasedLease => "lease_released",
             LeaseDenial::TtlExceedsCap => "ttl_exceeds_cap",
             LeaseDenial::PolicyDenied => "policy_denied",
+            LeaseDenial::EpochExhausted => "epoch_exhausted",
         }
     }
 }
@@ -387,7 +392,8 @@ pub fn decide_acquire(
     match kind.acquire_mode() {
         AcquireMode::InsertOnly => Err(LeaseDenial::TakeoverRequired),
         AcquireMode::TakeOverLapsed => {
-            let mut next = fresh(key, kind, tenure, current.fencing_epoch.next(), now);
+            let epoch = current.fencing_epoch.next().ok_or(LeaseDenial::EpochExhausted)?;
+            let mut next = fresh(key, kind, tenure, epoch, now);
             next.init = current.init.clone();
             Ok((LeaseOutcome::TakenOver, next))
         }
@@ -409,7 +415,8 @@ pub fn decide_takeover(
     if current.is_live(now) {
         return Err(LeaseDenial::LeaseLive);
     }
-    let mut next = fresh(&current.lease_key, current.kind, tenure, current.fencing_epoch.next(), now);
+    let epoch = current.fencing_epoch.next().ok_or(LeaseDenial::EpochExhausted)?;
+    let mut next = fresh(&current.lease_key, current.kind, tenure, epoch, now);
     next.init = current.init.clone();
     Ok(next)
 }

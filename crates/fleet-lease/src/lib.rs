@@ -6,10 +6,12 @@
 //! it. A TTL is a minimum: nobody else can take the lease over before it lapses, but the
 //! holder may have lost it by the time it acts, so it must present its epoch.
 
+mod connector;
 mod grant;
 mod init;
 mod lease;
 
+pub use connector::{ConnectorOp, decide_connector};
 pub use grant::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, Grant, GrantDenial, GrantIssuer, GrantLimits,
     PolicyDecision, normalize_scopes,

@@ -322,45 +322,86 @@ fn lapse() {
     std::thread::sleep(std::time::Duration::from_millis(200));
 }
 
+/// A connector policy that allows everything, for the cases that test the lease rules
+/// behind it.
+#[derive(Debug)]
+struct AllowAll;
+
+impl fleet_lease::ConnectorPolicy for AllowAll {
+    fn authorize_lease(
+        &self,
+        _: &fleet_lease::ConnectorIdentity,
+        _: &str,
+        _: &[String],
+        _: Option<time::Duration>,
+    ) -> fleet_lease::PolicyDecision {
+        fleet_lease::PolicyDecision::Allow
+    }
+
+    fn authorize_grant(
+        &self,
+        _: &fleet_lease::ConnectorIdentity,
+        _: &str,
+        _: &[String],
+        _: Option<time::Duration>,
+    ) -> fleet_lease::PolicyDecision {
+        fleet_lease::PolicyDecision::Allow
+    }
+}
+
 /// Connector leases: insert-only acquisition, `lease_held`, `takeover_required`, then a
-/// takeover by epoch that fences the old holder.
+/// takeover by epoch that fences the old holder. Every operation passes the policy: the
+/// generic lease calls, which carry none, are refused as the default policy refuses.
 pub fn connector_leases_are_insert_only_and_fenced<S: Store>(store: S) {
-    use fleet_lease::{FencingEpoch, LeaseDenial, LeaseKind};
+    use crate::ConnectorRequest as Req;
+    use fleet_lease::{FencingEpoch, GrantLimits, LeaseDenial, LeaseKind};
     let mut registry = Registry::new(store);
-    let key = lkey("connector:acme/agent/slack");
+    let identity = fleet_lease::ConnectorIdentity::new("acme", "agent", "slack").expect("valid");
+    let key = identity.lease_key();
     let scopes = vec!["chat.read".to_owned()];
-    let first = registry
-        .acquire_lease(&key, LeaseKind::Connector, "conn-a", SHORT, &scopes, &ctx())
-        .expect("store")
-        .expect("acquired");
+    let limits = GrantLimits::default();
+    let op = |registry: &mut Registry<S>, request: Req<'_>| {
+        registry.connector_lease(&identity, request, limits, &AllowAll, &ctx()).expect("store")
+    };
+    let acquire = |connector| Req::Acquire { connector, scopes: &scopes, ttl: SHORT };
+    let take_over =
+        |expected_epoch, connector| Req::TakeOver { expected_epoch, connector, scopes: &scopes, ttl: SHORT };
+    let first = op(&mut registry, acquire("conn-a")).expect("acquired");
     assert_eq!(first.fencing_epoch, FencingEpoch::FIRST);
-    let held =
-        registry.acquire_lease(&key, LeaseKind::Connector, "conn-b", SHORT, &scopes, &ctx()).expect("store");
-    assert_eq!(held.unwrap_err(), LeaseDenial::LeaseHeld);
-    let early =
-        registry.take_over_lease(&key, FencingEpoch::FIRST, "conn-b", SHORT, &scopes, &ctx()).expect("store");
-    assert_eq!(early.unwrap_err(), LeaseDenial::LeaseLive);
+    assert_eq!(op(&mut registry, acquire("conn-b")).unwrap_err(), LeaseDenial::LeaseHeld);
+    assert_eq!(
+        op(&mut registry, take_over(FencingEpoch::FIRST, "conn-b")).unwrap_err(),
+        LeaseDenial::LeaseLive
+    );
     lapse();
-    let lapsed =
-        registry.acquire_lease(&key, LeaseKind::Connector, "conn-b", SHORT, &scopes, &ctx()).expect("store");
-    assert_eq!(lapsed.unwrap_err(), LeaseDenial::TakeoverRequired);
-    let wrong = registry
-        .take_over_lease(&key, FencingEpoch::new(5).expect("valid"), "conn-b", SHORT, &scopes, &ctx())
-        .expect("store");
-    assert_eq!(wrong.unwrap_err(), LeaseDenial::EpochMismatch);
-    let second = registry
-        .take_over_lease(&key, FencingEpoch::FIRST, "conn-b", SHORT, &scopes, &ctx())
-        .expect("store")
-        .expect("taken");
+    assert_eq!(op(&mut registry, acquire("conn-b")).unwrap_err(), LeaseDenial::TakeoverRequired);
+    let five = FencingEpoch::new(5).expect("valid");
+    assert_eq!(op(&mut registry, take_over(five, "conn-b")).unwrap_err(), LeaseDenial::EpochMismatch);
+    let second = op(&mut registry, take_over(FencingEpoch::FIRST, "conn-b")).expect("taken");
     assert_eq!(second.fencing_epoch.get(), 2);
     assert_ne!(second.lease_id, first.lease_id);
-    let stale = registry.renew_lease(&key, &first.holder(), SHORT, &ctx()).expect("store");
+    let stale = op(&mut registry, Req::Renew { holder: &first.holder(), ttl: SHORT });
     assert_eq!(stale.unwrap_err(), LeaseDenial::StaleEpoch);
-    let released = registry.release_lease(&key, &second.holder(), &ctx()).expect("store").expect("released");
+    let released = op(&mut registry, Req::Release { holder: &second.holder() }).expect("released");
     assert_eq!(released.state, fleet_lease::LeaseState::Released);
-    let after =
-        registry.acquire_lease(&key, LeaseKind::Connector, "conn-c", SHORT, &scopes, &ctx()).expect("store");
-    assert_eq!(after.unwrap_err(), LeaseDenial::TakeoverRequired);
+    assert_eq!(op(&mut registry, acquire("conn-c")).unwrap_err(), LeaseDenial::TakeoverRequired);
+
+    // The generic calls carry no policy: on a connector lease they are refused.
+    let generic = registry.acquire_lease(&key, LeaseKind::Connector, "conn-d", SHORT, &scopes, &ctx());
+    assert_eq!(generic.expect("store").unwrap_err(), LeaseDenial::PolicyDenied);
+    let generic = registry.renew_lease(&key, &released.holder(), SHORT, &ctx());
+    assert_eq!(generic.expect("store").unwrap_err(), LeaseDenial::PolicyDenied);
+    // The default policy refuses everything, and the cap holds whatever the policy says.
+    let denied =
+        registry.connector_lease(&identity, acquire("conn-e"), limits, &fleet_lease::DenyAll, &ctx());
+    assert_eq!(denied.expect("store").unwrap_err(), LeaseDenial::PolicyDenied);
+    let long = Req::TakeOver {
+        expected_epoch: FencingEpoch::new(2).expect("valid"),
+        connector: "conn-e",
+        scopes: &scopes,
+        ttl: time::Duration::hours(1),
+    };
+    assert_eq!(op(&mut registry, long).unwrap_err(), LeaseDenial::TtlExceedsCap);
 
     let log = registry.lease_audit(Some(&key)).expect("audit");
     let outcomes: Vec<(&str, &str, Option<&str>)> =
@@ -377,6 +418,10 @@ pub fn connector_leases_are_insert_only_and_fenced<S: Store>(store: S) {
             ("renew", "denied", Some("stale_epoch")),
             ("release", "released", None),
             ("acquire", "denied", Some("takeover_required")),
+            ("acquire", "denied", Some("policy_denied")),
+            ("renew", "denied", Some("policy_denied")),
+            ("acquire", "denied", Some("policy_denied")),
+            ("takeover", "denied", Some("ttl_exceeds_cap")),
         ]
     );
     assert!(log.iter().all(|e| e.correlation_id.as_deref() == Some("corr-1")));

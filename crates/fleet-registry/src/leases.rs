@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use fleet_identity::Timestamp;
 use fleet_lease::{
-    ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantLimits, Holder, InitDecision, LeaseDenial,
-    LeaseId, LeaseKey, LeaseKind, LeaseOutcome, LeaseRecord, PolicyDecision, Tenure, decide_acquire,
-    decide_init_finish, decide_init_start, decide_release, decide_renew, decide_takeover,
+    ConnectorIdentity, ConnectorOp, ConnectorPolicy, FencingEpoch, GrantLimits, Holder, InitDecision,
+    LeaseDenial, LeaseId, LeaseKey, LeaseKind, LeaseOutcome, LeaseRecord, Tenure, decide_acquire,
+    decide_connector, decide_init_finish, decide_init_start, decide_release, decide_renew, decide_takeover,
 };
 use serde::{Deserialize, Serialize};
 use time::Duration;
@@ -114,21 +114,13 @@ fn audit(
     })
 }
 
-/// The cap and policy checks every connector lease passes before the store is touched.
-fn connector_refusal(
-    identity: &ConnectorIdentity,
-    connector: &str,
-    scopes: &[String],
-    ttl: Duration,
-    limits: GrantLimits,
-    policy: &dyn ConnectorPolicy,
-) -> Option<LeaseDenial> {
-    if ttl > limits.max_lease_ttl() || ttl <= Duration::ZERO {
-        Some(LeaseDenial::TtlExceedsCap)
-    } else if policy.authorize_lease(identity, connector, scopes, Some(ttl)) != PolicyDecision::Allow {
-        Some(LeaseDenial::PolicyDenied)
+/// The generic lease operations carry no connector policy, so on a connector lease they
+/// are decided as the default policy decides: refused.
+fn no_policy_for_connectors(current: Option<&LeaseRecord>, kind: LeaseKind) -> Result<(), LeaseDenial> {
+    if kind == LeaseKind::Connector || current.is_some_and(|c| c.kind == LeaseKind::Connector) {
+        Err(LeaseDenial::PolicyDenied)
     } else {
-        None
+        Ok(())
     }
 }
 
@@ -142,12 +134,50 @@ fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &LeaseRecord) -> R
     }
 }
 
+/// A request on a connector lease, as a caller makes it.
+#[derive(Debug, Clone, Copy)]
+pub enum ConnectorRequest<'a> {
+    /// Insert-only acquisition.
+    Acquire {
+        /// The connector that will hold it.
+        connector: &'a str,
+        /// The scopes it asks for, normalized.
+        scopes: &'a [String],
+        /// How long.
+        ttl: Duration,
+    },
+    /// The holder extends its lease.
+    Renew {
+        /// The current tenure.
+        holder: &'a Holder,
+        /// How long from now.
+        ttl: Duration,
+    },
+    /// The holder gives its lease up.
+    Release {
+        /// The current tenure.
+        holder: &'a Holder,
+    },
+    /// A takeover of a lapsed or released lease at the epoch the caller saw.
+    TakeOver {
+        /// The epoch seen.
+        expected_epoch: FencingEpoch,
+        /// The new holder.
+        connector: &'a str,
+        /// The scopes it asks for.
+        scopes: &'a [String],
+        /// How long.
+        ttl: Duration,
+    },
+}
+
 /// What a lease operation returns: the new record, or the seed's denial code.
 pub type LeaseResult = Result<LeaseRecord, LeaseDenial>;
 
 impl<S: Store> Registry<S> {
-    /// Acquires `key` for `owner`. Connector leases are insert-only; workflow and
-    /// initialization leases take over a lapsed lease with a higher epoch.
+    /// Acquires `key` for `owner`: workflow and initialization leases, taking over a
+    /// lapsed lease with a higher epoch. Connector leases go through
+    /// [`connector_lease`](Self::connector_lease); here they are refused.
     pub fn acquire_lease(
         &mut self,
         key: &LeaseKey,
@@ -160,75 +190,51 @@ impl<S: Store> Registry<S> {
         let lease_id = new_lease_id()?;
         let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
         self.lease_step(key, kind, owner, "acquire", ctx, |current, now| {
+            no_policy_for_connectors(current, kind)?;
             decide_acquire(current, key, kind, &tenure, now)
         })
     }
 
-    /// Acquires a connector lease after checking the TTL cap and the policy.
+    /// Any operation on a connector lease, decided in one place inside the transaction
+    /// that reads the lease: the TTL cap and the policy apply to acquisition, renewal,
+    /// release and takeover alike, then the lease rules (see `fleet_lease::decide_connector`).
     #[allow(clippy::too_many_arguments)]
-    pub fn acquire_connector_lease(
+    pub fn connector_lease(
         &mut self,
         identity: &ConnectorIdentity,
-        connector: &str,
-        scopes: &[String],
-        ttl: Duration,
+        op: ConnectorRequest<'_>,
         limits: GrantLimits,
         policy: &dyn ConnectorPolicy,
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         let key = identity.lease_key();
-        if let Some(denial) = connector_refusal(identity, connector, scopes, ttl, limits, policy) {
-            return self.audit_refusal(&key, "acquire", denial, connector, ctx);
-        }
-        self.acquire_lease(&key, LeaseKind::Connector, connector, ttl, scopes, ctx)
-    }
-
-    /// The authorized takeover of a connector lease: the same cap and policy checks as
-    /// acquisition, then the compare-and-swap on the expected epoch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn take_over_connector_lease(
-        &mut self,
-        identity: &ConnectorIdentity,
-        expected_epoch: FencingEpoch,
-        connector: &str,
-        scopes: &[String],
-        ttl: Duration,
-        limits: GrantLimits,
-        policy: &dyn ConnectorPolicy,
-        ctx: &AuditContext,
-    ) -> Result<LeaseResult, StoreError> {
-        let key = identity.lease_key();
-        if let Some(denial) = connector_refusal(identity, connector, scopes, ttl, limits, policy) {
-            return self.audit_refusal(&key, "takeover", denial, connector, ctx);
-        }
-        self.take_over_lease(&key, expected_epoch, connector, ttl, scopes, ctx)
-    }
-
-    /// Records a refusal decided before the lease was read, and returns it.
-    fn audit_refusal(
-        &mut self,
-        key: &LeaseKey,
-        event: &str,
-        denial: LeaseDenial,
-        connector: &str,
-        ctx: &AuditContext,
-    ) -> Result<LeaseResult, StoreError> {
-        self.store_mut().write(|tx| {
-            let now = tx.store_now()?;
-            let current = tx.lease(key)?;
-            audit(
-                tx,
-                event,
-                Err(denial),
-                current.as_ref(),
-                key,
-                LeaseKind::Connector,
-                connector,
-                ctx,
-                None,
-                now,
-            )?;
-            Ok(Err(denial))
+        let fresh_tenure =
+            |connector: &str, ttl: Duration, scopes: &[String]| -> Result<Tenure, StoreError> {
+                Ok(Tenure {
+                    owner: connector.to_owned(),
+                    lease_id: new_lease_id()?,
+                    ttl,
+                    scopes: scopes.to_vec(),
+                })
+            };
+        let tenure = match op {
+            ConnectorRequest::Acquire { connector, scopes, ttl }
+            | ConnectorRequest::TakeOver { connector, scopes, ttl, .. } => {
+                Some(fresh_tenure(connector, ttl, scopes)?)
+            }
+            _ => None,
+        };
+        let op = match (op, tenure.as_ref()) {
+            (ConnectorRequest::Acquire { .. }, Some(t)) => ConnectorOp::Acquire(t),
+            (ConnectorRequest::TakeOver { expected_epoch, .. }, Some(t)) => {
+                ConnectorOp::TakeOver(expected_epoch, t)
+            }
+            (ConnectorRequest::Renew { holder, ttl }, _) => ConnectorOp::Renew(holder, ttl),
+            (ConnectorRequest::Release { holder }, _) => ConnectorOp::Release(holder),
+            _ => return Err(StoreError::invalid("a connector acquisition or takeover needs a tenure")),
+        };
+        self.lease_step(&key, LeaseKind::Connector, op.connector(), op.event(), ctx, |current, now| {
+            decide_connector(identity, op, current, now, limits, policy)
         })
     }
 
@@ -241,6 +247,7 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         self.lease_step(key, LeaseKind::Workflow, &holder.owner, "renew", ctx, |current, now| {
+            no_policy_for_connectors(current, LeaseKind::Workflow)?;
             decide_renew(current, holder, ttl, now).map(|r| (LeaseOutcome::Renewed, r))
         })
     }
@@ -253,6 +260,7 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         self.lease_step(key, LeaseKind::Workflow, &holder.owner, "release", ctx, |current, now| {
+            no_policy_for_connectors(current, LeaseKind::Workflow)?;
             decide_release(current, holder, now).map(|r| (LeaseOutcome::Released, r))
         })
     }
@@ -269,6 +277,7 @@ impl<S: Store> Registry<S> {
     ) -> Result<LeaseResult, StoreError> {
         let lease_id = new_lease_id()?;
         self.lease_step(key, LeaseKind::Workflow, owner, "takeover", ctx, |current, now| {
+            no_policy_for_connectors(current, LeaseKind::Workflow)?;
             let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
             decide_takeover(current, expected_epoch, &tenure, now).map(|r| (LeaseOutcome::TakenOver, r))
         })

@@ -18,7 +18,9 @@ mod store;
 pub mod conformance;
 
 pub use error::{StoreError, StoreErrorKind};
-pub use leases::{ActiveLeases, AuditContext, AuditEntry, LeaseResult, active_workflow_owners_in};
+pub use leases::{
+    ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, active_workflow_owners_in,
+};
 pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
     WorkerCredential, WorkerToken,

@@ -121,23 +121,48 @@ fn open_from_env_helper() {
     }
 }
 
+/// A policy that allows every connector lease.
+struct AllowAll;
+
+impl fleet_lease::ConnectorPolicy for AllowAll {
+    fn authorize_lease(
+        &self,
+        _: &fleet_lease::ConnectorIdentity,
+        _: &str,
+        _: &[String],
+        _: Option<time::Duration>,
+    ) -> fleet_lease::PolicyDecision {
+        fleet_lease::PolicyDecision::Allow
+    }
+    fn authorize_grant(
+        &self,
+        _: &fleet_lease::ConnectorIdentity,
+        _: &str,
+        _: &[String],
+        _: Option<time::Duration>,
+    ) -> fleet_lease::PolicyDecision {
+        fleet_lease::PolicyDecision::Allow
+    }
+}
+
 #[test]
 fn the_audit_log_is_append_only_and_never_holds_scopes() {
-    use fleet_lease::LeaseKind;
+    use fleet_registry::ConnectorRequest;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
-    let key = fleet_lease::LeaseKey::new("connector:acme/agent/binding").unwrap();
+    let identity = fleet_lease::ConnectorIdentity::new("acme", "agent", "binding").unwrap();
     let scopes = vec!["secret-scope.write".to_owned()];
     let ctx = fleet_registry::AuditContext {
         correlation_id: Some("corr".into()),
         binding: Some("acme/agent/binding".into()),
     };
-    let lease = registry
-        .acquire_lease(&key, LeaseKind::Connector, "conn", time::Duration::seconds(30), &scopes, &ctx)
-        .unwrap()
-        .unwrap();
-    registry.release_lease(&key, &lease.holder(), &ctx).unwrap().unwrap();
+    let limits = fleet_lease::GrantLimits::default();
+    let acquire =
+        ConnectorRequest::Acquire { connector: "conn", scopes: &scopes, ttl: time::Duration::seconds(30) };
+    let lease = registry.connector_lease(&identity, acquire, limits, &AllowAll, &ctx).unwrap().unwrap();
+    let release = ConnectorRequest::Release { holder: &lease.holder() };
+    registry.connector_lease(&identity, release, limits, &AllowAll, &ctx).unwrap().unwrap();
     drop(registry);
 
     let conn = rusqlite::Connection::open(&path).unwrap();
