@@ -45,18 +45,36 @@ struct ProfilesFile {
 }
 
 /// Where the profiles come from: a file re-read on every resolution, or the defaults.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Profiles {
     path: Option<PathBuf>,
+    /// Answers a test hands out one per resolution, to move the world between the checks
+    /// of a single call.
+    #[cfg(test)]
+    scripted: std::sync::Mutex<std::collections::VecDeque<Profile>>,
 }
 
 impl Profiles {
     pub(crate) fn new(path: Option<PathBuf>) -> Self {
-        Self { path }
+        Self {
+            path,
+            #[cfg(test)]
+            scripted: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Profiles that answer `answers` in turn, then the defaults.
+    #[cfg(test)]
+    pub(crate) fn scripted(answers: Vec<Profile>) -> Self {
+        Self { path: None, scripted: std::sync::Mutex::new(answers.into()) }
     }
 
     /// Resolves `name` now, reading the file afresh, so an edit takes effect at once.
     pub(crate) fn resolve(&self, name: &str) -> Result<Profile, String> {
+        #[cfg(test)]
+        if let Some(next) = self.scripted.lock().ok().and_then(|mut s| s.pop_front()) {
+            return Ok(next);
+        }
         let Some(path) = &self.path else {
             let role: Namespace = name.parse().map_err(|_| format!("no default profile {name:?}"))?;
             return Ok(Profile { role, allowed_operations: vec![READ.to_owned()] });

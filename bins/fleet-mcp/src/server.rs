@@ -533,3 +533,54 @@ impl ServerHandler for FleetServer {
             ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fleet_identity::{ClientType, Namespace};
+    use fleet_registry::{HeartbeatTtl, Revisions};
+    use fleet_runtime::{Launch, RegistryLocation, WorkerOptions, WorkerSession};
+
+    use super::*;
+    use crate::profiles::Profile;
+
+    /// The retire capability withdrawn between apply's entry check and its mutation:
+    /// the second check, made just before the registry is written, refuses.
+    #[test]
+    fn a_capability_revoked_inside_one_apply_call_stops_it_before_the_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+        let launch = Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
+        let options = WorkerOptions {
+            namespace: Namespace::Reconciler,
+            process: fleet_probe::current_process().unwrap(),
+            heartbeat_ttl: HeartbeatTtl::from_secs(30).unwrap(),
+            repository: None,
+            revisions: Revisions::default(),
+        };
+        let session = WorkerSession::start(&location, &launch.env, options).unwrap();
+        let with =
+            Profile { role: Namespace::Reconciler, allowed_operations: vec![READ.into(), RETIRE.into()] };
+        let without = Profile { role: Namespace::Reconciler, allowed_operations: vec![READ.into()] };
+        let server = FleetServer::new(Context {
+            location: location.clone(),
+            namespace: Namespace::Reconciler,
+            profile: "reconciler".into(),
+            profiles: Profiles::scripted(vec![with, without]),
+            env: Ok(launch.env.clone()),
+            registration: Ok(session.row().clone()),
+        });
+        let before = open_registry(&location, OpenMode::MustExist).unwrap().export().unwrap();
+        let params = ApplyParams {
+            registry_fingerprint: "b3:x".into(),
+            candidate_fingerprint: "b3:y".into(),
+            worker_identities: json!(["wkr-x"]),
+            canonical_repository: None,
+        };
+        let refusal = server.apply_body(params).unwrap_err();
+        let body = refusal.structured_content.unwrap();
+        assert_eq!(body["error"], "permission_revoked", "{body}");
+        let after = open_registry(&location, OpenMode::MustExist).unwrap().export().unwrap();
+        assert_eq!(before.worker_registrations.len(), after.worker_registrations.len());
+        session.release().unwrap();
+    }
+}

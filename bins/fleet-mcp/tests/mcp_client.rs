@@ -640,3 +640,33 @@ async fn profiles_fail_closed() {
     assert!(body(&r)["detail"]["message"].as_str().unwrap().contains("not a regular file"));
     reconciler.cancel().await.unwrap();
 }
+
+/// Apply's remaining guards: asking for nothing is `nothing_requested`, and a workflow
+/// lease table that cannot be read is `lease_enumeration_failed`; neither writes.
+#[tokio::test]
+async fn apply_refuses_an_empty_request_and_an_unreadable_lease_table() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    let empty =
+        json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": []});
+    let r = call(&client, "gitea_apply_stale_worker_retirement", empty).await;
+    assert_eq!(failed(&r).as_deref(), Some("nothing_requested"));
+
+    // A lease row no reader can parse (written behind the registry's back).
+    let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
+    conn.execute(
+        "INSERT INTO leases (lease_key, kind, owner, lease_id, fencing_epoch, state, acquired_at, \
+         heartbeat_at, expires_at, updated_at) VALUES ('workflow:bad', 'workflow', 'x', 'lease-x', 1, \
+         'held', 'not a time', 'not a time', 'not a time', 'not a time')",
+        [],
+    )
+    .unwrap();
+    let before = workers(&fleet);
+    let some = json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": ["wkr-x"]});
+    let r = call(&client, "gitea_apply_stale_worker_retirement", some).await;
+    assert_eq!(failed(&r).as_deref(), Some("lease_enumeration_failed"), "{:?}", r.structured_content);
+    assert_eq!(workers(&fleet), before);
+    client.cancel().await.unwrap();
+}

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use fleet_identity::Timestamp;
 use fleet_lease::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, FencingEpoch, GrantLimits, Holder, LeaseId, LeaseKey,
-    LeaseKind, LeaseRecord, PolicyDecision, normalize_scopes,
+    LeaseKind, LeaseRecord, LeaseState, PolicyDecision, normalize_scopes,
 };
 use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, ConnectorRequest, LeaseResult};
@@ -208,7 +209,40 @@ fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentit
     if text.strip_prefix("workflow:").is_some_and(|n| !n.is_empty()) {
         return Ok((key, LeaseKind::Workflow, None));
     }
-    Err(Failure::usage(format!("lease key {text:?} must start with workflow: or connector:")))
+    if text.strip_prefix("init:").is_some_and(|n| !n.is_empty()) {
+        return Ok((key, LeaseKind::Initialization, None));
+    }
+    Err(Failure::usage(format!("lease key {text:?} must start with workflow:, connector: or init:")))
+}
+
+/// A key a lease operation may change: `init:` leases belong to `fleetctl initialize`.
+fn parse_writable_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
+    let parsed = parse_key(text)?;
+    if parsed.1 == LeaseKind::Initialization {
+        return Err(Failure::usage(format!(
+            "{text:?} is an initialization lease: only `fleetctl initialize` takes and ends it (show and audit read it)"
+        )));
+    }
+    Ok(parsed)
+}
+
+/// Where a lease stands at `now`, as a person should read it: a held lease whose expiry
+/// passed is expired, whatever its stored state says.
+fn standing(lease: &LeaseRecord, now: Timestamp) -> &'static str {
+    match lease.state {
+        LeaseState::Released => "released",
+        LeaseState::Held if lease.is_live(now) => "held",
+        LeaseState::Held => "expired",
+    }
+}
+
+/// A lease as JSON, with its standing at `now`.
+fn lease_json(lease: &LeaseRecord, now: Timestamp) -> serde_json::Value {
+    let mut value = serde_json::to_value(lease).unwrap_or_default();
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("status".into(), standing(lease, now).into());
+    }
+    value
 }
 
 fn secs(ttl: u64) -> Result<Duration, Failure> {
@@ -243,7 +277,8 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
             if json {
                 println!("{}", serde_json::json!({ "outcome": "ok", "lease": record }));
             } else {
-                print!("{}", lease_table(std::slice::from_ref(&record)));
+                // The record was written at the store's now: its own updated_at.
+                print!("{}", lease_table(std::slice::from_ref(&record), record.updated_at));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -258,28 +293,33 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
     }
 }
 
-fn lease_table(leases: &[LeaseRecord]) -> String {
+fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
     let rows: Vec<Vec<String>> = leases
         .iter()
         .map(|l| {
+            let (version, init) = l.init.as_ref().map_or_else(
+                || ("-".to_owned(), "-".to_owned()),
+                |i| (i.target_version.to_string(), i.status.as_str().to_owned()),
+            );
             vec![
                 l.lease_key.to_string(),
                 l.kind.as_str().to_owned(),
                 l.owner.clone(),
                 l.fencing_epoch.to_string(),
-                l.state.as_str().to_owned(),
+                standing(l, now).to_owned(),
                 l.expires_at.to_string(),
-                l.lease_id.to_string(),
+                version,
+                init,
             ]
         })
         .collect();
-    table::render(&["KEY", "KIND", "OWNER", "EPOCH", "STATE", "EXPIRES", "LEASE ID"], &rows)
+    table::render(&["KEY", "KIND", "OWNER", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"], &rows)
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode, Failure> {
     match cmd {
         LeaseCmd::Acquire { target, owner, ttl, scopes: raw, policy } => {
-            let (key, kind, connector) = parse_key(&target.key)?;
+            let (key, kind, connector) = parse_writable_key(&target.key)?;
             let ttl = secs(ttl)?;
             let scopes = scopes(&raw)?;
             let policy = load_policy(policy.as_ref())?;
@@ -295,7 +335,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             report(result, target.json)
         }
         LeaseCmd::Renew { target, holder: h, ttl, policy } => {
-            let (key, _, connector) = parse_key(&target.key)?;
+            let (key, _, connector) = parse_writable_key(&target.key)?;
             let (holder, ttl) = (holder(h)?, secs(ttl)?);
             let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
@@ -310,7 +350,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             report(result, target.json)
         }
         LeaseCmd::Release { target, holder: h, policy } => {
-            let (key, _, connector) = parse_key(&target.key)?;
+            let (key, _, connector) = parse_writable_key(&target.key)?;
             let holder = holder(h)?;
             let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
@@ -325,7 +365,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             report(result, target.json)
         }
         LeaseCmd::Takeover { target, owner, expected_epoch, ttl, scopes: raw, policy } => {
-            let (key, _, connector) = parse_key(&target.key)?;
+            let (key, _, connector) = parse_writable_key(&target.key)?;
             let epoch = FencingEpoch::new(expected_epoch).map_err(|e| Failure::usage(e.to_string()))?;
             let (ttl, scopes) = (secs(ttl)?, scopes(&raw)?);
             let policy = load_policy(policy.as_ref())?;
@@ -347,17 +387,19 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
         }
         LeaseCmd::Show { key, json } => {
             let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let leases = match key {
+            let (leases, now) = match key {
                 Some(k) => {
                     let (key, _, _) = parse_key(&k)?;
-                    registry.lease(&key)?.0.into_iter().collect()
+                    let (lease, now) = registry.lease(&key)?;
+                    (lease.into_iter().collect(), now)
                 }
-                None => registry.leases(None)?,
+                None => registry.leases_now(None)?,
             };
             if json {
-                println!("{}", serde_json::to_string_pretty(&leases).unwrap_or_default());
+                let values: Vec<serde_json::Value> = leases.iter().map(|l| lease_json(l, now)).collect();
+                println!("{}", serde_json::to_string_pretty(&values).unwrap_or_default());
             } else {
-                print!("{}", lease_table(&leases));
+                print!("{}", lease_table(&leases, now));
             }
             Ok(ExitCode::SUCCESS)
         }

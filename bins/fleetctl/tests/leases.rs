@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Fleet, wait_for};
+use common::{Fleet, assert_one_line_error, wait_for};
 use fleet_lease::{LeaseKey, LeaseKind};
 
 fn initialize(fleet: &Fleet, ttl: &str, script: &str) -> Command {
@@ -139,7 +139,7 @@ fn a_newer_stored_version_is_refused() {
         .args(["initialize", "--key", "schema", "--target-version", "0", "--", "true"])
         .output()
         .unwrap();
-    common::assert_one_line_error(&out, 1, "newer than the target 0");
+    assert_one_line_error(&out, 1, "newer than the target 0");
 }
 
 /// One process of the contention storm: acquire, renew, release or take over one
@@ -319,4 +319,41 @@ fn connector_leases_through_the_cli_follow_policy_insert_only_and_takeover() {
         table.contains("policy_denied") && table.contains("taken_over") && !table.contains("chat.read"),
         "{table}"
     );
+}
+
+#[test]
+fn show_and_audit_read_initialization_leases_and_say_when_a_lease_expired() {
+    let fleet = Fleet::new();
+    assert!(initialize(&fleet, "5", "true").status().unwrap().success());
+    let out = fleet.ctl(&["lease", "show", "--key", "init:schema", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown[0]["init"]["status"], "ready", "{shown}");
+    assert_eq!(shown[0]["status"], "released");
+    let table = String::from_utf8(fleet.ctl(&["lease", "show", "--key", "init:schema"]).stdout).unwrap();
+    assert!(table.contains("VERSION") && table.contains("ready"), "{table}");
+    let audit = fleet.ctl(&["lease", "audit", "--key", "init:schema", "--json"]);
+    let log: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    assert_eq!(log.as_array().unwrap().len(), 2, "{log}");
+    let renew = fleet.ctl(&[
+        "lease",
+        "renew",
+        "--key",
+        "init:schema",
+        "--owner",
+        "x",
+        "--lease-id",
+        "l",
+        "--epoch",
+        "1",
+    ]);
+    assert_one_line_error(&renew, 2, "only `fleetctl initialize`");
+
+    let acquired = fleet.ctl(&["lease", "acquire", "--key", "workflow:w", "--owner", "me", "--ttl", "1"]);
+    assert!(acquired.status.success());
+    std::thread::sleep(Duration::from_millis(1100));
+    let out = fleet.ctl(&["lease", "show", "--key", "workflow:w", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown[0]["state"], "held", "the stored state");
+    assert_eq!(shown[0]["status"], "expired", "what it means now");
 }

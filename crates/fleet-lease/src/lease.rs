@@ -578,4 +578,26 @@ mod tests {
             decide_acquire(Some(&lease), &key(), LeaseKind::Workflow, &tenure("b", "l2"), at(10)).unwrap();
         assert_eq!((outcome, next.fencing_epoch.get()), (LeaseOutcome::TakenOver, 2));
     }
+
+    #[test]
+    fn the_largest_epoch_is_never_handed_out_twice() {
+        let max = FencingEpoch::new(i64::MAX as u64).unwrap();
+        assert_eq!(max.next(), None);
+        let key = LeaseKey::new("workflow:w").unwrap();
+        let tenure = |owner: &str| Tenure {
+            owner: owner.into(),
+            lease_id: LeaseId::new(format!("lease-{owner}")).unwrap(),
+            ttl: Duration::seconds(10),
+            scopes: Vec::new(),
+        };
+        let (_, mut held) = decide_acquire(None, &key, LeaseKind::Workflow, &tenure("a"), at(0)).unwrap();
+        held.fencing_epoch = max;
+        let later = at(60);
+        assert_eq!(
+            decide_takeover(Some(&held), max, &tenure("b"), later).unwrap_err(),
+            LeaseDenial::EpochExhausted
+        );
+        let lapsed = decide_acquire(Some(&held), &key, LeaseKind::Workflow, &tenure("b"), later);
+        assert_eq!(lapsed.unwrap_err(), LeaseDenial::EpochExhausted);
+    }
 }

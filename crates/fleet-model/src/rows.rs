@@ -95,6 +95,21 @@ fn lenient_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Er
     }
 }
 
+/// Reads a fencing epoch, refusing one no store can keep (above 2^63 − 1) instead of
+/// clamping it: a clamped epoch could be handed out twice.
+fn storable_epoch<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let Some(value) = Option::<u64>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if i64::try_from(value).is_ok() {
+        Ok(Some(value))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "fencing_epoch {value} is above the largest storable epoch 2^63-1"
+        )))
+    }
+}
+
 /// The columns of `worker_registrations`, in the order every backend stores and reads
 /// them (the field names of [`WorkerRow`]).
 pub const WORKER_COLUMNS: [&str; 29] = [
@@ -173,7 +188,7 @@ pub struct WorkerRow {
     pub last_heartbeat_at: Option<String>,
     #[serde(default, deserialize_with = "lenient_seconds")]
     pub heartbeat_ttl_s: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "storable_epoch")]
     pub fencing_epoch: Option<u64>,
     #[serde(default)]
     pub token_fingerprint: Option<String>,
@@ -349,6 +364,21 @@ mod tests {
         assert!(RegistryDump::from_json(col).unwrap_err().to_string().contains("colour"));
         assert!(RegistryDump::from_json(r#"{"leases":[]}"#).unwrap_err().to_string().contains("leases"));
         assert!(RegistryDump::from_json("{").unwrap_err().to_string().starts_with("not valid JSON"));
+    }
+
+    #[test]
+    fn an_epoch_no_store_can_keep_is_refused_not_clamped() {
+        let row = |epoch: &str| {
+            format!(
+                r#"[{{"worker_identity":"w1","namespace":"author","status":"active",
+                "registered_at":"2026-07-30T12:00:00Z","fencing_epoch":{epoch}}}]"#
+            )
+        };
+        let max = RegistryDump::from_json(&row("9223372036854775807")).unwrap();
+        assert_eq!(max.worker_registrations[0].fencing_epoch, Some(i64::MAX as u64));
+        let err = RegistryDump::from_json(&row("9223372036854775808")).unwrap_err().to_string();
+        assert!(err.contains("largest storable epoch"), "{err}");
+        assert!(RegistryDump::from_json(&row("-1")).is_err());
     }
 
     #[test]

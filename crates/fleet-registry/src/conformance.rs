@@ -539,6 +539,25 @@ impl crate::BeforeWrite for LeaseBeforeWrite {
     }
 }
 
+/// Changes the row about to be retired inside the apply's own transaction, as a
+/// concurrent writer would (a column outside the fingerprint, so the plan stays valid).
+#[derive(Debug)]
+struct TouchBeforeWrite;
+
+impl crate::BeforeWrite for TouchBeforeWrite {
+    fn before_write(
+        &self,
+        tx: &mut dyn crate::Tx,
+        worker: &fleet_identity::WorkerIdentity,
+    ) -> Result<(), StoreError> {
+        let row = tx.worker(worker)?.ok_or_else(|| StoreError::invalid("no such row"))?;
+        let mut touched = row.clone();
+        touched.code_revision = Some("redeployed".into());
+        assert!(tx.replace_worker(&row, &touched)?, "the touch itself applies");
+        Ok(())
+    }
+}
+
 /// Apply retires only on matching tokens and a fresh proof of death, replays as
 /// `already_retired`, retires nothing without a probe, and rolls back whole when the
 /// lease fence moves.
@@ -593,6 +612,19 @@ pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) 
     assert!(!report.success && report.retired.is_empty());
     assert_eq!(registry.export().expect("export"), before, "a failed apply writes nothing");
     assert!(registry.leases(None).expect("leases").is_empty(), "not even the lease written inside it");
+
+    let nothing = ApplyRequest { worker_identities: Vec::new(), ..request.clone() };
+    let report = registry.apply_retirement(&nothing, &ctx, Some(&probe), at(50), &());
+    assert_eq!(report.outcome, ApplyOutcome::NothingRequested);
+    assert_eq!(registry.export().expect("export"), before, "asking for nothing writes nothing");
+
+    // Another writer changes each row between its checks and its swap: the swap misses
+    // and the row is preserved as changed, never retired on a stale reading.
+    let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &TouchBeforeWrite);
+    assert_eq!(report.outcome, ApplyOutcome::Applied);
+    assert_eq!(report.retired_count, 0);
+    let reasons: Vec<&str> = report.preserved.iter().map(|p| p.reason_code.as_str()).collect();
+    assert_eq!(reasons, ["row_changed_since_plan", "row_changed_since_plan"]);
 
     let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &());
     assert_eq!(report.outcome, ApplyOutcome::Applied);

@@ -294,7 +294,7 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
         decide: impl FnOnce(Option<&LeaseRecord>, Timestamp) -> Result<(LeaseOutcome, LeaseRecord), LeaseDenial>,
     ) -> Result<LeaseResult, StoreError> {
-        self.store_mut().write(|tx| {
+        self.store_mut().write_durable(|tx| {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let kind = current.as_ref().map_or(kind_if_absent, |c| c.kind);
@@ -331,6 +331,15 @@ impl<S: Store> Registry<S> {
         self.store_mut().read(|tx| tx.leases(kind))
     }
 
+    /// Every lease, optionally of one kind, with the store's current time (to tell a
+    /// held lease from one whose expiry passed).
+    pub fn leases_now(
+        &mut self,
+        kind: Option<LeaseKind>,
+    ) -> Result<(Vec<LeaseRecord>, Timestamp), StoreError> {
+        self.store_mut().read(|tx| Ok((tx.leases(kind)?, tx.store_now()?)))
+    }
+
     /// The audit log, optionally of one lease, in log order.
     pub fn lease_audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
         self.store_mut().read(|tx| tx.audit(key))
@@ -351,7 +360,7 @@ impl<S: Store> Registry<S> {
         ttl: Duration,
     ) -> Result<InitDecision, StoreError> {
         let lease_id = new_lease_id()?;
-        self.store_mut().write(|tx| {
+        self.store_mut().write_durable(|tx| {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: Vec::new() };

@@ -69,6 +69,18 @@ pub trait Store {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>;
 
+    /// Like [`write`](Self::write), but the commit survives an OS crash or power loss
+    /// before it returns: for lease transactions, whose fencing epochs are used against
+    /// outside systems and must never be handed out twice. Backends whose every commit
+    /// is durable need not override it.
+    fn write_durable<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.write(f)
+    }
+
     /// Runs `f` in a read transaction that sees one consistent state of the store.
     fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
     where

@@ -128,6 +128,17 @@ impl Store for AnyStore {
         }
     }
 
+    fn write_durable<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        match self {
+            AnyStore::Sqlite(s) => s.write_durable(f),
+            AnyStore::Postgres(s) => s.write_durable(f),
+        }
+    }
+
     fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         E: From<StoreError>,

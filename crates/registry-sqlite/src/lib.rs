@@ -3,7 +3,9 @@
 //!
 //! WAL with `synchronous = NORMAL` means a crashed process never corrupts the file: a
 //! transaction is either in the log whole or not at all. (A power loss may drop the
-//! last transactions, never corrupt the earlier ones.)
+//! last transactions, never corrupt the earlier ones.) Lease transactions commit with
+//! `synchronous = FULL` instead, so a fencing epoch once handed out survives a power
+//! loss and is never handed out again.
 
 // Store crates convert between Rust and SQL integers; every such cast must be checked.
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
@@ -316,6 +318,21 @@ impl Store for SqliteStore {
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
         self.run(TransactionBehavior::Immediate, f)
+    }
+
+    /// A write with `synchronous = FULL`: in WAL mode the log is synced at this commit,
+    /// so the transaction survives a power loss. Only lease transactions pay for it;
+    /// heartbeats and the rest stay on `NORMAL`.
+    fn write_durable<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.conn.pragma_update(None, "synchronous", "FULL").map_err(|e| E::from(map_error(e)))?;
+        let result = self.run(TransactionBehavior::Immediate, f);
+        // Failing to step back down costs only speed; the next durable write sets it again.
+        let _ = self.conn.pragma_update(None, "synchronous", "NORMAL");
+        result
     }
 
     fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
