@@ -200,7 +200,7 @@ pub struct Grant {
     scopes: Vec<String>,
     expires_at: Timestamp,
     fencing_epoch: FencingEpoch,
-    mac: [u8; 32],
+    mac: blake3::Hash,
 }
 
 impl Grant {
@@ -252,7 +252,9 @@ pub struct GrantIssuer {
     limits: GrantLimits,
 }
 
-fn mac(key: &[u8; 32], g: &Grant) -> [u8; 32] {
+/// The keyed MAC over every field. `blake3::Hash` compares in constant time, so checking
+/// a presented MAC leaks nothing about the right one.
+fn mac(key: &[u8; 32], g: &Grant) -> blake3::Hash {
     let mut h = blake3::Hasher::new_keyed(key);
     for part in [
         g.identity.tenant_id.as_str(),
@@ -271,7 +273,7 @@ fn mac(key: &[u8; 32], g: &Grant) -> [u8; 32] {
     }
     h.update(&g.expires_at.unix_millis().to_le_bytes());
     h.update(&g.fencing_epoch.get().to_le_bytes());
-    *h.finalize().as_bytes()
+    h.finalize()
 }
 
 fn check_lease(lease: Option<&LeaseRecord>, now: Timestamp) -> Result<&LeaseRecord, GrantDenial> {
@@ -332,7 +334,7 @@ impl GrantIssuer {
             scopes: scopes.to_vec(),
             expires_at: now.saturating_add(ttl).min(lease.expires_at),
             fencing_epoch: lease.fencing_epoch,
-            mac: [0; 32],
+            mac: blake3::Hash::from_bytes([0; 32]),
         };
         grant.mac = mac(&self.key, &grant);
         Ok(grant)

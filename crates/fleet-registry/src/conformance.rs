@@ -539,6 +539,72 @@ impl crate::BeforeWrite for LeaseBeforeWrite {
     }
 }
 
+/// The connector gateway: a grant is issued on the lease as stored, validated against the
+/// store before use, refused once a takeover moved the epoch; every decision is audited
+/// and no audit entry holds a scope.
+pub fn grants_are_issued_and_validated_against_the_stored_lease<S: Store>(store: S) {
+    use crate::ConnectorRequest as Req;
+    use fleet_lease::{FencingEpoch, GrantDenial, GrantIssuer, GrantLimits};
+    let mut registry = Registry::new(store);
+    let identity = fleet_lease::ConnectorIdentity::new("acme", "agent", "slack").expect("valid");
+    let scopes = vec!["chat.secret-scope".to_owned()];
+    let limits = GrantLimits::default();
+    let issuer = GrantIssuer::new([7; 32], limits);
+    let acquire = Req::Acquire { connector: "conn-a", scopes: &scopes, ttl: time::Duration::seconds(60) };
+    let lease = registry
+        .connector_lease(&identity, acquire, limits, &AllowAll, &ctx())
+        .expect("store")
+        .expect("held");
+    let ttl = time::Duration::seconds(5);
+    let refused =
+        registry.issue_grant(&issuer, &identity, "conn-a", &scopes, ttl, &fleet_lease::DenyAll, &ctx());
+    assert_eq!(refused.expect("store").unwrap_err(), GrantDenial::PolicyDenied);
+    let grant = registry.issue_grant(&issuer, &identity, "conn-a", &scopes, ttl, &AllowAll, &ctx());
+    let grant = grant.expect("store").expect("issued");
+    let context =
+        registry.validate_grant(&issuer, &grant, &identity, &scopes, &ctx()).expect("store").expect("valid");
+    assert_eq!(
+        (context.fencing_epoch, context.lease_id.clone()),
+        (lease.fencing_epoch, lease.lease_id.clone())
+    );
+    assert_eq!(context.connector, "conn-a");
+
+    // The lease changes hands while the grant has not yet expired (a release, then a
+    // takeover): the old grant is refused on the epoch.
+    let release = Req::Release { holder: &lease.holder() };
+    registry
+        .connector_lease(&identity, release, limits, &AllowAll, &ctx())
+        .expect("store")
+        .expect("released");
+    let take = Req::TakeOver {
+        expected_epoch: FencingEpoch::FIRST,
+        connector: "conn-b",
+        scopes: &scopes,
+        ttl: SHORT,
+    };
+    registry.connector_lease(&identity, take, limits, &AllowAll, &ctx()).expect("store").expect("taken");
+    let stale = registry.validate_grant(&issuer, &grant, &identity, &scopes, &ctx()).expect("store");
+    assert_eq!(stale.unwrap_err(), GrantDenial::StaleEpoch);
+
+    let log = registry.lease_audit(Some(&identity.lease_key())).expect("audit");
+    let grants: Vec<(&str, &str, Option<&str>)> = log
+        .iter()
+        .filter(|e| e.event.starts_with("grant_"))
+        .map(|e| (e.event.as_str(), e.outcome.as_str(), e.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        grants,
+        vec![
+            ("grant_issue", "denied", Some("policy_denied")),
+            ("grant_issue", "issued", None),
+            ("grant_validate", "valid", None),
+            ("grant_validate", "denied", Some("stale_epoch")),
+        ]
+    );
+    let text = serde_json::to_string(&log).expect("json");
+    assert!(!text.contains("secret-scope"), "the audit log holds no scope: {text}");
+}
+
 /// Changes the row about to be retired inside the apply's own transaction, as a
 /// concurrent writer would (a column outside the fingerprint, so the plan stays valid).
 #[derive(Debug)]
@@ -665,7 +731,8 @@ macro_rules! registry_conformance {
                 connector_leases_are_insert_only_and_fenced,
                 workflow_leases_protect_their_owners,
                 initialization_runs_once_per_version,
-                apply_retires_only_what_the_plan_and_the_probe_prove
+                apply_retires_only_what_the_plan_and_the_probe_prove,
+                grants_are_issued_and_validated_against_the_stored_lease
             );
 
             #[test]

@@ -9,6 +9,7 @@
 //! backend runs against itself.
 
 mod error;
+mod gateway;
 mod leases;
 mod registry;
 mod retire;
@@ -18,6 +19,7 @@ mod store;
 pub mod conformance;
 
 pub use error::{StoreError, StoreErrorKind};
+pub use gateway::ConnectorExecutionContext;
 pub use leases::{
     ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, active_workflow_owners_in,
 };
