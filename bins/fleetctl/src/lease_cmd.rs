@@ -187,7 +187,7 @@ impl ConnectorPolicy for StaticPolicy {
 }
 
 /// The connector policy: the file given, or deny everything.
-fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failure> {
+pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failure> {
     let Some(path) = path else { return Ok(Box::new(DenyAll)) };
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::usage(format!("cannot read policy {}: {e}", path.display())))?;
@@ -196,7 +196,7 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failu
     Ok(Box::new(policy))
 }
 
-fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
+pub(crate) fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
     let key = LeaseKey::new(text).map_err(|e| Failure::usage(e.to_string()))?;
     if let Some(rest) = text.strip_prefix("connector:") {
         let parts: Vec<&str> = rest.split('/').collect();

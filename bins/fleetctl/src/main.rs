@@ -2,6 +2,7 @@
 //! call a library, print a table or JSON.
 
 mod child;
+mod connector_cmd;
 mod demo;
 mod init_cmd;
 mod lease_cmd;
@@ -43,6 +44,9 @@ enum Cmd {
     /// Acquire, renew, release, take over, show and audit fenced leases.
     #[command(subcommand)]
     Lease(lease_cmd::LeaseCmd),
+    /// Hold a connector binding and run a command under a validated execution grant.
+    #[command(subcommand)]
+    Connector(connector_cmd::ConnectorCmd),
     /// Run CMD exactly once per version across any number of concurrent starters.
     Initialize(init_cmd::InitArgs),
     /// A guided tour on a throw-away registry: a real small fleet, a crash, the sweep.
@@ -75,6 +79,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Lease(cmd) => lease_cmd::run(&location, cmd),
         Cmd::Retire(cmd) => retire_cmd::run(&location, cmd),
         Cmd::Initialize(args) => init_cmd::run(&location, args),
+        Cmd::Connector(cmd) => connector_cmd::run(&location, cmd),
         Cmd::Demo { keep } => demo::run(keep),
         Cmd::Gate { command } => Ok(child::gate(&command)),
     }

@@ -72,3 +72,11 @@ impl Launch {
         out
     }
 }
+
+/// A fresh 256-bit key from the OS, for a process-local secret such as a grant issuer's.
+pub fn random_key() -> Result<[u8; 32], StoreError> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key)
+        .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, format!("no randomness for a key: {e}")))?;
+    Ok(key)
+}

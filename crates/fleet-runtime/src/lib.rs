@@ -14,6 +14,6 @@ pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, v
 pub use exit::{Failure, parse_args};
 pub use fleet::{plan_retirement, probe_local, retirement_context, take_snapshot};
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
-pub use launch::Launch;
+pub use launch::{Launch, random_key};
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
 pub use worker::{WorkerOptions, WorkerSession, now};

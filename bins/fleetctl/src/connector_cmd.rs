@@ -1,0 +1,248 @@
+//! `fleetctl connector run`: a connector binding held and exercised the way the gateway
+//! demands. It holds the binding's lease and renews it, issues an execution grant on the
+//! stored lease and validates it against the store before the command runs and on every
+//! renewal, hands the command only the execution context, and stops the command the
+//! moment the lease is lost (a takeover, an expiry, a policy change).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration as StdDuration, Instant};
+
+use fleet_lease::{
+    ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantIssuer, GrantLimits, Holder, LeaseDenial,
+    LeaseRecord, normalize_scopes,
+};
+use fleet_registry::{AuditContext, ConnectorExecutionContext, ConnectorRequest, OpenMode};
+use fleet_runtime::{Failure, RegistryLocation, open_registry};
+use nix::sys::signal::{Signal, kill};
+use time::Duration;
+
+use crate::lease_cmd::{load_policy, parse_key};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The binding: `connector:TENANT/AGENT/BINDING`.
+    #[arg(long)]
+    key: String,
+    /// The connector that holds the binding.
+    #[arg(long)]
+    owner: String,
+    /// A scope the command needs (repeatable).
+    #[arg(long = "scope", required = true)]
+    scopes: Vec<String>,
+    /// The connector policy file; without one every connector lease is denied.
+    #[arg(long)]
+    policy: PathBuf,
+    /// Seconds the lease lasts unless renewed (at most 300); renewed every third of it.
+    #[arg(long, default_value_t = 30)]
+    ttl: u64,
+    /// The command and its arguments.
+    #[arg(required = true, last = true)]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ConnectorCmd {
+    /// Hold a connector binding and run CMD under a validated execution grant.
+    Run(RunArgs),
+}
+
+/// Everything one binding needs from the store on every tick.
+struct Binding<'a> {
+    registry: fleet_registry::Registry<fleet_runtime::AnyStore>,
+    identity: ConnectorIdentity,
+    connector: &'a str,
+    scopes: Vec<String>,
+    ttl: Duration,
+    policy: Box<dyn ConnectorPolicy>,
+    issuer: GrantIssuer,
+    audit: AuditContext,
+}
+
+impl Binding<'_> {
+    fn lease(&mut self, request: ConnectorRequest<'_>) -> Result<Result<LeaseRecord, LeaseDenial>, Failure> {
+        let limits = self.issuer.limits();
+        Ok(self.registry.connector_lease(
+            &self.identity,
+            request,
+            limits,
+            self.policy.as_ref(),
+            &self.audit,
+        )?)
+    }
+
+    /// Acquires the binding, taking over a lapsed or released lease at its epoch.
+    fn hold(&mut self) -> Result<LeaseRecord, Failure> {
+        let (connector, ttl, scopes) = (self.connector, self.ttl, self.scopes.clone());
+        match self.lease(ConnectorRequest::Acquire { connector, scopes: &scopes, ttl })? {
+            Ok(lease) => Ok(lease),
+            Err(LeaseDenial::TakeoverRequired) => {
+                let (current, _) = self.registry.lease(&self.identity.lease_key())?;
+                let expected_epoch = current.map_or(FencingEpoch::FIRST, |c| c.fencing_epoch);
+                let request = ConnectorRequest::TakeOver { expected_epoch, connector, scopes: &scopes, ttl };
+                self.lease(request)?.map_err(|d| refused(&self.identity, d))
+            }
+            Err(d) => Err(refused(&self.identity, d)),
+        }
+    }
+
+    /// Issues a grant on the stored lease and validates it against the store: the
+    /// context the command may act under, or why it may not.
+    fn authorize(&mut self) -> Result<ConnectorExecutionContext, Failure> {
+        let grant_ttl = self.ttl.min(self.issuer.limits().max_grant_ttl());
+        let grant = self
+            .registry
+            .issue_grant(
+                &self.issuer,
+                &self.identity,
+                self.connector,
+                &self.scopes,
+                grant_ttl,
+                self.policy.as_ref(),
+                &self.audit,
+            )?
+            .map_err(|d| Failure::refused(format!("no grant for {}: {d}", self.identity.lease_key())))?;
+        self.registry
+            .validate_grant(&self.issuer, &grant, &self.identity, &self.scopes, &self.audit)?
+            .map_err(|d| {
+                Failure::refused(format!(
+                    "the grant for {} is no longer valid: {d}",
+                    self.identity.lease_key()
+                ))
+            })
+    }
+}
+
+fn refused(identity: &ConnectorIdentity, denial: LeaseDenial) -> Failure {
+    Failure::refused(format!("cannot hold {}: {denial}", identity.lease_key()))
+}
+
+/// Writes the context where the command reads it, replacing the file in one step.
+fn publish(context: &ConnectorExecutionContext, path: &Path) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(context).unwrap_or_default();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| Failure::store(format!("cannot write the execution context {}: {e}", path.display())))
+}
+
+/// Stops the command: SIGTERM, then SIGKILL if it has not gone within two seconds.
+fn stop(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + StdDuration::from_secs(2);
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(StdDuration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<ExitCode, Failure> {
+    let ConnectorCmd::Run(args) = cmd;
+    let (_, _, identity) = parse_key(&args.key)?;
+    let identity = identity.ok_or_else(|| {
+        Failure::usage(format!("{:?} is not a connector:TENANT/AGENT/BINDING key", args.key))
+    })?;
+    let limits = GrantLimits::default();
+    let max = limits.max_lease_ttl().whole_seconds();
+    let ttl = i64::try_from(args.ttl).ok().filter(|t| (1..=max).contains(t)).ok_or_else(|| {
+        Failure::usage(format!("--ttl {} is outside 1..={max} seconds (the connector lease cap)", args.ttl))
+    })?;
+    let scopes = normalize_scopes(&args.scopes).map_err(Failure::usage)?;
+    let policy = load_policy(Some(&args.policy))?;
+    let (program, rest) = args.command.split_first().ok_or_else(|| Failure::usage("no command"))?;
+    let audit = AuditContext {
+        correlation_id: None,
+        binding: Some(format!(
+            "{}/{}/{}",
+            identity.tenant_id, identity.logical_agent_id, identity.binding_id
+        )),
+    };
+    let mut binding = Binding {
+        registry: open_registry(location, OpenMode::CreateIfMissing)?,
+        identity,
+        connector: &args.owner,
+        scopes,
+        ttl: Duration::seconds(ttl),
+        policy,
+        issuer: GrantIssuer::new(fleet_runtime::random_key()?, limits),
+        audit,
+    };
+
+    let mut lease = binding.hold()?;
+    let context = binding.authorize()?;
+    let dir = tempfile_dir()?;
+    let context_file = dir.join("context.json");
+    publish(&context, &context_file)?;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("FLEET_CONNECTOR_CONTEXT", &context_file)
+        .env("FLEET_CONNECTOR_TENANT", &context.tenant_id)
+        .env("FLEET_CONNECTOR_AGENT", &context.logical_agent_id)
+        .env("FLEET_CONNECTOR_BINDING", &context.binding_id)
+        .env("FLEET_CONNECTOR_ID", &context.connector)
+        .env("FLEET_CONNECTOR_LEASE_ID", context.lease_id.as_str())
+        .env("FLEET_CONNECTOR_FENCING_EPOCH", context.fencing_epoch.to_string())
+        .env("FLEET_CONNECTOR_SCOPES", context.scopes.join(" "));
+    crate::child::die_with_parent(&mut command);
+    let mut child = command
+        .spawn()
+        .map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
+
+    let period = StdDuration::from_millis(u64::try_from(ttl * 1000 / 3).unwrap_or(1000));
+    let mut next = Instant::now() + period;
+    let outcome = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) => {}
+            Err(e) => break Err(Failure::store(format!("cannot wait for the command: {e}"))),
+        }
+        if Instant::now() < next {
+            std::thread::sleep(StdDuration::from_millis(20));
+            continue;
+        }
+        next = Instant::now() + period;
+        let holder: Holder = lease.holder();
+        let renewed = binding.lease(ConnectorRequest::Renew { holder: &holder, ttl: binding.ttl });
+        let authorized = renewed.and_then(|r| r.map_err(|d| refused(&binding.identity, d))).and_then(|l| {
+            lease = l;
+            binding.authorize()
+        });
+        match authorized {
+            Ok(context) => {
+                if let Err(e) = publish(&context, &context_file) {
+                    stop(&mut child);
+                    break Err(e);
+                }
+            }
+            Err(e) => {
+                // The authority is gone: the command must not act on it a moment longer.
+                stop(&mut child);
+                break Err(e);
+            }
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = outcome?;
+    let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
+    Ok(ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
+}
+
+/// A private directory (mode 0700) for the context file.
+fn tempfile_dir() -> Result<PathBuf, Failure> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir().join(format!("fleetctl-connector-{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&base)
+        .map_err(|e| Failure::store(format!("cannot create {}: {e}", base.display())))?;
+    Ok(base)
+}

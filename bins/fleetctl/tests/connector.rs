@@ -1,0 +1,126 @@
+//! `fleetctl connector run` holds a binding, runs its command under a validated grant,
+//! and stops the command the moment a takeover fences it out.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Fleet, wait_for};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const KEY: &str = "connector:acme/agent-7/slack-main";
+
+fn policy(fleet: &Fleet) -> std::path::PathBuf {
+    let rule = |connector: &str| {
+        serde_json::json!({"tenant": "acme", "agent": "agent-7", "binding": "slack-main",
+            "connector": connector, "scopes": ["chat.read"], "max_ttl_s": 60})
+    };
+    let path = fleet.dir.path().join("policy.json");
+    std::fs::write(&path, serde_json::json!({"allow": [rule("conn-a"), rule("conn-b")]}).to_string())
+        .unwrap();
+    path
+}
+
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    matches!(state, Some(s) if s != "Z" && s != "X")
+}
+
+#[test]
+fn the_command_runs_with_its_context_and_its_exit_code_passes_through() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let seen = fleet.dir.path().join("seen");
+    let script = format!(
+        "echo \"$FLEET_CONNECTOR_TENANT $FLEET_CONNECTOR_BINDING $FLEET_CONNECTOR_ID $FLEET_CONNECTOR_FENCING_EPOCH $FLEET_CONNECTOR_SCOPES\" > {}; cat \"$FLEET_CONNECTOR_CONTEXT\" >> {}; exit 7",
+        seen.display(),
+        seen.display()
+    );
+    let out = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--policy"])
+        .arg(&policy)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert!(seen.starts_with("acme slack-main conn-a 1 chat.read\n"), "{seen}");
+    assert!(seen.contains("\"lease_id\""), "{seen}");
+    let log = fleet.ctl(&["lease", "audit", "--key", KEY, "--json"]);
+    let log: serde_json::Value = serde_json::from_slice(&log.stdout).unwrap();
+    let events: Vec<String> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| format!("{}:{}", e["event"].as_str().unwrap(), e["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(&events[..3], ["acquire:acquired", "grant_issue:issued", "grant_validate:valid"]);
+    assert_eq!(events.last().map(String::as_str), Some("release:released"));
+    assert!(!log.to_string().contains("chat.read"), "no scope in the audit log");
+}
+
+#[test]
+fn without_a_policy_that_allows_it_nothing_runs() {
+    let fleet = Fleet::new();
+    let other = fleet.dir.path().join("other.json");
+    std::fs::write(&other, r#"{"allow": []}"#).unwrap();
+    let marker = fleet.dir.path().join("ran");
+    let out = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--policy"])
+        .arg(&other)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy_denied"));
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_takeover_stops_the_former_holders_command() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let pidfile = fleet.dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut holder = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command: i32 =
+        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+
+    // The holder pauses past its TTL; conn-b takes the binding over.
+    let holder_pid = Pid::from_raw(i32::try_from(holder.id()).unwrap());
+    kill(holder_pid, Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = fleet
+        .fleetctl()
+        .args(["lease", "takeover", "--key", KEY, "--owner", "conn-b", "--expected-epoch", "1"])
+        .args(["--scope", "chat.read", "--ttl", "30", "--policy"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(alive(command), "the former holder's command still runs while its owner is paused");
+
+    // On waking, its next renewal is refused and it stops the command.
+    kill(holder_pid, Signal::SIGCONT).unwrap();
+    let status = holder.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("stale_epoch") || stderr.contains("lease_expired"), "{stderr}");
+    wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+}
