@@ -56,6 +56,15 @@ fn leases(c: &mut Criterion) {
             epoch += 1;
         })
     });
+    // The same swap committed durably, as lease transactions commit: the price of
+    // synchronous = FULL on this disk.
+    bare.pragma_update(None, "synchronous", "FULL").expect("sync");
+    group.bench_function("bare_single_row_cas_update_synchronous_full", |b| {
+        b.iter(|| {
+            assert_eq!(stmt.execute(rusqlite::params!["workflow:bench-renew", epoch]).expect("update"), 1);
+            epoch += 1;
+        })
+    });
     group.finish();
 }
 
