@@ -12,6 +12,7 @@ use std::process::{Command, ExitCode};
 use clap::{Parser, Subcommand};
 use fleet_identity::{ClientType, FleetRunId, SessionId};
 use fleet_runtime::{Failure, Launch, RegistryLocation, vars};
+use fleet_runtime::{out, outln};
 use serde_json::json;
 
 use fleet_runtime::AgentClient as Client;
@@ -120,7 +121,10 @@ fn parse_session(s: &str) -> Result<SessionId, String> {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args::<Cli>().and_then(run) {
+    match fleet_runtime::parse_args::<Cli>()
+        .and_then(run)
+        .and_then(|done| fleet_runtime::flush_stdout().map(|()| done))
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report("fleet-launch"),
     }
@@ -202,14 +206,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let launch = mint_and_record(registry, launch)?;
             if json {
                 let env: BTreeMap<&str, String> = launch.vars().into_iter().collect();
-                println!("{}", json!({ "client_instance_id": launch.id(), "env": env }));
+                outln!("{}", json!({ "client_instance_id": launch.id(), "env": env }))?;
             } else {
-                println!("{}", launch.id());
+                outln!("{}", launch.id())?;
             }
             Ok(())
         }
         Cmd::Config { config } => {
-            print!("{}", clients::render(config.client, &server_command(&config)));
+            out!("{}", clients::render(config.client, &server_command(&config)))?;
             Ok(())
         }
         Cmd::Install { config, file } => {
@@ -217,15 +221,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let command = server_command(&config);
             let changed = edit_config(&path, |text| clients::merge(config.client, &command, text, &path))?;
             let what = if changed { "installed" } else { "already installed, unchanged:" };
-            println!("{what} 5 fleet-mcp entries in {}", path.display());
-            println!("start each session with: fleet-launch run --client <client type> -- <app>");
+            outln!("{what} 5 fleet-mcp entries in {}", path.display())?;
+            outln!("start each session with: fleet-launch run --client <client type> -- <app>")?;
             Ok(())
         }
         Cmd::Uninstall { client, file } => {
             let path = config_file(client, file)?;
             let changed = edit_config(&path, |text| clients::remove(client, text, &path))?;
             let what = if changed { "removed the fleet-mcp entries from" } else { "no fleet-mcp entries in" };
-            println!("{what} {}", path.display());
+            outln!("{what} {}", path.display())?;
             Ok(())
         }
         Cmd::Run { launch, app } => {

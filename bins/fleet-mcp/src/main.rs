@@ -94,7 +94,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     let env = instance_env(cli.config_client);
     let session = register(&location, &env, &cli);
     if let Err(e) = &session {
-        eprintln!("fleet-mcp: not registered, serving diagnostic reads only: {e}");
+        fleet_runtime::warn(format_args!("fleet-mcp: not registered, serving diagnostic reads only: {e}"));
     }
     let profile = std::env::var(vars::PROFILE)
         .ok()
@@ -140,7 +140,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     if let Ok(session) = session
         && let Err(e) = session.release()
     {
-        eprintln!("fleet-mcp: could not release the registration: {e}");
+        fleet_runtime::warn(format_args!("fleet-mcp: could not release the registration: {e}"));
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     served

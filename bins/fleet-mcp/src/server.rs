@@ -307,6 +307,12 @@ impl FleetServer {
     }
 
     fn lease_key(workflow: &str) -> Result<LeaseKey, CallToolResult> {
+        if workflow.trim().is_empty() {
+            return Err(refusal(
+                "invalid_arguments",
+                json!({ "field": "workflow", "message": "the workflow name must not be empty" }),
+            ));
+        }
         LeaseKey::new(format!("workflow:{workflow}")).map_err(|e| refuse("invalid_arguments", e))
     }
 

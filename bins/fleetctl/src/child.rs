@@ -101,6 +101,6 @@ pub(crate) fn gate(command: &[OsString]) -> ExitCode {
         return ExitCode::from(NOT_STARTED);
     };
     let err = Command::new(program).args(args).exec();
-    eprintln!("fleetctl: cannot run {}: {err}", program.to_string_lossy());
+    fleet_runtime::warn(format_args!("fleetctl: cannot run {}: {err}", program.to_string_lossy()));
     ExitCode::from(127)
 }

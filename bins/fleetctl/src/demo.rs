@@ -10,6 +10,7 @@ use fleet_identity::{ClientType, Namespace, WorkerIdentity};
 use fleet_registry::OpenMode;
 use fleet_registry::{OwnershipState, Registry, WorkerRow, WorkerStatus};
 use fleet_runtime::{AnyStore, Failure, Launch, RegistryLocation, now, open_registry};
+use fleet_runtime::{out, outln};
 
 use crate::worker_cmd::list_table;
 
@@ -32,8 +33,8 @@ impl Drop for Tour {
     }
 }
 
-fn step(n: u32, title: &str) {
-    println!("\n== {n}. {title}");
+fn step(n: u32, title: &str) -> Result<(), Failure> {
+    outln!("\n== {n}. {title}")
 }
 
 fn registry(location: &RegistryLocation) -> Result<Registry<AnyStore>, Failure> {
@@ -82,13 +83,13 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
     let mut tour = Tour { location: location.clone(), stop: dir.join("stop"), workers: Vec::new() };
     let _ = std::fs::remove_file(&tour.stop);
 
-    step(1, "Two launches of the same client, five namespace workers each");
-    println!("registry: {location}");
+    step(1, "Two launches of the same client, five namespace workers each")?;
+    outln!("registry: {location}")?;
     let codex = ClientType::new("codex").map_err(|e| Failure::usage(e.to_string()))?;
     let mut launches = Vec::new();
     for _ in 0..2 {
         let launch = Launch::mint(&location, codex.clone(), None, None)?;
-        println!("fleet-launch minted and recorded {}", launch.id());
+        outln!("fleet-launch minted and recorded {}", launch.id())?;
         for ns in Namespace::ALL {
             let child = spawn_worker(&exe, &tour, &launch, ns)?;
             tour.workers.push(child);
@@ -99,22 +100,22 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
         let rows = registry(&tour.location)?.workers()?;
         Ok((rows.iter().filter(|r| r.status == WorkerStatus::Active).count() == 10).then_some(rows))
     })?;
-    print!("{}", list_table(&rows, now()));
-    println!("\n$ fleetctl snapshot");
-    print!("{}", fleet_snapshot_text(&tour.location)?);
-    println!("Two distinct trusted instance IDs share the client type codex: that is not a collision.");
+    out!("{}", list_table(&rows, now()))?;
+    outln!("\n$ fleetctl snapshot")?;
+    out!("{}", fleet_snapshot_text(&tour.location)?)?;
+    outln!("Two distinct trusted instance IDs share the client type codex: that is not a collision.")?;
 
-    step(2, "A worker crashes (SIGKILL)");
+    step(2, "A worker crashes (SIGKILL)")?;
     let victim = pick(&rows, launches[1].id(), Namespace::Author)?;
     let pid = victim.pid.ok_or_else(|| Failure::store("the demo worker has no pid"))?;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid.as_raw()), nix::sys::signal::Signal::SIGKILL)
         .map_err(|e| Failure::store(format!("cannot kill pid {pid}: {e}")))?;
-    println!("killed pid {pid} ({} of {})", victim.worker_identity, launches[1].id());
-    println!(
+    outln!("killed pid {pid} ({} of {})", victim.worker_identity, launches[1].id())?;
+    outln!(
         "Its row stays active: a crash does not release, and the heartbeat still counts for {DEMO_TTL_SECS}s."
-    );
+    )?;
 
-    step(3, "The heartbeat lapses; the fleet itself marks the row stale");
+    step(3, "The heartbeat lapses; the fleet itself marks the row stale")?;
     let marked = wait_until(Duration::from_secs(30), || {
         let rows = registry(&tour.location)?.workers()?;
         let stale: Vec<WorkerIdentity> = rows
@@ -125,33 +126,33 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
         Ok((!stale.is_empty()).then_some(stale))
     })?;
     for id in &marked {
-        println!("stale: {id} (marked by the live workers' own heartbeat sweep; no operator ran anything)");
+        outln!("stale: {id} (marked by the live workers' own heartbeat sweep; no operator ran anything)")?;
     }
-    println!("\n$ fleetctl snapshot");
-    print!("{}", fleet_snapshot_text(&tour.location)?);
-    println!("A stale worker still marked active blocks mutation until it is retired.");
+    outln!("\n$ fleetctl snapshot")?;
+    out!("{}", fleet_snapshot_text(&tour.location)?)?;
+    outln!("A stale worker still marked active blocks mutation until it is retired.")?;
 
-    step(4, "Retirement: a dry-run plan, then a compare-and-swap apply on proof");
+    step(4, "Retirement: a dry-run plan, then a compare-and-swap apply on proof")?;
     retire(&tour.location, &marked)?;
 
-    step(5, "A fenced lease changes hands");
+    step(5, "A fenced lease changes hands")?;
     lease_handover(&tour.location, &rows, launches[0].id())?;
 
-    step(6, "The other workers exit cleanly and release their rows");
+    step(6, "The other workers exit cleanly and release their rows")?;
     std::fs::write(&tour.stop, b"").map_err(|e| Failure::store(format!("cannot stop the demo: {e}")))?;
     for child in &mut tour.workers {
         let _ = child.wait();
     }
     tour.workers.clear();
     let rows = registry(&tour.location)?.workers()?;
-    print!("{}", list_table(&rows, now()));
+    out!("{}", list_table(&rows, now()))?;
     let released = rows.iter().filter(|r| r.status == WorkerStatus::Released).count();
-    println!("{released} released, 1 retired: nothing was deleted, every row keeps its history.");
+    outln!("{released} released, 1 retired: nothing was deleted, every row keeps its history.")?;
     if keep_dir {
-        println!("\nThe registry is kept at {location}: `fleetctl --registry {location} worker list`.");
+        outln!("\nThe registry is kept at {location}: `fleetctl --registry {location} worker list`.")?;
     } else {
         let _ = std::fs::remove_dir_all(&dir);
-        println!("\nRun `fleetctl demo --keep DIR` to keep the registry for a closer look.");
+        outln!("\nRun `fleetctl demo --keep DIR` to keep the registry for a closer look.")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -176,8 +177,8 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
     for attempt in 1..=5 {
         let (ctx, probe) = crate::retire_cmd::retirement_context(None)?;
         let plan = crate::retire_cmd::make_plan(location, &ctx)?;
-        println!("$ fleetctl retire plan");
-        println!(
+        outln!("$ fleetctl retire plan")?;
+        outln!(
             "  {} candidate(s) {:?}; preserved: {}",
             plan.candidate_count,
             plan.candidate_worker_identities.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
@@ -186,7 +187,7 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
                 .map(|(r, n)| format!("{r}×{n}"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )?;
         let request = ApplyRequest {
             registry_fingerprint: plan.registry_fingerprint.clone(),
             candidate_fingerprint: plan.candidate_fingerprint.clone(),
@@ -195,24 +196,24 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
         };
         let at = ctx.now;
         let report = registry(location)?.apply_retirement(&request, &ctx, Some(&probe), at, &());
-        println!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …");
+        outln!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …")?;
         let outcome = serde_json::to_value(report.outcome).unwrap_or_default();
-        println!(
+        outln!(
             "  {}: retired {:?}",
             outcome.as_str().unwrap_or("?"),
             report.retired.iter().map(|i| i.as_str()).collect::<Vec<_>>()
-        );
+        )?;
         match report.outcome {
             ApplyOutcome::Applied if report.retired.iter().any(|r| stale.contains(r)) => {
-                println!("\n$ fleetctl snapshot");
-                print!("{}", fleet_snapshot_text(location)?);
-                println!("The retired row is history now: the fleet is safe again.");
+                outln!("\n$ fleetctl snapshot")?;
+                out!("{}", fleet_snapshot_text(location)?)?;
+                outln!("The retired row is history now: the fleet is safe again.")?;
                 return Ok(());
             }
             ApplyOutcome::RegistryRevisionMoved => {
-                println!(
+                outln!(
                     "  (a live worker heartbeat between plan and apply; attempt {attempt}, planning again)"
-                );
+                )?;
             }
             _ => {
                 return Err(Failure::refused(format!(
@@ -236,21 +237,21 @@ fn lease_handover(location: &RegistryLocation, rows: &[WorkerRow], instance: &st
     let first = reg
         .acquire_lease(&key, LeaseKind::Workflow, &holder_a, ttl, &[], &ctx)?
         .map_err(|d| Failure::refused(d.to_string()))?;
-    println!("{holder_a} acquires {key}: epoch {}", first.fencing_epoch);
+    outln!("{holder_a} acquires {key}: epoch {}", first.fencing_epoch)?;
     let refused = reg.acquire_lease(&key, LeaseKind::Workflow, &holder_b, ttl, &[], &ctx)?;
-    println!("{holder_b} tries too: {}", refused.err().map_or("acquired".into(), |d| d.as_str().to_owned()));
-    println!("{holder_a} pauses (a long GC, a stopped process) and stops renewing…");
+    outln!("{holder_b} tries too: {}", refused.err().map_or("acquired".into(), |d| d.as_str().to_owned()))?;
+    outln!("{holder_a} pauses (a long GC, a stopped process) and stops renewing…")?;
     std::thread::sleep(Duration::from_millis(1200));
     let second = reg
         .acquire_lease(&key, LeaseKind::Workflow, &holder_b, ttl, &[], &ctx)?
         .map_err(|d| Failure::refused(d.to_string()))?;
-    println!("the lease lapsed; {holder_b} takes it over: epoch {}", second.fencing_epoch);
+    outln!("the lease lapsed; {holder_b} takes it over: epoch {}", second.fencing_epoch)?;
     let stale = reg.renew_lease(&key, &first.holder(), ttl, &ctx)?;
-    println!(
+    outln!(
         "{holder_a} wakes up and renews with epoch {}: {}",
         first.fencing_epoch,
         stale.err().map_or("renewed".into(), |d| d.as_str().to_owned())
-    );
-    println!("The epoch, not the clock, decides: a former owner can never act on stale authority.");
+    )?;
+    outln!("The epoch, not the clock, decides: a former owner can never act on stale authority.")?;
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use fleet_lease::LeaseKey;
+use fleet_runtime::outln;
 use fleet_runtime::{Failure, InitOptions, InitReport, RegistryLocation, run_initialization};
 
 #[derive(Debug, clap::Args)]
@@ -71,11 +72,11 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
     let version = args.target_version;
     match report {
         InitReport::Completed => {
-            println!("initialized {} to version {version}", args.key);
+            outln!("initialized {} to version {version}", args.key)?;
             Ok(ExitCode::SUCCESS)
         }
         InitReport::AlreadyReady => {
-            println!("{} is ready at version {version}", args.key);
+            outln!("{} is ready at version {version}", args.key)?;
             Ok(ExitCode::SUCCESS)
         }
         InitReport::Failed(detail) => {

@@ -13,6 +13,7 @@ use fleet_lease::{
 use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, ConnectorRequest, LeaseResult};
 use fleet_runtime::{Failure, RegistryLocation, open_registry};
+use fleet_runtime::{out, outln};
 use serde::Deserialize;
 use time::Duration;
 
@@ -275,16 +276,16 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
     match result {
         Ok(record) => {
             if json {
-                println!("{}", serde_json::json!({ "outcome": "ok", "lease": record }));
+                outln!("{}", serde_json::json!({ "outcome": "ok", "lease": record }))?;
             } else {
                 // The record was written at the store's now: its own updated_at.
-                print!("{}", lease_table(std::slice::from_ref(&record), record.updated_at));
+                out!("{}", lease_table(std::slice::from_ref(&record), record.updated_at))?;
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(denial) => {
             if json {
-                println!("{}", serde_json::json!({ "outcome": "denied", "reason": denial }));
+                outln!("{}", serde_json::json!({ "outcome": "denied", "reason": denial }))?;
                 Ok(ExitCode::from(1))
             } else {
                 Err(Failure::refused(denial.to_string()))
@@ -397,9 +398,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             };
             if json {
                 let values: Vec<serde_json::Value> = leases.iter().map(|l| lease_json(l, now)).collect();
-                println!("{}", serde_json::to_string_pretty(&values).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&values).unwrap_or_default())?;
             } else {
-                print!("{}", lease_table(&leases, now));
+                out!("{}", lease_table(&leases, now))?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -407,7 +408,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
             let log = open_registry(location, OpenMode::MustExist)?.lease_audit(key.as_ref())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&log).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&log).unwrap_or_default())?;
             } else {
                 let rows: Vec<Vec<String>> = log
                     .iter()
@@ -424,13 +425,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
                         ]
                     })
                     .collect();
-                print!(
+                out!(
                     "{}",
                     table::render(
                         &["ID", "AT", "KEY", "EVENT", "OUTCOME", "REASON", "IDENTITY", "EPOCH"],
                         &rows
                     )
-                );
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -64,7 +64,10 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args::<Cli>().and_then(run) {
+    match fleet_runtime::parse_args::<Cli>()
+        .and_then(run)
+        .and_then(|done| fleet_runtime::flush_stdout().map(|()| done))
+    {
         Ok(code) => code,
         Err(failure) => failure.report("fleetctl"),
     }

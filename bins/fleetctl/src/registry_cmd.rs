@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use fleet_registry::OpenMode;
 use fleet_registry::RegistryDump;
+use fleet_runtime::outln;
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 
 #[derive(Debug, Subcommand)]
@@ -35,11 +36,11 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
     match cmd {
         RegistryCmd::Init => {
             open_registry(location, OpenMode::CreateIfMissing)?;
-            println!("registry ready at {location}");
+            outln!("registry ready at {location}")?;
         }
         RegistryCmd::Export => {
             let dump = open_registry(location, OpenMode::MustExist)?.export()?;
-            println!("{}", dump.to_json());
+            outln!("{}", dump.to_json())?;
         }
         RegistryCmd::Import { file, json } => {
             let text = read_input(&file)?;
@@ -47,23 +48,25 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
             let summary = open_registry(location, OpenMode::CreateIfMissing)?.import(&dump)?;
             if json {
-                println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+                outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
             } else {
-                println!(
+                outln!(
                     "imported {} instances ({} already present) and {} workers",
-                    summary.instances, summary.instances_unchanged, summary.workers
-                );
+                    summary.instances,
+                    summary.instances_unchanged,
+                    summary.workers
+                )?;
             }
         }
         RegistryCmd::Sweep { json } => {
             let marked = open_registry(location, OpenMode::MustExist)?.mark_expired_stale(now())?;
             if json {
-                println!("{}", serde_json::json!({ "marked_stale": marked }));
+                outln!("{}", serde_json::json!({ "marked_stale": marked }))?;
             } else if marked.is_empty() {
-                println!("no heartbeat has expired");
+                outln!("no heartbeat has expired")?;
             } else {
                 for id in &marked {
-                    println!("stale: {id}");
+                    outln!("stale: {id}")?;
                 }
             }
         }

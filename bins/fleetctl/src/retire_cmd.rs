@@ -10,6 +10,7 @@ use fleet_registry::OpenMode;
 use fleet_registry::{ApplyOutcome, ApplyRequest};
 use fleet_retirement::{Plan, RetirementContext};
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
+use fleet_runtime::{out, outln};
 use fleet_snapshot::{FindingCode, Policy};
 
 #[derive(Debug, clap::Args)]
@@ -61,9 +62,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             let (ctx, _) = context(&common)?;
             let p = make_plan(location, &ctx)?;
             if common.json {
-                println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&p).unwrap_or_default())?;
             } else {
-                print!("{}", render_plan(&p));
+                out!("{}", render_plan(&p))?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -106,23 +107,23 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             if common.json {
                 let mut v = serde_json::to_value(&report).unwrap_or_default();
                 v["post_apply"] = post_apply;
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())?;
             } else {
-                println!(
+                outln!(
                     "{}: retired {}",
                     serde_json::to_value(report.outcome).unwrap_or_default().as_str().unwrap_or("?"),
                     report.retired_count
-                );
+                )?;
                 for id in &report.retired {
-                    println!("  retired    {id}");
+                    outln!("  retired    {id}")?;
                 }
                 for p in &report.preserved {
-                    println!("  preserved  {}  {}", p.worker_identity, p.reason_code);
+                    outln!("  preserved  {}  {}", p.worker_identity, p.reason_code)?;
                 }
                 if let Some(e) = &report.error {
-                    println!("  error: {e}");
+                    outln!("  error: {e}")?;
                 }
-                println!("after: {post_apply}");
+                outln!("after: {post_apply}")?;
             }
             Ok(match report.outcome {
                 ApplyOutcome::Applied if report.retired_count > 0 => ExitCode::SUCCESS,

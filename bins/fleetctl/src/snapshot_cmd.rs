@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use fleet_identity::{Namespace, Repository, Timestamp};
 use fleet_runtime::{Failure, RegistryLocation, now};
+use fleet_runtime::{out, outln};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, WorkerState};
 
 #[derive(Debug, clap::Args)]
@@ -62,10 +63,10 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     let policy = Policy { canonical_repository, expected_code_revision: args.expected_code_revision };
     let snap = take(location, manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default())?;
     } else {
         let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        print!("{}", render(&snap, colour));
+        out!("{}", render(&snap, colour))?;
     }
     if args.gate && !snap.live_fleet_safe {
         return Ok(ExitCode::from(1));

@@ -13,6 +13,7 @@ use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
 use fleet_runtime::{
     Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
 };
+use fleet_runtime::{out, outln};
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 use crate::child::HeldChild;
@@ -60,9 +61,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
         WorkerCmd::List { json } => {
             let rows = open_registry(location, OpenMode::MustExist)?.workers()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default())?;
             } else {
-                print!("{}", list_table(&rows, now()));
+                out!("{}", list_table(&rows, now()))?;
             }
             Ok(ExitCode::SUCCESS)
         }

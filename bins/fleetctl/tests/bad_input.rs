@@ -143,3 +143,83 @@ fn export_then_import_into_a_fresh_registry_round_trips() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(copy.export(), fleet.export());
 }
+
+#[test]
+fn output_that_cannot_be_written_is_an_error_and_a_closed_pipe_is_not() {
+    let (fleet, _) = populated();
+    for args in [
+        &["registry", "export"][..],
+        &["snapshot"],
+        &["snapshot", "--json"],
+        &["worker", "list"],
+        &["lease", "audit"],
+        &["retire", "plan"],
+    ] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = fleet.fleetctl().args(args).stdout(full).output().unwrap();
+        assert_one_line_error(&out, 3, "cannot write output");
+
+        // A reader that goes away early: the quiet end of a pipe, not a panic.
+        let mut child = fleet
+            .fleetctl()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_ne!(
+            out.status.code(),
+            Some(101),
+            "{args:?} panicked: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{args:?}");
+    }
+}
+
+#[test]
+fn lease_owners_that_would_break_a_table_are_refused() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let huge = "o".repeat(120 * 1024);
+    for owner in [huge.as_str(), "", "me\nworkflow:forged  workflow  root", "\u{1b}[2Jme"] {
+        let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:w", "--owner", owner]);
+        assert_one_line_error(&out, 2, "lease owner");
+    }
+    let out = fleet.ctl(&["lease", "show"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1, "nothing was written");
+    let out = fleet.ctl(&["lease", "audit"]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn a_huge_identity_in_the_registry_prints_abbreviated_in_a_table() {
+    let fleet = Fleet::new();
+    let long_instance = format!("legacy-pid-{}", "9".repeat(70 * 1024));
+    let dump = serde_json::json!({"worker_registrations": [{
+        "worker_identity": "wkr-author-1", "namespace": "author", "status": "active",
+        "registered_at": "2026-07-30T12:00:00Z", "client_instance_id": long_instance}]});
+    let file = fleet.dir.path().join("dump.json");
+    std::fs::write(&file, dump.to_string()).unwrap();
+    assert!(fleet.ctl(&["registry", "import", file.to_str().unwrap()]).status.success());
+    let out = fleet.ctl(&["worker", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().all(|l| l.chars().count() < 300), "{}", &text[..200]);
+    let json = fleet.ctl(&["worker", "list", "--json"]);
+    assert!(String::from_utf8(json.stdout).unwrap().contains(&long_instance), "--json keeps it whole");
+}
+
+#[test]
+fn an_empty_registry_file_is_not_a_safe_fleet_and_is_left_empty() {
+    let fleet = Fleet::new();
+    std::fs::write(&fleet.registry, b"").unwrap();
+    for args in [&["snapshot"][..], &["snapshot", "--gate"], &["worker", "list"], &["retire", "plan"]] {
+        let out = fleet.ctl(args);
+        assert_one_line_error(&out, 3, "not an initialized registry");
+    }
+    assert_eq!(std::fs::metadata(&fleet.registry).unwrap().len(), 0, "reading wrote nothing");
+}

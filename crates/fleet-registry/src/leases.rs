@@ -67,6 +67,28 @@ pub struct ActiveLeases {
     pub fingerprint: String,
 }
 
+/// The longest lease owner accepted.
+pub const MAX_OWNER_LEN: usize = 256;
+
+/// An owner names who holds a lease in every listing and audit entry: it must be
+/// non-empty, at most [`MAX_OWNER_LEN`] bytes, and free of control characters (which
+/// could forge lines in what people read).
+fn valid_owner(owner: &str) -> Result<(), StoreError> {
+    if owner.is_empty() {
+        return Err(StoreError::invalid("a lease owner must not be empty"));
+    }
+    if owner.len() > MAX_OWNER_LEN {
+        return Err(StoreError::invalid(format!(
+            "a lease owner is at most {MAX_OWNER_LEN} bytes, got {}",
+            owner.len()
+        )));
+    }
+    if owner.chars().any(char::is_control) {
+        return Err(StoreError::invalid(format!("lease owner {owner:?} holds a control character")));
+    }
+    Ok(())
+}
+
 fn new_lease_id() -> Result<LeaseId, StoreError> {
     LeaseId::new(format!("lease-{}", uuid::Uuid::now_v7())).map_err(|e| StoreError::invalid(e.to_string()))
 }
@@ -187,6 +209,7 @@ impl<S: Store> Registry<S> {
         scopes: &[String],
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
+        valid_owner(owner)?;
         let lease_id = new_lease_id()?;
         let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
         self.lease_step(key, kind, owner, "acquire", ctx, |current, now| {
@@ -208,6 +231,10 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
         let key = identity.lease_key();
+        if let ConnectorRequest::Acquire { connector, .. } | ConnectorRequest::TakeOver { connector, .. } = op
+        {
+            valid_owner(connector)?;
+        }
         let fresh_tenure =
             |connector: &str, ttl: Duration, scopes: &[String]| -> Result<Tenure, StoreError> {
                 Ok(Tenure {
@@ -275,6 +302,7 @@ impl<S: Store> Registry<S> {
         scopes: &[String],
         ctx: &AuditContext,
     ) -> Result<LeaseResult, StoreError> {
+        valid_owner(owner)?;
         let lease_id = new_lease_id()?;
         self.lease_step(key, LeaseKind::Workflow, owner, "takeover", ctx, |current, now| {
             no_policy_for_connectors(current, LeaseKind::Workflow)?;

@@ -21,7 +21,8 @@ pub mod conformance;
 pub use error::{StoreError, StoreErrorKind};
 pub use gateway::ConnectorExecutionContext;
 pub use leases::{
-    ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, active_workflow_owners_in,
+    ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, MAX_OWNER_LEN,
+    active_workflow_owners_in,
 };
 pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,

@@ -2,6 +2,7 @@
 //! (0 success, 1 a check said no, 2 bad input, 3 the store could not be used).
 
 use std::fmt;
+use std::io::{self, Write};
 use std::process::ExitCode;
 
 use fleet_registry::{StoreError, StoreErrorKind};
@@ -29,6 +30,17 @@ impl Failure {
         Self { code: 3, message: message.into() }
     }
 
+    /// Standard output could not be written. A closed pipe (`fleetctl … | head`) ends
+    /// the program quietly with success, as ripgrep does; any other failure (a full disk)
+    /// is an error that exits 3.
+    pub fn output(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            Self { code: 0, message: String::new() }
+        } else {
+            Self { code: 3, message: format!("cannot write output: {e}") }
+        }
+    }
+
     /// The exit code.
     pub fn code(&self) -> u8 {
         self.code
@@ -41,7 +53,8 @@ impl Failure {
             return ExitCode::from(self.code);
         }
         let line = self.message.replace('\n', " ");
-        eprintln!("{program}: error: {line}");
+        // If even stderr cannot be written there is no one left to tell.
+        let _ = writeln!(io::stderr().lock(), "{program}: error: {line}");
         ExitCode::from(self.code)
     }
 }
@@ -94,4 +107,38 @@ pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
             }
         }
     })
+}
+
+/// Writes to standard output without ever panicking: the `out!` and `outln!` macros
+/// call it, and a failure becomes a [`Failure`] (see [`Failure::output`]).
+pub fn write_stdout(args: fmt::Arguments<'_>, newline: bool) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) })
+        .map_err(Failure::output)
+}
+
+/// Flushes standard output at the end of a command, so a write that fails only at the
+/// final flush is reported too.
+pub fn flush_stdout() -> Result<(), Failure> {
+    io::stdout().lock().flush().map_err(Failure::output)
+}
+
+/// `print!` that returns `Result<(), Failure>` instead of panicking when stdout fails.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*), false) };
+}
+
+/// `println!` that returns `Result<(), Failure>` instead of panicking when stdout fails.
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::write_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*), true) };
+}
+
+/// One line on standard error that never panics: a diagnostic nobody can read is dropped.
+pub fn warn(args: fmt::Arguments<'_>) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
 }

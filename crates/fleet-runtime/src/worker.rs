@@ -179,7 +179,7 @@ fn heartbeat_loop(
         }
         if registry.is_none() {
             registry = open_registry(location, OpenMode::MustExist)
-                .map_err(|e| eprintln!("fleet: heartbeat cannot open registry: {e}"))
+                .map_err(|e| crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")))
                 .ok();
         }
         let Some(reg) = registry.as_mut() else { continue };
@@ -188,16 +188,16 @@ fn heartbeat_loop(
             // the rows whose heartbeat lapsed stale, so retirement needs no operator.
             Ok(()) => {
                 if let Err(e) = reg.mark_expired_stale(now()) {
-                    eprintln!("fleet: stale sweep failed, will retry: {e}");
+                    crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
                 }
             }
             Err(e) if matches!(e.kind(), StoreErrorKind::NotFound | StoreErrorKind::Conflict) => {
-                eprintln!("fleet: registration lost: {e}");
+                crate::warn(format_args!("fleet: registration lost: {e}"));
                 lost.store(true, Ordering::SeqCst);
                 return;
             }
             // A busy or briefly unreachable registry: try again next beat.
-            Err(e) => eprintln!("fleet: heartbeat failed, will retry: {e}"),
+            Err(e) => crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}")),
         }
     }
 }

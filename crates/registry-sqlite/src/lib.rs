@@ -64,7 +64,7 @@ impl SqliteStore {
         // until the busy timeout.
         let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
         loop {
-            match Self::open_existing(path) {
+            match Self::open_existing(path, mode) {
                 Err(e) if e.kind() == StoreErrorKind::Busy && std::time::Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -74,9 +74,25 @@ impl SqliteStore {
         }
     }
 
-    fn open_existing(path: &Path) -> Result<Self, StoreError> {
+    fn open_existing(path: &Path, mode: OpenMode) -> Result<Self, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| unavailable(path, e))?;
+        // A file with no schema yet (an empty file, say) is not a registry to read: a
+        // reader must neither report an empty, safe fleet nor write a schema into it.
+        if mode == OpenMode::MustExist {
+            let version: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|e| map_open_error(path, e))?;
+            if version == 0 {
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "{} is not an initialized registry (run `fleetctl registry init`)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
         configure(&conn).map_err(|e| map_open_error(path, e))?;
         migrations::migrate(&mut conn)?;
         Ok(Self { conn, path: path.to_owned() })
