@@ -159,3 +159,77 @@ fn eight_concurrent_initializers_on_postgres_run_the_command_once() {
     let starts = log.as_array().unwrap().iter().filter(|e| e["event"] == "init_start").count();
     assert_eq!(starts, 1);
 }
+
+/// A writer that stalls holding the registry's write lock makes other writers fail busy
+/// after lock_timeout (exit 3, nothing written) and never blocks readers.
+#[test]
+fn a_stalled_writer_neither_hangs_writers_nor_blocks_readers() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let url = format!("{}%20-clock_timeout%3D300ms", schema.url());
+    let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &url).args(args).output().unwrap();
+    assert!(ctl(&["registry", "init"]).status.success());
+    let mut staller = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    let mut held = staller.transaction().unwrap();
+    held.execute("SELECT pg_advisory_xact_lock(7380385375773483378)", &[]).unwrap();
+
+    let started = std::time::Instant::now();
+    let out = ctl(&["lease", "acquire", "--key", "workflow:w", "--owner", "me"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lock"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "it failed rather than waited");
+    let out = ctl(&["snapshot", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    held.rollback().unwrap();
+    let out = ctl(&["lease", "show", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "the refused write wrote nothing");
+}
+
+/// A role that may only read can read the registry: reading writes nothing.
+#[test]
+fn a_read_only_role_can_take_a_snapshot() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let ctl =
+        |url: &str, args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", url).args(args).output().unwrap();
+    assert!(ctl(&schema.url(), &["registry", "init"]).status.success());
+    let role = format!("{}_reader", schema.name);
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA {s} TO {role}; \
+             GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {role}",
+            s = schema.name
+        ))
+        .unwrap();
+    let reader_url = schema.url().replacen("postgres@", &format!("{role}@"), 1);
+    assert!(reader_url.contains(&role), "the test URL names its user: {reader_url}");
+    let out = ctl(&reader_url, &["snapshot", "--json"]);
+    let _ = admin.batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A server that refuses the connection is named with its cause, not "db error".
+#[test]
+fn a_refused_connection_says_why() {
+    let fleet = Fleet::new();
+    let out = fleet
+        .fleetctl()
+        .env("FLEET_REGISTRY", "postgres://postgres@127.0.0.1:1/test?connect_timeout=2")
+        .args(["snapshot"])
+        .output()
+        .unwrap();
+    common::assert_one_line_error(&out, 3, "refused");
+}

@@ -19,6 +19,11 @@ pub enum LocationError {
     /// An empty location.
     #[error("registry location is empty")]
     Empty,
+    /// A URL of a kind of database the registry does not live in.
+    #[error(
+        "registry location {0:?} names an unsupported scheme: use a file path, sqlite://PATH or postgres://…"
+    )]
+    UnsupportedScheme(String),
 }
 
 /// A registry location: a SQLite file, or a PostgreSQL URL.
@@ -37,10 +42,17 @@ impl RegistryLocation {
         if text.is_empty() {
             return Err(LocationError::Empty);
         }
-        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return Ok(Self::Postgres(text.to_owned()));
+        // Schemes are case-insensitive (RFC 3986); anything else that looks like a URL is
+        // refused rather than taken for a file name.
+        if let Some((scheme, rest)) = text.split_once("://") {
+            return match scheme.to_ascii_lowercase().as_str() {
+                "postgres" | "postgresql" => Ok(Self::Postgres(format!("postgres://{rest}"))),
+                "sqlite" if !rest.is_empty() => Ok(Self::Sqlite(PathBuf::from(rest))),
+                "sqlite" => Err(LocationError::Empty),
+                _ => Err(LocationError::UnsupportedScheme(scheme.to_owned())),
+            };
         }
-        let path = text.strip_prefix("sqlite://").unwrap_or(text);
+        let path = text;
         if path.is_empty() {
             return Err(LocationError::Empty);
         }
@@ -88,11 +100,19 @@ impl fmt::Display for RegistryLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Sqlite(path) => write!(f, "{}", path.display()),
-            // Never print credentials a URL may carry.
-            Self::Postgres(url) => match url.split_once('@') {
-                Some((_, host)) => write!(f, "postgres://…@{host}"),
-                None => f.write_str(url),
-            },
+            // Never print credentials a URL may carry: not the user-info before `@`, and
+            // not the query string (where `password=` may sit).
+            Self::Postgres(url) => {
+                let rest = url.strip_prefix("postgres://").unwrap_or(url);
+                let (rest, query) = match rest.split_once('?') {
+                    Some((rest, _)) => (rest, "?…"),
+                    None => (rest, ""),
+                };
+                match rest.rsplit_once('@') {
+                    Some((_, host)) => write!(f, "postgres://…@{host}{query}"),
+                    None => write!(f, "postgres://{rest}{query}"),
+                }
+            }
         }
     }
 }
@@ -182,7 +202,23 @@ mod tests {
 
     #[test]
     fn a_postgres_url_never_prints_its_password() {
-        let loc = RegistryLocation::parse("postgres://fleet:secret@db.example/fleet").unwrap();
-        assert!(!loc.to_string().contains("secret"));
+        for url in [
+            "postgres://fleet:secret@db.example/fleet",
+            "postgres://db.example/fleet?user=fleet&password=secret",
+            "postgresql://fleet:s@cret@db.example/fleet?sslmode=disable",
+        ] {
+            let loc = RegistryLocation::parse(url).unwrap();
+            assert!(!loc.to_string().contains("secret") && !loc.to_string().contains("cret"), "{loc}");
+        }
+    }
+
+    #[test]
+    fn schemes_are_case_insensitive_and_unknown_ones_are_refused() {
+        assert!(matches!(RegistryLocation::parse("POSTGRES://h/db").unwrap(), RegistryLocation::Postgres(_)));
+        assert!(matches!(RegistryLocation::parse("SQLite://r.db").unwrap(), RegistryLocation::Sqlite(_)));
+        for url in ["mysql://x", "http://h/r.db", "redis://h"] {
+            let err = RegistryLocation::parse(url).unwrap_err().to_string();
+            assert!(err.contains("unsupported scheme"), "{err}");
+        }
     }
 }

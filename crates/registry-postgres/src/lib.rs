@@ -128,13 +128,49 @@ pub(crate) fn map_error(e: postgres::Error) -> StoreError {
         Some(c) if *c == SqlState::CHECK_VIOLATION || *c == SqlState::RAISE_EXCEPTION => {
             StoreErrorKind::Invalid
         }
+        // Another session held what we needed past lock_timeout, or a statement ran past
+        // statement_timeout: the store is busy, and nothing was written.
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::QUERY_CANCELED => {
+            StoreErrorKind::Busy
+        }
         _ => StoreErrorKind::Unavailable,
     };
     let message = match e.as_db_error() {
-        Some(db) => format!("registry error: {}", db.message()),
-        None => format!("registry error: {e}"),
+        Some(db) => format!("registry error: {} ({})", db.message(), db.code().code()),
+        None => format!("registry error: {}", cause_chain(&e)),
     };
     StoreError::with_source(kind, message, e)
+}
+
+/// An error and its causes, one after another: `postgres::Error` alone says only
+/// "error connecting to server" or "db error", and the why is in its sources.
+fn cause_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// How long a statement waits for a lock another session holds, and how long any
+/// statement may run, unless the connection string sets its own (`options=-c …`): a
+/// stalled writer makes others fail busy, never hang.
+const DEFAULT_TIMEOUTS: [(&str, &str); 2] = [("lock_timeout", "10s"), ("statement_timeout", "60s")];
+
+fn set_default_timeouts(client: &mut Client) -> Result<(), StoreError> {
+    for (setting, value) in DEFAULT_TIMEOUTS {
+        let current: String = client.query_one(&format!("SHOW {setting}"), &[]).map_err(map_error)?.get(0);
+        if current == "0" {
+            client.batch_execute(&format!("SET {setting} = '{value}'")).map_err(map_error)?;
+        }
+    }
+    Ok(())
 }
 
 impl PostgresStore {
@@ -149,9 +185,10 @@ impl PostgresStore {
         let mut client = Client::connect(url, NoTls).map_err(|e| {
             StoreError::new(
                 StoreErrorKind::Unavailable,
-                format!("cannot connect to the PostgreSQL registry: {e}"),
+                format!("cannot connect to the PostgreSQL registry: {}", cause_chain(&e)),
             )
         })?;
+        set_default_timeouts(&mut client)?;
         if let Some(schema) = schema {
             if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || schema.is_empty() {
                 return Err(StoreError::invalid(format!("schema name {schema:?} must be [A-Za-z0-9_]+")));
@@ -165,7 +202,27 @@ impl PostgresStore {
     }
 }
 
+/// The schema version the database holds, read without writing anything (a read-only
+/// role can read a registry); 0 when there is no schema yet.
+fn stored_version(client: &mut Client) -> Result<i64, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('fleet_schema_version') IS NOT NULL", &[])
+        .map_err(map_error)?
+        .get(0);
+    if !exists {
+        return Ok(0);
+    }
+    Ok(client
+        .query_opt("SELECT version FROM fleet_schema_version", &[])
+        .map_err(map_error)?
+        .map_or(0, |r| r.get(0)))
+}
+
 fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    // Up to date: nothing to write, so readers never take the migration lock.
+    if stored_version(client)? == SCHEMA_VERSION {
+        return Ok(());
+    }
     let mut tx = client.transaction().map_err(map_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
