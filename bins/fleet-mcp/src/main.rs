@@ -6,6 +6,7 @@
 mod profiles;
 mod schemas;
 mod server;
+mod stdio;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,8 +115,9 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
     let served = runtime.block_on(async {
+        let transport = stdio::guard(tokio::io::stdin(), tokio::io::stdout());
         let service = server::FleetServer::new(ctx)
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| Failure::usage(format!("MCP initialization failed: {e}")))?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -670,3 +670,46 @@ async fn apply_refuses_an_empty_request_and_an_unreadable_lease_table() {
     assert_eq!(workers(&fleet), before);
     client.cancel().await.unwrap();
 }
+
+/// Malformed input over the wire: garbage gets a parse error, a malformed request with an
+/// id gets an answer with that id, and the session goes on.
+#[test]
+fn every_malformed_line_with_an_id_is_answered_and_garbage_gets_a_parse_error() {
+    use std::io::{BufRead, Write};
+    let fleet = Fleet::new();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
+        .args(["--namespace", "controller"])
+        .env("FLEET_REGISTRY", &fleet.registry)
+        .env_remove("GITEA_MCP_CLIENT_INSTANCE")
+        .env_remove("FLEET_PROFILES")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = [
+        "this is not json",
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":"not an object"}"#,
+        r#"{"jsonrpc":"2.0","id":"eight","method":42}"#,
+        r#"{"jsonrpc":"2.0","id":9,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    ];
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut answers = Vec::new();
+    while answers.len() < 4 {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the server closed before answering: {answers:?}");
+        answers.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    drop(stdin);
+    let _ = child.wait();
+    let by_id = |id: Value| answers.iter().find(|a| a["id"] == id).cloned();
+    assert_eq!(by_id(Value::Null).unwrap()["error"]["code"], -32700);
+    assert_eq!(by_id(json!(7)).unwrap()["error"]["code"], -32600);
+    assert_eq!(by_id(json!("eight")).unwrap()["error"]["code"], -32600);
+    assert!(by_id(json!(9)).unwrap()["result"]["serverInfo"].is_object(), "{answers:?}");
+}
