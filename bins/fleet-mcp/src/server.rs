@@ -256,6 +256,17 @@ impl FleetServer {
         // Permission at entry, then role as defence in depth.
         self.authorize(RETIRE, Reach::Fleet)?;
         let ids = parse_identities(&p.worker_identities).map_err(|e| refuse("invalid_arguments", e))?;
+        for (field, value) in [
+            ("registry_fingerprint", &p.registry_fingerprint),
+            ("candidate_fingerprint", &p.candidate_fingerprint),
+        ] {
+            if !fleet_retirement::is_fingerprint(value) {
+                return Err(refusal(
+                    "invalid_arguments",
+                    json!({ "field": field, "message": "not a fingerprint the plan returned (b3: and 64 hex digits)" }),
+                ));
+            }
+        }
         let me = self.me()?;
         let snap = take_snapshot(&self.ctx.location, None, &Policy::default(), now())
             .map_err(|e| refuse("registry_unavailable", e))?;
@@ -577,8 +588,10 @@ mod tests {
         });
         let before = open_registry(&location, OpenMode::MustExist).unwrap().export().unwrap();
         let params = ApplyParams {
-            registry_fingerprint: "b3:x".into(),
-            candidate_fingerprint: "b3:y".into(),
+            registry_fingerprint: "b3:0000000000000000000000000000000000000000000000000000000000000000"
+                .into(),
+            candidate_fingerprint: "b3:1111111111111111111111111111111111111111111111111111111111111111"
+                .into(),
             worker_identities: json!(["wkr-x"]),
             canonical_repository: None,
         };

@@ -228,7 +228,7 @@ async fn the_permission_matrix_holds_cell_by_cell() {
             for tool in TOOLS {
                 let args = match tool {
                     "gitea_apply_stale_worker_retirement" => {
-                        json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": "wkr-nobody"})
+                        json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": "wkr-nobody"})
                     }
                     "gitea_acquire_workflow_lease" => json!({"workflow": format!("matrix-{ns}-{retire}")}),
                     "gitea_renew_workflow_lease" | "gitea_release_workflow_lease" => {
@@ -429,7 +429,7 @@ async fn argument_errors_and_refusals_share_one_json_body() {
         ("gitea_acquire_workflow_lease", json!({}), "workflow"),
         (
             "gitea_apply_stale_worker_retirement",
-            json!({"candidate_fingerprint": "b3:y", "worker_identities": []}),
+            json!({"candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": []}),
             "registry_fingerprint",
         ),
         (
@@ -448,7 +448,7 @@ async fn argument_errors_and_refusals_share_one_json_body() {
     let refused = call(
         &client,
         "gitea_apply_stale_worker_retirement",
-        json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": ["wkr-x"]}),
+        json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": ["wkr-x"]}),
     )
     .await;
     assert_eq!(failed(&refused).as_deref(), Some("registry_revision_moved"));
@@ -484,7 +484,7 @@ async fn the_runtime_context_is_read_fresh() {
 /// holds the retire capability.
 #[tokio::test]
 async fn apply_pre_checks_fail_closed_each_with_its_own_reason() {
-    let apply_args = json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": ["wkr-x"]});
+    let apply_args = json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": ["wkr-x"]});
 
     // Not registered: no instance environment.
     let fleet = Fleet::new();
@@ -530,7 +530,7 @@ async fn editing_profiles_revokes_apply_immediately() {
     let id = fleet.mint();
     let profiles = fleet.profiles("live.json", true);
     let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
-    let args = json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": "wkr-x"});
+    let args = json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": "wkr-x"});
     let before = call(&client, "gitea_apply_stale_worker_retirement", args.clone()).await;
     assert_eq!(
         failed(&before).as_deref(),
@@ -649,8 +649,7 @@ async fn apply_refuses_an_empty_request_and_an_unreadable_lease_table() {
     let id = fleet.mint();
     let profiles = fleet.profiles("retire.json", true);
     let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
-    let empty =
-        json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": []});
+    let empty = json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": []});
     let r = call(&client, "gitea_apply_stale_worker_retirement", empty).await;
     assert_eq!(failed(&r).as_deref(), Some("nothing_requested"));
 
@@ -664,7 +663,7 @@ async fn apply_refuses_an_empty_request_and_an_unreadable_lease_table() {
     )
     .unwrap();
     let before = workers(&fleet);
-    let some = json!({"registry_fingerprint": "b3:x", "candidate_fingerprint": "b3:y", "worker_identities": ["wkr-x"]});
+    let some = json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": ["wkr-x"]});
     let r = call(&client, "gitea_apply_stale_worker_retirement", some).await;
     assert_eq!(failed(&r).as_deref(), Some("lease_enumeration_failed"), "{:?}", r.structured_content);
     assert_eq!(workers(&fleet), before);

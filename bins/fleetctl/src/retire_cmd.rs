@@ -77,6 +77,16 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             if workers.is_empty() {
                 return Err(Failure::usage("--workers names no worker (nothing_requested)"));
             }
+            for (flag, value) in [
+                ("--registry-fingerprint", &registry_fingerprint),
+                ("--candidate-fingerprint", &candidate_fingerprint),
+            ] {
+                if !fleet_retirement::is_fingerprint(value) {
+                    return Err(Failure::usage(format!(
+                        "{flag} {value:?} is not a fingerprint from `fleetctl retire plan` (b3: and 64 hex digits)"
+                    )));
+                }
+            }
             let (ctx, probe) = context(&common)?;
             let at = ctx.now;
             let request = ApplyRequest {

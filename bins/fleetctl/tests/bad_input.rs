@@ -223,3 +223,40 @@ fn an_empty_registry_file_is_not_a_safe_fleet_and_is_left_empty() {
     }
     assert_eq!(std::fs::metadata(&fleet.registry).unwrap().len(), 0, "reading wrote nothing");
 }
+
+#[test]
+fn a_garbage_fingerprint_is_bad_input_not_a_moved_registry() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    let valid = format!("b3:{}", "0".repeat(64));
+    for (registry, candidate) in [("garbage", valid.as_str()), (valid.as_str(), "b3:XYZ")] {
+        let out = fleet.ctl(&[
+            "retire",
+            "apply",
+            "--registry-fingerprint",
+            registry,
+            "--candidate-fingerprint",
+            candidate,
+            "--workers",
+            "wkr-x",
+        ]);
+        assert_one_line_error(&out, 2, "is not a fingerprint");
+    }
+    assert_eq!(fleet.export(), before);
+}
+
+#[test]
+fn an_import_whose_ledger_contradicts_itself_is_refused_whole() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let file = fleet.dir.path().join("dump.json");
+    std::fs::write(
+        &file,
+        r#"{"instances":[{"client_instance_id":"inst-codex-20260730T120000Z-abc123def456",
+            "client_type":"gemini","minted_at":"2026-07-30T12:00:00Z"}]}"#,
+    )
+    .unwrap();
+    let out = fleet.ctl(&["registry", "import", file.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "minted for codex");
+    assert!(fleet.export().instances.is_empty());
+}

@@ -120,8 +120,8 @@ fn a_crashed_worker_is_planned_retired_once_and_then_counted_historical() {
     let (code, replay) = apply(
         &fleet,
         &serde_json::json!({
-            "registry_fingerprint": "b3:whatever",
-            "candidate_fingerprint": "b3:whatever",
+            "registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000",
+            "candidate_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000",
             "candidate_worker_identities": [victim],
         }),
     );

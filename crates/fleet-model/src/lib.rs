@@ -12,5 +12,6 @@ mod rows;
 
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
-    DumpError, InstanceRecord, OwnershipState, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    DumpError, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump, WORKER_COLUMNS, WorkerRow,
+    WorkerStatus, heartbeat_lapsed,
 };

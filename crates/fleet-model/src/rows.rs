@@ -225,10 +225,14 @@ impl WorkerRow {
     }
 
     /// The TTL rule: a heartbeat has expired once more than `heartbeat_ttl_s` seconds
-    /// have passed since it. A row without a parsable heartbeat or a TTL is not judged
-    /// expired here; callers that need proof treat it as incomplete.
+    /// have passed since it, or when it claims a time further ahead of `now` than clocks
+    /// may drift ([`heartbeat_lapsed`]). A row without a parsable heartbeat or a TTL is
+    /// not judged expired here; callers that need proof treat it as incomplete.
     pub fn heartbeat_expired(&self, now: Timestamp) -> bool {
-        self.expires_at().is_some_and(|at| now > at)
+        match (self.heartbeat(), self.heartbeat_ttl_s) {
+            (Some(beat), Some(ttl)) => heartbeat_lapsed(beat, ttl, now),
+            _ => false,
+        }
     }
 
     /// The process the row records, when every part of its identity is there.
@@ -246,6 +250,19 @@ impl WorkerRow {
     pub fn instance_id(&self) -> Option<ClientInstanceId> {
         self.client_instance_id.as_deref().and_then(|s| ClientInstanceId::parse(s).ok())
     }
+}
+
+/// How far ahead of the judging clock a heartbeat may claim to be before it is not
+/// believed: clocks of two hosts drift, but not by minutes.
+pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
+
+/// The TTL rule on a parsed heartbeat: lapsed once more than `ttl_s` seconds have passed
+/// since `beat` (at exactly the boundary it has not), or when `beat` lies more than
+/// [`MAX_CLOCK_SKEW`] in the future — a heartbeat from the future vouches for nothing,
+/// or a crashed worker written with one would never expire.
+pub fn heartbeat_lapsed(beat: Timestamp, ttl_s: u32, now: Timestamp) -> bool {
+    now > beat.saturating_add(time::Duration::seconds(i64::from(ttl_s)))
+        || beat > now.saturating_add(MAX_CLOCK_SKEW)
 }
 
 /// One row of `instances`: the launcher's ledger of the IDs it minted.
@@ -290,6 +307,17 @@ impl RegistryDump {
         } else {
             Self::from_object(value)?
         };
+        // An instance ID names the client it was minted for: a ledger entry that says
+        // otherwise is contradictory evidence, not a record to keep.
+        for (i, record) in dump.instances.iter().enumerate() {
+            let minted_for = record.client_instance_id.client_type();
+            if minted_for != &record.client_type {
+                return Err(DumpError(format!(
+                    "instances[{i}]: client_type {} contradicts {}, minted for {minted_for}",
+                    record.client_type, record.client_instance_id
+                )));
+            }
+        }
         Ok(dump)
     }
 
@@ -379,6 +407,30 @@ mod tests {
         let err = RegistryDump::from_json(&row("9223372036854775808")).unwrap_err().to_string();
         assert!(err.contains("largest storable epoch"), "{err}");
         assert!(RegistryDump::from_json(&row("-1")).is_err());
+    }
+
+    #[test]
+    fn a_ledger_entry_whose_client_type_contradicts_its_id_is_refused() {
+        let text = r#"{"instances":[{"client_instance_id":"inst-codex-20260730T120000Z-abc123def456",
+            "client_type":"gemini","minted_at":"2026-07-30T12:00:00Z"}]}"#;
+        let err = RegistryDump::from_json(text).unwrap_err().to_string();
+        assert!(err.starts_with("instances[0]:") && err.contains("minted for codex"), "{err}");
+        assert!(RegistryDump::from_json(&text.replace("gemini", "codex")).is_ok());
+    }
+
+    #[test]
+    fn a_heartbeat_from_the_future_vouches_for_nothing() {
+        let row = |beat: &str| {
+            let text = format!(
+                r#"[{{"worker_identity":"w1","namespace":"author","status":"active",
+                "registered_at":"2026-07-30T12:00:00Z","last_heartbeat_at":"{beat}","heartbeat_ttl_s":30}}]"#
+            );
+            RegistryDump::from_json(&text).unwrap().worker_registrations.remove(0)
+        };
+        let now = Timestamp::parse("2026-07-30T12:00:00Z").unwrap();
+        assert!(!row("2026-07-30T12:04:00Z").heartbeat_expired(now), "within the clock skew");
+        assert!(row("2026-07-30T12:06:00Z").heartbeat_expired(now), "beyond it");
+        assert!(row("2036-07-30T12:00:00Z").heartbeat_expired(now), "years ahead");
     }
 
     #[test]

@@ -264,9 +264,8 @@ pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Ve
         return preserve(R::UnparsableHeartbeat);
     };
     let probe = ev.probe_of(row);
-    // The TTL rule of the registry (`WorkerRow::heartbeat_expired`), on the beat parsed once.
-    let ttl = time::Duration::seconds(i64::from(row.heartbeat_ttl_s.unwrap_or(0)));
-    let expired = ctx.now > beat.saturating_add(ttl);
+    // The TTL rule of the registry, on the beat parsed once.
+    let expired = fleet_model::heartbeat_lapsed(beat, row.heartbeat_ttl_s.unwrap_or(0), ctx.now);
     let proved_gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
     // pid liveness can only withdraw liveness, never grant it.
     if !expired && !proved_gone {

@@ -129,3 +129,11 @@ pub fn registry_fingerprint(rows: &[WorkerRow]) -> String {
 pub fn candidate_fingerprint<'a>(candidates: impl Iterator<Item = &'a WorkerRow>) -> String {
     digest(candidates)
 }
+
+/// Whether `text` is shaped like a token this crate makes: `b3:` and 64 lowercase hex
+/// digits. Anything else handed to an apply is bad input, not a moved registry.
+pub fn is_fingerprint(text: &str) -> bool {
+    text.strip_prefix("b3:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}

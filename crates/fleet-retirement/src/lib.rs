@@ -12,5 +12,7 @@ mod plan;
 pub use eligibility::{
     Evidence, PreserveReason, REQUIRED_IDENTITY_FIELDS, RetirementContext, Verdict, assess,
 };
-pub use fingerprint::{FINGERPRINT_FIELDS, candidate_fingerprint, canonical_row, registry_fingerprint};
+pub use fingerprint::{
+    FINGERPRINT_FIELDS, candidate_fingerprint, canonical_row, is_fingerprint, registry_fingerprint,
+};
 pub use plan::{Assessment, Plan, RowEvidence, plan};

@@ -291,3 +291,16 @@ fn an_unprobeable_row_says_why_it_could_not_be_probed() {
         }
     }
 }
+
+/// A heartbeat written with a time far in the future (a skewed clock, a forged import)
+/// does not keep a crashed worker alive forever: once its process is proved gone it is
+/// retired like any other.
+#[test]
+fn a_heartbeat_from_the_future_does_not_make_a_crashed_row_unretirable() {
+    let mut world = World::new();
+    world.subject().last_heartbeat_at = Some(at(1000 + 365 * 24 * 3600).to_string());
+    assert_eq!(world.verdict(), Verdict::EligibleStaleOrphan);
+    world.subject().last_heartbeat_at = Some(at(1000 + 60).to_string());
+    world.probe(ProcessVerdict::Alive);
+    assert_eq!(world.verdict(), Verdict::Preserve(PreserveReason::WorkerLive), "a little skew is believed");
+}

@@ -147,10 +147,16 @@ fn judge(
     if row.status != WorkerStatus::Active {
         return WorkerState::Historical;
     }
-    let expired = match expires_at {
-        Some(at) => now > at,
+    let expired = match (expires_at, row.heartbeat_ttl_s) {
+        // The TTL rule; a heartbeat from the future (beyond clock skew) vouches for nothing.
+        (Some(at), Some(ttl)) => {
+            now > at
+                || at
+                    > now
+                        .saturating_add(fleet_model::MAX_CLOCK_SKEW + time::Duration::seconds(i64::from(ttl)))
+        }
         // No parsable heartbeat or no TTL: nothing vouches for the row.
-        None => true,
+        _ => true,
     };
     let gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
     if expired || gone || row.ownership_state == Some(OwnershipState::Stale) {
