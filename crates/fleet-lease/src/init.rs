@@ -35,7 +35,7 @@ impl InitStatus {
 }
 
 /// The durable initialization state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct InitState {
     /// The version being (or last) initialized.
     pub target_version: u64,

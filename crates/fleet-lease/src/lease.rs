@@ -190,7 +190,7 @@ impl LeaseState {
 }
 
 /// One lease row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[allow(missing_docs)]
 pub struct LeaseRecord {
     pub lease_key: LeaseKey,
@@ -227,7 +227,7 @@ pub enum AcquireMode {
 }
 
 /// What the caller holds, and presents to renew, release or act.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Holder {
     /// Who holds it.
     pub owner: String,

@@ -150,7 +150,7 @@ pub const WORKER_COLUMNS: [&str; 29] = [
 /// rows written by older workers may lack the rest, and the snapshot and retirement
 /// judge such rows as incomplete rather than refusing to read them. The instance ID and
 /// heartbeat are kept as written, because a malformed one is evidence too.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct WorkerRow {
@@ -266,7 +266,7 @@ pub fn heartbeat_lapsed(beat: Timestamp, ttl_s: u32, now: Timestamp) -> bool {
 }
 
 /// One row of `instances`: the launcher's ledger of the IDs it minted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct InstanceRecord {

@@ -19,7 +19,7 @@ use crate::store::{Store, Tx};
 
 /// One audit-log row. It stores who and what happened, never scopes, grants, payloads
 /// or secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AuditEntry {
     /// Position in the log (assigned by the store).
     pub id: i64,
