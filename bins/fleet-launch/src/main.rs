@@ -23,7 +23,15 @@ use crate::clients::{ClientConfig, EditError, Scope};
 #[command(
     name = "fleet-launch",
     version,
-    about = "Mint a trusted instance identity and hand it to the five namespace workers"
+    about = "Mint a trusted instance identity and hand it to the five namespace workers",
+    after_help = format!(
+        "Examples:\n  \
+         fleet-launch install --client codex            merge the five servers into ~/.codex/config.toml\n  \
+         fleet-launch install --client claude_code      the same for .mcp.json (also: cursor, gemini, vscode)\n  \
+         fleet-launch run --client codex -- codex       one session: a fresh, recorded identity\n  \
+         fleet-launch config --client vscode            print the entries instead of installing them\n\n{}",
+        fleet_runtime::EXIT_CODES_HELP
+    )
 )]
 struct Cli {
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…

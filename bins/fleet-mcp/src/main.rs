@@ -20,10 +20,22 @@ use fleet_runtime::{
 use rmcp::ServiceExt;
 
 #[derive(Debug, Parser)]
-#[command(name = "fleet-mcp", version, about = "Fleetward MCP server: one namespace worker on stdio")]
+#[command(
+    name = "fleet-mcp",
+    version,
+    about = "Fleetward MCP server: one namespace worker on stdio",
+    after_help = format!(
+        "Agent clients start it from the entries `fleet-launch install --client X` writes; each session\n\
+         starts with `fleet-launch run --client TYPE -- APP`, which hands it the launch's identity.\n\n\
+         Examples:\n  \
+         fleet-launch install --client codex && fleet-launch run --client codex -- codex\n  \
+         fleet-mcp --namespace reconciler --profiles ~/.config/fleetward/profiles.json\n\n{}",
+        fleet_runtime::EXIT_CODES_HELP
+    )
+)]
 struct Cli {
     /// The namespace this worker serves.
-    #[arg(long, value_parser = parse_namespace)]
+    #[arg(long, value_parser = fleet_runtime::namespace_parser())]
     namespace: Namespace,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     #[arg(long, env = "FLEET_REGISTRY")]
@@ -38,10 +50,6 @@ struct Cli {
     /// install` writes say so), so a missing variable is explained in its terms.
     #[arg(long, value_enum)]
     config_client: Option<AgentClient>,
-}
-
-fn parse_namespace(s: &str) -> Result<Namespace, String> {
-    s.parse().map_err(|e: fleet_identity::IdentityError| e.to_string())
 }
 
 fn main() -> ExitCode {

@@ -17,8 +17,21 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use fleet_runtime::{Failure, RegistryLocation};
 
+const EXAMPLES: &str = "Examples:
+  fleetctl demo                                   a guided tour on a throw-away registry
+  fleetctl snapshot --gate                        exit 1 unless the fleet is safe to mutate
+  fleetctl worker list --namespace reconciler     who is registered, one namespace
+  fleetctl retire plan                            a dry run; then retire apply with its tokens
+  fleetctl lease show --key init:schema           an initialization's status and version
+  fleetctl completions bash > ~/.local/share/bash-completion/completions/fleetctl";
+
 #[derive(Debug, Parser)]
-#[command(name = "fleetctl", version, about = "Keep a fleet of agent worker processes honest")]
+#[command(
+    name = "fleetctl",
+    version,
+    about = "Keep a fleet of agent worker processes honest",
+    after_help = format!("{EXAMPLES}\n\n{}", fleet_runtime::EXIT_CODES_HELP)
+)]
 struct Cli {
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     /// (default: $XDG_STATE_HOME/fleetward/registry.sqlite3).
@@ -55,6 +68,13 @@ enum Cmd {
         #[arg(long)]
         keep: Option<std::path::PathBuf>,
     },
+    /// Print shell completions for fleetctl.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print fleetctl's manual page (roff), e.g. `fleetctl man > fleetctl.1`.
+    Man,
     /// Internal: hold a worker until `worker run` has registered it, then become it.
     #[command(name = "__gate", hide = true)]
     Gate {
@@ -74,6 +94,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    if matches!(cli.command, Cmd::Demo { .. }) && cli.registry.is_some() {
+        fleet_runtime::warn(format_args!(
+            "fleetctl: the demo runs on a throw-away registry of its own; --registry / FLEET_REGISTRY are not used"
+        ));
+    }
     let location = RegistryLocation::resolve(cli.registry.as_deref())?;
     match cli.command {
         Cmd::Registry(cmd) => registry_cmd::run(&location, cmd),
@@ -85,5 +110,24 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Connector(cmd) => connector_cmd::run(&location, cmd),
         Cmd::Demo { keep } => demo::run(keep),
         Cmd::Gate { command } => Ok(child::gate(&command)),
+        Cmd::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "fleetctl",
+                &mut text,
+            );
+            fleet_runtime::out!("{}", String::from_utf8_lossy(&text))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man => {
+            let mut text = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut text)
+                .map_err(|e| Failure::store(format!("cannot render the manual: {e}")))?;
+            fleet_runtime::out!("{}", String::from_utf8_lossy(&text))?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

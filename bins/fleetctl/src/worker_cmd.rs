@@ -24,7 +24,7 @@ pub(crate) enum WorkerCmd {
     /// Run CMD as a namespace worker of the launch in the environment.
     Run {
         /// The namespace the worker serves.
-        #[arg(long, value_parser = parse_namespace)]
+        #[arg(long, value_parser = fleet_runtime::namespace_parser())]
         namespace: Namespace,
         /// Seconds a heartbeat stays valid; the worker beats every third of it.
         #[arg(long, default_value_t = 30, value_parser = parse_ttl)]
@@ -38,14 +38,19 @@ pub(crate) enum WorkerCmd {
     },
     /// List the registered workers.
     List {
+        /// Only the workers of this instance.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Only the workers of this namespace.
+        #[arg(long, value_parser = fleet_runtime::namespace_parser())]
+        namespace: Option<Namespace>,
+        /// Only rows of this status.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["active", "released", "superseded", "retired"]))]
+        status: Option<String>,
         /// Print the rows as JSON.
         #[arg(long)]
         json: bool,
     },
-}
-
-fn parse_namespace(s: &str) -> Result<Namespace, String> {
-    s.parse().map_err(|e: fleet_identity::IdentityError| e.to_string())
 }
 
 fn parse_ttl(s: &str) -> Result<u32, String> {
@@ -58,8 +63,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
         WorkerCmd::Run { namespace, ttl, repository, command } => {
             run_worker(location, namespace, ttl, repository, &command)
         }
-        WorkerCmd::List { json } => {
-            let rows = open_registry(location, OpenMode::MustExist)?.workers()?;
+        WorkerCmd::List { instance, namespace, status, json } => {
+            let mut rows = open_registry(location, OpenMode::MustExist)?.workers()?;
+            rows.retain(|r| {
+                instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
+                    && namespace.is_none_or(|ns| r.namespace == ns)
+                    && status.as_deref().is_none_or(|s| r.status.as_str() == s)
+            });
             if json {
                 outln!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default())?;
             } else {

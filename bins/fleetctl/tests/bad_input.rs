@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Fleet, assert_one_line_error};
+use common::{Fleet, assert_one_line_error, assert_usage_error};
 
 /// A registry holding one minted instance and one released worker.
 fn populated() -> (Fleet, String) {
@@ -62,7 +62,7 @@ fn an_unknown_namespace_is_refused() {
         .env("GITEA_MCP_CLIENT_INSTANCE", &id)
         .output()
         .unwrap();
-    assert_one_line_error(&out, 2, "planner");
+    assert_usage_error(&out, "planner");
     assert_eq!(fleet.export(), before);
 }
 
@@ -127,7 +127,7 @@ fn a_corrupt_import_file_is_refused_whole() {
 fn an_invalid_client_type_is_refused_by_the_launcher() {
     let fleet = Fleet::new();
     let out = fleet.launcher().args(["mint", "--client", "Not-A-Client"]).output().unwrap();
-    assert_one_line_error(&out, 2, "client type");
+    assert_usage_error(&out, "client type");
     assert!(!fleet.registry.exists(), "nothing is recorded for refused input");
 }
 
@@ -259,4 +259,31 @@ fn an_import_whose_ledger_contradicts_itself_is_refused_whole() {
     let out = fleet.ctl(&["registry", "import", file.to_str().unwrap()]);
     assert_one_line_error(&out, 2, "minted for codex");
     assert!(fleet.export().instances.is_empty());
+}
+
+#[test]
+fn a_usage_error_prints_clap_whole_with_the_valid_values_and_a_suggestion() {
+    let fleet = Fleet::new();
+    let out = fleet.ctl(&["worker", "list", "--namespace", "autor"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("possible values: author, reviewer, merger, controller, reconciler"), "{stderr}");
+    assert!(stderr.contains("a similar value exists: 'author'"), "{stderr}");
+    let mcp = std::process::Command::new(common::sibling_bin("fleet-mcp")).output().unwrap();
+    assert_eq!(mcp.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&mcp.stderr);
+    assert!(stderr.contains("--namespace <NAMESPACE>") && stderr.contains("Usage:"), "{stderr}");
+}
+
+#[test]
+fn help_has_examples_and_exit_codes_and_completions_and_a_manual_are_printed() {
+    let fleet = Fleet::new();
+    let help = String::from_utf8(fleet.ctl(&["--help"]).stdout).unwrap();
+    assert!(help.contains("Examples:") && help.contains("Exit codes:"), "{help}");
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = fleet.ctl(&["completions", shell]);
+        assert!(out.status.success() && out.stdout.len() > 500, "{shell}");
+    }
+    let man = fleet.ctl(&["man"]);
+    assert!(String::from_utf8(man.stdout).unwrap().contains(".TH fleetctl 1"));
 }

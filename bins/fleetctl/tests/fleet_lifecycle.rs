@@ -144,3 +144,30 @@ fn worker_list_prints_a_table_and_json() {
     assert_eq!(json[0]["client_instance_id"], serde_json::json!(id));
     assert_eq!(json[0]["status"], "released");
 }
+
+#[test]
+fn worker_list_filters_by_instance_namespace_and_status() {
+    let fleet = Fleet::new();
+    let ids: Vec<String> = (0..2).map(|_| fleet.mint("grok")).collect();
+    for (id, ns) in [(&ids[0], "merger"), (&ids[0], "author"), (&ids[1], "merger")] {
+        let out = fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", ns, "--", "true"])
+            .env("GITEA_MCP_CLIENT", "grok")
+            .env("GITEA_MCP_CLIENT_INSTANCE", id)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let count = |args: &[&str]| -> usize {
+        let mut all = vec!["worker", "list", "--json"];
+        all.extend(args);
+        serde_json::from_slice::<Vec<serde_json::Value>>(&fleet.ctl(&all).stdout).unwrap().len()
+    };
+    assert_eq!(count(&[]), 3);
+    assert_eq!(count(&["--instance", &ids[0]]), 2);
+    assert_eq!(count(&["--namespace", "merger"]), 2);
+    assert_eq!(count(&["--instance", &ids[1], "--namespace", "merger"]), 1);
+    assert_eq!(count(&["--status", "released"]), 3);
+    assert_eq!(count(&["--status", "active"]), 0);
+}

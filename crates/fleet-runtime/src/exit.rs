@@ -88,8 +88,9 @@ impl From<crate::LocationError> for Failure {
     }
 }
 
-/// Parses the command line. Help and version print as usual; any other error becomes
-/// the first line of clap's message and exit code 2.
+/// Parses the command line. Help and version print as usual; a usage error prints
+/// clap's whole message (what was wrong, the valid values, a "did you mean" hint and the
+/// usage line) on stderr and exits 2.
 pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
     T::try_parse().map_err(|e| {
         use clap::error::ErrorKind;
@@ -101,9 +102,8 @@ pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
                 Failure { code: if e.use_stderr() { 2 } else { 0 }, message: String::new() }
             }
             _ => {
-                let text = e.render().to_string();
-                let first = text.lines().next().unwrap_or("invalid arguments");
-                Failure::usage(first.trim_start_matches("error: ").to_owned())
+                let _ = e.print();
+                Failure { code: 2, message: String::new() }
             }
         }
     })
@@ -141,4 +141,19 @@ macro_rules! outln {
 pub fn warn(args: fmt::Arguments<'_>) {
     let mut err = io::stderr().lock();
     let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
+}
+
+/// The exit codes, for every binary's `--help`.
+pub const EXIT_CODES_HELP: &str = "Exit codes:
+  0  success
+  1  a check ran and said no (an unsafe fleet under --gate, a refused lease, an apply that retired nothing)
+  2  bad input or usage
+  3  the registry (or an output) could not be used";
+
+/// The `--namespace` parser: clap lists the five values in help and errors and suggests
+/// the nearest one for a typo.
+pub fn namespace_parser() -> impl clap::builder::TypedValueParser<Value = fleet_identity::Namespace> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(fleet_identity::Namespace::ALL.map(|ns| ns.as_str()))
+        .try_map(|s| s.parse::<fleet_identity::Namespace>())
 }

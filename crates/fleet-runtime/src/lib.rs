@@ -11,7 +11,7 @@ mod location;
 mod worker;
 
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
-pub use exit::{Failure, flush_stdout, parse_args, warn, write_stdout};
+pub use exit::{EXIT_CODES_HELP, Failure, flush_stdout, namespace_parser, parse_args, warn, write_stdout};
 pub use fleet::{plan_retirement, probe_local, retirement_context, take_snapshot};
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{Launch, random_key};

@@ -129,3 +129,15 @@ impl Drop for StopGuard {
         }
     }
 }
+
+/// Asserts a usage error as clap prints it: exit 2, the first line names what was wrong
+/// (`needle`), and the rest is clap's help (valid values, usage).
+pub fn assert_usage_error(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error:") && first.contains(needle),
+        "{stderr:?} does not start with an error naming {needle:?}"
+    );
+}
