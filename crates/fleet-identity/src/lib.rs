@@ -5,6 +5,8 @@
 //! minting takes the time and the random bytes as arguments, and trust takes the
 //! launcher's ledger as an argument.
 
+#![warn(missing_docs)]
+
 mod instance;
 mod names;
 mod time_stamp;

@@ -6,6 +6,8 @@
 //! it. A TTL is a minimum: nobody else can take the lease over before it lapses, but the
 //! holder may have lost it by the time it acts, so it must present its epoch.
 
+#![warn(missing_docs)]
+
 mod connector;
 mod grant;
 mod init;

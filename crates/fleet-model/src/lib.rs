@@ -7,6 +7,8 @@
 //! `fleet-retirement`) judge them; each of those depends on this crate, never on the
 //! store or the probe.
 
+#![warn(missing_docs)]
+
 mod process;
 mod rows;
 

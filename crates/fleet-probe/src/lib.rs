@@ -8,6 +8,8 @@
 //! The values it hands back ([`ProcessIdentity`], [`Liveness`], [`ProcessVerdict`]) and
 //! the [`LivenessProbe`] trait it implements belong to `fleet-model`.
 
+#![warn(missing_docs)]
+
 use std::fs;
 use std::io;
 use std::path::Path;

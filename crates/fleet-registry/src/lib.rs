@@ -5,8 +5,10 @@
 //!
 //! A backend implements [`Store`] and [`Tx`]: a handful of primitive reads and guarded
 //! writes, run inside the transactions the backend opens. Everything with a rule in it
-//! lives here, so two backends cannot drift apart. [`conformance`] holds the suite each
+//! lives here, so two backends cannot drift apart. `conformance` (a feature) holds the suite each
 //! backend runs against itself.
+
+#![warn(missing_docs)]
 
 mod error;
 mod gateway;

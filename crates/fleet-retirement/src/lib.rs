@@ -5,6 +5,8 @@
 //! plan and tokens whenever they are observed. Nothing here reads a clock, a process
 //! table or a database.
 
+#![warn(missing_docs)]
+
 mod eligibility;
 mod fingerprint;
 mod plan;

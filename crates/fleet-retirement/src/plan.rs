@@ -23,8 +23,9 @@ pub struct Assessment {
     pub evidence: RowEvidence,
 }
 
-/// The row fields and probe result a verdict rests on.
+/// The row fields and probe result a verdict rests on (each as the row holds it).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
 pub struct RowEvidence {
     pub status: fleet_model::WorkerStatus,
     pub ownership_state: Option<fleet_model::OwnershipState>,

@@ -2,6 +2,8 @@
 //! the instance environment the launcher hands to workers, and a worker's registration
 //! with its heartbeat loop.
 
+#![warn(missing_docs)]
+
 mod env;
 mod exit;
 mod fleet;

@@ -56,8 +56,10 @@ pub enum WorkerState {
     Historical,
 }
 
-/// One row as the snapshot sees it.
+/// One row as the snapshot sees it: the row's own fields, its state, and the probe's
+/// verdict.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[allow(missing_docs)]
 pub struct WorkerView {
     pub worker_identity: WorkerIdentity,
     pub client_instance_id: Option<String>,
@@ -94,8 +96,9 @@ pub struct InstanceView {
     pub blockers: Vec<FindingCode>,
 }
 
-/// How many of each.
+/// How many of each, by the name of the count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct Counts {
     pub total_rows: usize,
     pub active_worker_count: usize,
@@ -121,6 +124,7 @@ pub struct FleetSnapshot {
     pub live_fleet_safe: bool,
     /// Whether an approved manifest was supplied.
     pub manifest_supplied: bool,
+    /// How many rows, workers, instances and findings of each kind.
     pub counts: Counts,
     /// Instances with at least one active worker, by ID.
     pub instances: Vec<InstanceView>,

@@ -33,6 +33,8 @@
 //!
 //! `examples/classify_export.rs` does the same for a file.
 
+#![warn(missing_docs)]
+
 mod classify;
 mod findings;
 mod gate;
