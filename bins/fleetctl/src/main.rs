@@ -6,6 +6,7 @@ mod connector_cmd;
 mod demo;
 mod init_cmd;
 mod lease_cmd;
+mod metrics_cmd;
 mod registry_cmd;
 mod retire_cmd;
 mod snapshot_cmd;
@@ -68,6 +69,10 @@ enum Cmd {
         #[arg(long)]
         keep: Option<std::path::PathBuf>,
     },
+    /// Print the fleet in the Prometheus text exposition format.
+    Metrics,
+    /// Serve the metrics at http://ADDR/metrics for Prometheus to scrape (loopback by default).
+    Serve(metrics_cmd::ServeArgs),
     /// Print shell completions for fleetctl.
     Completions {
         /// The shell.
@@ -110,6 +115,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Connector(cmd) => connector_cmd::run(&location, cmd),
         Cmd::Demo { keep } => demo::run(keep),
         Cmd::Gate { command } => Ok(child::gate(&command)),
+        Cmd::Metrics => metrics_cmd::print(&location),
+        Cmd::Serve(args) => metrics_cmd::serve(&location, args),
         Cmd::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(

@@ -1,0 +1,190 @@
+//! `fleetctl metrics` and `fleetctl serve`: the fleet in the Prometheus text exposition
+//! format (version 0.0.4), printed once or served at `/metrics` for Prometheus to
+//! scrape. Every value is read from the registry at the moment it is asked for.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use fleet_lease::LeaseState;
+use fleet_registry::{OpenMode, WorkerStatus};
+use fleet_runtime::{Failure, RegistryLocation, now, open_registry, out, take_snapshot};
+use fleet_snapshot::Policy;
+
+/// The address `serve` listens on unless told otherwise: loopback only.
+const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on. Anything but loopback exposes fleet metadata to the network.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: String,
+}
+
+/// A label value escaped as the exposition format requires.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", label(v))).collect();
+        let labels = if labels.is_empty() { String::new() } else { format!("{{{}}}", labels.join(",")) };
+        let _ = writeln!(self.0, "{name}{labels} {value}");
+    }
+}
+
+/// The whole exposition for the registry at `location`.
+pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
+    let at = now();
+    let snap = take_snapshot(location, None, &Policy::default(), at)?;
+    let mut registry = open_registry(location, OpenMode::MustExist)?;
+    let rows = registry.workers()?;
+    let (leases, store_now) = registry.leases_now(None)?;
+    let audit = registry.lease_audit(None)?;
+    let mut m = Exposition(String::new());
+
+    m.family("fleet_live_fleet_safe", "gauge", "1 when no active blocker stands in the way of mutation.");
+    m.sample("fleet_live_fleet_safe", &[], f64::from(u8::from(snap.live_fleet_safe)));
+
+    m.family("fleet_workers", "gauge", "Registry rows by instance, namespace, status and state.");
+    let mut workers: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
+    for view in &snap.workers {
+        let instance = view.client_instance_id.clone().unwrap_or_default();
+        let state = serde_json::to_value(view.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        *workers
+            .entry((instance, view.namespace.to_string(), view.status.to_string(), state))
+            .or_default() += 1;
+    }
+    for ((instance, namespace, status, state), n) in &workers {
+        let labels = [
+            ("instance", instance.as_str()),
+            ("namespace", namespace.as_str()),
+            ("status", status.as_str()),
+            ("state", state.as_str()),
+        ];
+        m.sample("fleet_workers", &labels, *n as f64);
+    }
+
+    m.family(
+        "fleet_findings",
+        "gauge",
+        "Snapshot findings by code; blocker=true ones make the fleet unsafe.",
+    );
+    let mut findings: BTreeMap<(&str, bool), u64> = BTreeMap::new();
+    for f in &snap.findings {
+        *findings.entry((f.code.as_str(), f.active_blocker)).or_default() += 1;
+    }
+    for ((code, blocker), n) in &findings {
+        m.sample(
+            "fleet_findings",
+            &[("code", code), ("blocker", if *blocker { "true" } else { "false" })],
+            *n as f64,
+        );
+    }
+
+    m.family(
+        "fleet_worker_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since each active worker's last heartbeat.",
+    );
+    for row in rows.iter().filter(|r| r.status == WorkerStatus::Active) {
+        if let Some(beat) = row.heartbeat() {
+            let age = at.since(beat).as_seconds_f64();
+            let instance = row.client_instance_id.clone().unwrap_or_default();
+            let labels = [
+                ("worker", row.worker_identity.as_str()),
+                ("instance", instance.as_str()),
+                ("namespace", row.namespace.as_str()),
+            ];
+            m.sample("fleet_worker_heartbeat_age_seconds", &labels, age);
+        }
+    }
+
+    m.family("fleet_retired_workers", "gauge", "Rows stale retirement has retired.");
+    let retired = rows.iter().filter(|r| r.status == WorkerStatus::Retired).count();
+    m.sample("fleet_retired_workers", &[], retired as f64);
+
+    m.family(
+        "fleet_lease_epoch",
+        "gauge",
+        "Each lease's fencing epoch, with its holder and whether it is held now.",
+    );
+    for lease in &leases {
+        let held = lease.state == LeaseState::Held && lease.is_live(store_now);
+        let labels = [
+            ("key", lease.lease_key.as_str()),
+            ("kind", lease.kind.as_str()),
+            ("owner", lease.owner.as_str()),
+            ("held", if held { "true" } else { "false" }),
+        ];
+        m.sample("fleet_lease_epoch", &labels, lease.fencing_epoch.get() as f64);
+    }
+
+    m.family(
+        "fleet_lease_decisions_total",
+        "counter",
+        "Lease and grant decisions in the audit log, by event, outcome and refusal reason.",
+    );
+    let mut decisions: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    for e in &audit {
+        *decisions
+            .entry((e.event.as_str(), e.outcome.as_str(), e.reason.as_deref().unwrap_or("")))
+            .or_default() += 1;
+    }
+    for ((event, outcome, reason), n) in &decisions {
+        m.sample(
+            "fleet_lease_decisions_total",
+            &[("event", event), ("outcome", outcome), ("reason", reason)],
+            *n as f64,
+        );
+    }
+    Ok(m.0)
+}
+
+pub(crate) fn print(location: &RegistryLocation) -> Result<ExitCode, Failure> {
+    out!("{}", render(location)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Serves `/metrics` until killed. Each scrape reads the registry afresh; a registry that
+/// cannot be read answers 503 with the reason, so an alert can fire on it.
+pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<ExitCode, Failure> {
+    let server = tiny_http::Server::http(&args.listen)
+        .map_err(|e| Failure::usage(format!("cannot listen on {}: {e}", args.listen)))?;
+    fleet_runtime::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
+    for request in server.incoming_requests() {
+        let content_type =
+            tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                .map_err(|()| Failure::store("cannot build a header"))?;
+        let response = if request.url() != "/metrics" {
+            tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
+        } else {
+            match render(location) {
+                Ok(text) => tiny_http::Response::from_string(text).with_header(content_type),
+                Err(e) => tiny_http::Response::from_string(format!("registry unavailable: {e}\n"))
+                    .with_status_code(503),
+            }
+        };
+        // A scraper that hung up is its own business.
+        let _ = request.respond(response);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn label_values_are_escaped_as_the_format_requires() {
+        assert_eq!(super::label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+    }
+}

@@ -1,0 +1,113 @@
+//! `fleetctl metrics` and `fleetctl serve`, read back with a Prometheus text parser.
+
+mod common;
+
+use std::io::{BufRead, Read, Write};
+use std::time::Duration;
+
+use common::{Fleet, wait_for};
+
+fn parse(text: &str) -> prometheus_parse::Scrape {
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("valid exposition")
+}
+
+fn value(s: &prometheus_parse::Sample) -> f64 {
+    match s.value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => v,
+        _ => f64::NAN,
+    }
+}
+
+/// A registry with two workers of one launch (one released, one running) and a lease.
+fn fleet_with_workers() -> (Fleet, String, std::process::Child) {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let run = |ns: &str, cmd: &[&str]| {
+        fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", ns, "--"])
+            .args(cmd)
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    assert!(run("author", &["true"]).wait().unwrap().success());
+    let running = run("reviewer", &["sleep", "30"]);
+    wait_for(Duration::from_secs(10), || (fleet.workers().len() == 2).then_some(()));
+    let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:deploy", "--owner", "ops-one"]);
+    assert!(out.status.success());
+    let _ = fleet.ctl(&["lease", "acquire", "--key", "workflow:deploy", "--owner", "ops-two"]);
+    (fleet, id, running)
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_count_the_fleet() {
+    let (fleet, id, mut running) = fleet_with_workers();
+    let out = fleet.ctl(&["metrics"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let scrape = parse(&String::from_utf8(out.stdout).unwrap());
+    let find = |metric: &str, pairs: &[(&str, &str)]| -> Vec<f64> {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric && pairs.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(value)
+            .collect()
+    };
+    assert_eq!(
+        find("fleet_workers", &[("instance", &id), ("namespace", "author"), ("status", "released")]),
+        [1.0]
+    );
+    assert_eq!(
+        find("fleet_workers", &[("instance", &id), ("namespace", "reviewer"), ("status", "active")]),
+        [1.0]
+    );
+    let ages = find("fleet_worker_heartbeat_age_seconds", &[("namespace", "reviewer")]);
+    assert!(ages.len() == 1 && ages[0] >= 0.0 && ages[0] < 60.0, "{ages:?}");
+    assert_eq!(
+        find("fleet_lease_epoch", &[("key", "workflow:deploy"), ("owner", "ops-one"), ("held", "true")]),
+        [1.0]
+    );
+    assert_eq!(
+        find("fleet_lease_decisions_total", &[("outcome", "denied"), ("reason", "lease_held")]),
+        [1.0]
+    );
+    assert_eq!(find("fleet_live_fleet_safe", &[]).len(), 1);
+    assert!(scrape.docs.contains_key("fleet_findings"));
+    let _ = running.kill();
+    let _ = running.wait();
+}
+
+#[test]
+fn serve_answers_a_scrape_at_slash_metrics_on_loopback() {
+    let (fleet, _, mut running) = fleet_with_workers();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", &listen])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = wait_for(Duration::from_secs(10), || {
+        let mut stream = std::net::TcpStream::connect(&listen).ok()?;
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+        Some(body.to_owned())
+    });
+    let scrape = parse(&body);
+    assert!(scrape.samples.iter().any(|s| s.metric == "fleet_workers"));
+    assert!(std::io::BufReader::new(body.as_bytes()).lines().count() > 5);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = running.kill();
+    let _ = running.wait();
+}
