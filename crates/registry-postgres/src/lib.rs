@@ -112,6 +112,8 @@ const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration 
 /// A registry in a PostgreSQL database.
 pub struct PostgresStore {
     client: Client,
+    /// The heartbeat statement, prepared on first use for this connection.
+    heartbeat: Option<postgres::Statement>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -199,7 +201,7 @@ impl PostgresStore {
                 .map_err(map_error)?;
         }
         migrate(&mut client)?;
-        Ok(Self { client })
+        Ok(Self { client, heartbeat: None })
     }
 }
 
@@ -467,12 +469,32 @@ impl Store for PostgresStore {
     }
 
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+        // The hot path: prepared once per connection, then one Bind/Execute round trip.
+        let statement = match &self.heartbeat {
+            Some(statement) => statement.clone(),
+            None => {
+                let statement = self
+                    .client
+                    .prepare(
+                        "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
+                         WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 \
+                         AND status = 'active'",
+                    )
+                    .map_err(map_error)?;
+                self.heartbeat = Some(statement.clone());
+                statement
+            }
+        };
         let changed = self
             .client
             .execute(
-                "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
-                 WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'",
-                &[&now.to_string(), &who.worker_identity.as_str(), &who.generation_id.as_str(), &who.token.fingerprint()],
+                &statement,
+                &[
+                    &now.to_string(),
+                    &who.worker_identity.as_str(),
+                    &who.generation_id.as_str(),
+                    &who.token.fingerprint(),
+                ],
             )
             .map_err(map_error)?;
         Ok(changed == 1)
