@@ -34,6 +34,10 @@ use crate::clients::{ClientConfig, EditError, Scope};
     )
 )]
 struct Cli {
+    /// How log events are written to stderr; RUST_LOG chooses which (default warn,
+    /// info shows every mutation and refusal).
+    #[arg(long, global = true, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
+    log_format: fleet_runtime::LogFormat,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     #[arg(long, global = true, env = "FLEET_REGISTRY")]
     registry: Option<String>,
@@ -208,6 +212,7 @@ fn edit_config(path: &Path, edit: impl FnOnce(&str) -> Result<String, EditError>
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
+    fleet_runtime::init_logging(cli.log_format);
     let registry = cli.registry.as_deref();
     match cli.command {
         Cmd::Mint { launch, json } => {

@@ -34,6 +34,10 @@ use rmcp::ServiceExt;
     )
 )]
 struct Cli {
+    /// How log events are written to stderr; RUST_LOG chooses which (default warn,
+    /// info shows every mutation and refusal).
+    #[arg(long, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
+    log_format: fleet_runtime::LogFormat,
     /// The namespace this worker serves.
     #[arg(long, value_parser = fleet_runtime::namespace_parser())]
     namespace: Namespace,
@@ -96,6 +100,7 @@ fn instance_env(client: Option<AgentClient>) -> Result<InstanceEnv, String> {
 }
 
 fn run(mut cli: Cli) -> Result<(), Failure> {
+    fleet_runtime::init_logging(cli.log_format);
     // Client configs forward unset variables as empty strings: those mean "not given".
     cli.registry = cli.registry.filter(|r| !r.trim().is_empty());
     cli.profiles = cli.profiles.filter(|p| !p.is_empty());

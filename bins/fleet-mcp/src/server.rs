@@ -111,6 +111,7 @@ fn refusal(reason: &str, detail: Value) -> CallToolResult {
         Value::String(message) => json!({ "message": message }),
         other => json!({ "value": other }),
     };
+    tracing::info!(error = reason, detail = %detail, "tool call refused");
     CallToolResult::structured_error(json!({ "error": reason, "detail": detail }))
 }
 

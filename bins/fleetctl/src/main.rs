@@ -34,6 +34,10 @@ const EXAMPLES: &str = "Examples:
     after_help = format!("{EXAMPLES}\n\n{}", fleet_runtime::EXIT_CODES_HELP)
 )]
 struct Cli {
+    /// How log events are written to stderr; RUST_LOG chooses which (default warn,
+    /// info shows every mutation and refusal).
+    #[arg(long, global = true, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
+    log_format: fleet_runtime::LogFormat,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     /// (default: $XDG_STATE_HOME/fleetward/registry.sqlite3).
     #[arg(long, global = true, env = "FLEET_REGISTRY")]
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    fleet_runtime::init_logging(cli.log_format);
     if matches!(cli.command, Cmd::Demo { .. }) && cli.registry.is_some() {
         fleet_runtime::warn(format_args!(
             "fleetctl: the demo runs on a throw-away registry of its own; --registry / FLEET_REGISTRY are not used"

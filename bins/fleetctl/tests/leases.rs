@@ -357,3 +357,42 @@ fn show_and_audit_read_initialization_leases_and_say_when_a_lease_expired() {
     assert_eq!(shown[0]["state"], "held", "the stored state");
     assert_eq!(shown[0]["status"], "expired", "what it means now");
 }
+
+#[test]
+fn every_lease_mutation_and_refusal_is_one_log_event_with_its_reason() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let run = |owner: &str| {
+        fleet
+            .fleetctl()
+            .env("RUST_LOG", "info")
+            .args([
+                "--log-format",
+                "json",
+                "lease",
+                "acquire",
+                "--key",
+                "workflow:logged",
+                "--owner",
+                owner,
+                "--json",
+            ])
+            .output()
+            .unwrap()
+    };
+    let events = |out: &std::process::Output| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&out.stderr).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    };
+    let acquired = events(&run("first"));
+    assert!(
+        acquired.iter().any(|e| e["fields"]["outcome"] == "acquired" && e["fields"]["identity"] == "first"),
+        "{acquired:?}"
+    );
+    let refused = events(&run("second"));
+    assert!(
+        refused.iter().any(|e| e["fields"]["outcome"] == "denied" && e["fields"]["reason"] == "lease_held"),
+        "{refused:?}"
+    );
+    let quiet = fleet.ctl(&["lease", "acquire", "--key", "workflow:logged", "--owner", "third", "--json"]);
+    assert!(quiet.stderr.is_empty(), "without RUST_LOG nothing is logged below warn");
+}

@@ -333,6 +333,17 @@ impl<S: Store> Registry<S> {
             if let Ok(record) = &result {
                 swap(tx, current.as_ref(), record)?;
             }
+            match &result {
+                Ok(record) => tracing::info!(
+                    event,
+                    key = %key,
+                    identity,
+                    outcome = outcome.map_or("ok", LeaseOutcome::as_str),
+                    epoch = record.fencing_epoch.get(),
+                    "lease"
+                ),
+                Err(denial) => tracing::info!(event, key = %key, identity, outcome = "denied", reason = denial.as_str(), "lease refused"),
+            }
             audit(
                 tx,
                 event,

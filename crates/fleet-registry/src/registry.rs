@@ -232,7 +232,21 @@ impl<S: Store> Registry<S> {
             )));
         }
         let worker_identity = mint_worker_identity(reg.namespace)?;
-        self.store.write(|tx| register_in(tx, reg, token, now, probe, worker_identity))
+        let registered = self.store.write(|tx| register_in(tx, reg, token, now, probe, worker_identity));
+        match &registered {
+            Ok(r) => tracing::info!(
+                worker = %r.row.worker_identity,
+                namespace = %reg.namespace,
+                instance = reg.instance.as_str(),
+                outcome = ?r.outcome,
+                superseded = r.superseded.len(),
+                "registered"
+            ),
+            Err(e) => {
+                tracing::info!(namespace = %reg.namespace, instance = reg.instance.as_str(), error = %e, "registration refused")
+            }
+        }
+        registered
     }
 
     /// Records a heartbeat. Fails with `NotFound` when the row is gone or no longer
@@ -263,6 +277,7 @@ impl<S: Store> Registry<S> {
                     who.worker_identity
                 )));
             }
+            tracing::info!(worker = %released.worker_identity, "released");
             Ok(released)
         })
     }
@@ -287,6 +302,7 @@ impl<S: Store> Registry<S> {
             let mut marked = Vec::new();
             for row in tx.workers()? {
                 if due(&row) {
+                    tracing::info!(worker = %row.worker_identity, "sweep: heartbeat expired, marked stale");
                     let mut stale = row.clone();
                     stale.ownership_state = Some(OwnershipState::Stale);
                     if tx.replace_worker(&row, &stale)? {

@@ -131,9 +131,11 @@ impl<S: Store> Registry<S> {
         hook: &dyn BeforeWrite,
     ) -> ApplyReport {
         if request.worker_identities.is_empty() {
+            tracing::info!(outcome = "nothing_requested", "retirement apply refused");
             return ApplyReport::nothing(ApplyOutcome::NothingRequested);
         }
         let Some(probe) = probe else {
+            tracing::info!(outcome = "liveness_reprobe_unavailable", "retirement apply refused");
             return ApplyReport::nothing(ApplyOutcome::LivenessReprobeUnavailable);
         };
         let result: Result<ApplyReport, StoreError> = self.store_mut().write(|tx| {
@@ -204,9 +206,21 @@ impl<S: Store> Registry<S> {
             report.mutation_performed = report.retired_count > 0;
             Ok(report)
         });
-        result.unwrap_or_else(|e| ApplyReport {
+        let report = result.unwrap_or_else(|e| ApplyReport {
             error: Some(e.to_string()),
             ..ApplyReport::nothing(ApplyOutcome::TransactionFailed)
-        })
+        });
+        let outcome = serde_json::to_value(report.outcome).ok().and_then(|v| v.as_str().map(str::to_owned));
+        for p in &report.preserved {
+            tracing::info!(worker = %p.worker_identity, reason = %p.reason_code, "retirement preserved a requested row");
+        }
+        tracing::info!(
+            outcome = outcome.as_deref().unwrap_or("?"),
+            retired = report.retired_count,
+            preserved = report.preserved.len(),
+            error = report.error.as_deref(),
+            "retirement apply"
+        );
+        report
     }
 }

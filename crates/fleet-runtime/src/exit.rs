@@ -157,3 +157,28 @@ pub fn namespace_parser() -> impl clap::builder::TypedValueParser<Value = fleet_
     clap::builder::PossibleValuesParser::new(fleet_identity::Namespace::ALL.map(|ns| ns.as_str()))
         .try_map(|s| s.parse::<fleet_identity::Namespace>())
 }
+
+/// How log events are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Human,
+    /// One JSON object per event, for log collectors.
+    Json,
+}
+
+/// Starts structured logging on stderr. `RUST_LOG` chooses what is logged (default
+/// `warn`; `RUST_LOG=info` shows every mutation and every refusal, each one event with
+/// its reason code). A logger that cannot start is not worth failing a command for.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    use std::io::IsTerminal;
+    let colour = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(colour);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
