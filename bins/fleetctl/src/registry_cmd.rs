@@ -30,6 +30,16 @@ pub(crate) enum RegistryCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Remove released, superseded and retired rows last seen before DATE, after writing
+    /// them to an export file. Active rows and the lease audit log are never pruned.
+    Prune {
+        /// An RFC 3339 time: rows whose last sign of life is before it go.
+        #[arg(long)]
+        before: String,
+        /// Where the pruned rows are written first (a registry export; it must not exist).
+        #[arg(long)]
+        export: PathBuf,
+    },
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitCode, Failure> {
@@ -58,6 +68,22 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 )?;
             }
         }
+        RegistryCmd::Prune { before, export } => {
+            let before = fleet_identity::Timestamp::parse(&before)
+                .map_err(|e| Failure::usage(format!("--before: {e}")))?;
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let rows = registry.prunable(before)?;
+            // Written down, durably, before anything is removed.
+            let dump = RegistryDump { instances: Vec::new(), worker_registrations: rows.clone() };
+            write_new_file(&export, &dump.to_json())?;
+            let pruned = registry.prune(&rows)?;
+            outln!(
+                "pruned {} of {} terminal rows last seen before {before}; they are in {}",
+                pruned.len(),
+                rows.len(),
+                export.display()
+            )?;
+        }
         RegistryCmd::Sweep { json } => {
             let marked = open_registry(location, OpenMode::MustExist)?.mark_expired_stale(now())?;
             if json {
@@ -83,4 +109,12 @@ fn read_input(file: &PathBuf) -> Result<String, Failure> {
     };
     result.map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
     Ok(text)
+}
+
+/// Creates `path` (refusing to overwrite) with `text`, synced to disk.
+fn write_new_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let fail = |e: std::io::Error| Failure::usage(format!("cannot write {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(fail)?;
+    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(fail)
 }

@@ -287,3 +287,46 @@ fn help_has_examples_and_exit_codes_and_completions_and_a_manual_are_printed() {
     let man = fleet.ctl(&["man"]);
     assert!(String::from_utf8(man.stdout).unwrap().contains(".TH fleetctl 1"));
 }
+
+#[test]
+fn prune_writes_the_rows_down_before_removing_them_and_keeps_active_ones() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    assert_eq!(before.worker_registrations.len(), 1, "one released worker");
+    let export = fleet.dir.path().join("pruned.json");
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2000-01-01T00:00:00Z",
+        "--export",
+        export.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fleet.export(), before, "nothing that old");
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2999-01-01T00:00:00Z",
+        "--export",
+        export.to_str().unwrap(),
+    ]);
+    assert_one_line_error(&out, 2, "cannot write");
+    assert_eq!(fleet.export(), before, "an export that cannot be written prunes nothing");
+    let fresh = fleet.dir.path().join("pruned-2.json");
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2999-01-01T00:00:00Z",
+        "--export",
+        fresh.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(fleet.export().worker_registrations.is_empty());
+    let kept: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&fresh).unwrap()).unwrap();
+    assert_eq!(kept["worker_registrations"].as_array().unwrap().len(), 1, "the pruned row is in the export");
+    let out = fleet.ctl(&["registry", "prune", "--before", "yesterday", "--export", "x.json"]);
+    assert_one_line_error(&out, 2, "--before");
+}

@@ -322,6 +322,38 @@ fn lapse() {
     std::thread::sleep(std::time::Duration::from_millis(200));
 }
 
+/// Pruning removes only terminal rows last seen before the cutoff, each only if it is
+/// still as it was read; active rows stay whatever their age.
+pub fn pruning_removes_only_old_terminal_rows<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let old = registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    registry.release(&credential(&old, "gen-a", 1), at(10)).expect("release");
+    let recent = registry
+        .register(&registration(Namespace::Merger, process(102, 5002), "gen-c"), &token(3), at(0), &probe)
+        .expect("register");
+    registry.release(&credential(&recent, "gen-c", 3), at(500)).expect("release");
+    let active = registry
+        .register(&registration(Namespace::Reviewer, process(101, 5001), "gen-b"), &token(2), at(0), &probe)
+        .expect("register");
+
+    let prunable = registry.prunable(at(100)).expect("read");
+    let ids: Vec<_> = prunable.iter().map(|r| r.worker_identity.clone()).collect();
+    assert_eq!(ids, vec![old.row.worker_identity.clone()], "only the old released row");
+    // A row that changed since it was read is not deleted on the stale reading.
+    let mut stale_reading = prunable.clone();
+    stale_reading[0].retired_by = Some("someone".into());
+    assert!(registry.prune(&stale_reading).expect("prune").is_empty());
+    // Active rows are never pruned, even when handed in.
+    let everything = registry.workers().expect("read");
+    let pruned = registry.prune(&everything).expect("prune");
+    assert_eq!(pruned.len(), 2, "both released rows, none active");
+    let left: Vec<_> = registry.workers().expect("read").into_iter().map(|r| r.worker_identity).collect();
+    assert_eq!(left, vec![active.row.worker_identity.clone()]);
+}
+
 /// A connector policy that allows everything, for the cases that test the lease rules
 /// behind it.
 #[derive(Debug)]
@@ -732,7 +764,8 @@ macro_rules! registry_conformance {
                 workflow_leases_protect_their_owners,
                 initialization_runs_once_per_version,
                 apply_retires_only_what_the_plan_and_the_probe_prove,
-                grants_are_issued_and_validated_against_the_stored_lease
+                grants_are_issued_and_validated_against_the_stored_lease,
+                pruning_removes_only_old_terminal_rows
             );
 
             #[test]

@@ -314,6 +314,34 @@ impl<S: Store> Registry<S> {
         })
     }
 
+    /// The terminal rows (released, superseded, retired) whose last sign of life — the
+    /// retirement, else the last heartbeat, else the registration — is before `before`:
+    /// what [`prune`](Self::prune) would remove. Active rows are never among them.
+    pub fn prunable(&mut self, before: Timestamp) -> Result<Vec<WorkerRow>, StoreError> {
+        let rows = self.workers()?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.status != WorkerStatus::Active)
+            .filter(|r| r.retired_at.or_else(|| r.heartbeat()).unwrap_or(r.registered_at) < before)
+            .collect())
+    }
+
+    /// Deletes `rows`, each only if it is still exactly as given (a compare-and-delete):
+    /// the caller exported them first, so nothing is lost that was not written down.
+    /// Only terminal rows are deleted; returns those that were.
+    pub fn prune(&mut self, rows: &[WorkerRow]) -> Result<Vec<WorkerIdentity>, StoreError> {
+        self.store.write(|tx| {
+            let mut pruned = Vec::new();
+            for row in rows.iter().filter(|r| r.status != WorkerStatus::Active) {
+                if tx.delete_worker(row)? {
+                    tracing::info!(worker = %row.worker_identity, status = %row.status, "pruned");
+                    pruned.push(row.worker_identity.clone());
+                }
+            }
+            Ok(pruned)
+        })
+    }
+
     /// Imports a dump in one transaction: either every row is written or none is. A
     /// worker row whose identity the registry already holds is a conflict; a ledger entry
     /// already present with the same content is left as it is.

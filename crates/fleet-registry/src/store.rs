@@ -37,6 +37,9 @@ pub trait Tx {
     /// Compare-and-swap: replaces the row only if every column still equals `expected`.
     /// Returns whether it did.
     fn replace_worker(&mut self, expected: &WorkerRow, new: &WorkerRow) -> Result<bool, StoreError>;
+    /// Compare-and-delete: removes the row only if every column still equals `expected`.
+    /// Returns whether it did. Only pruning of terminal rows deletes.
+    fn delete_worker(&mut self, expected: &WorkerRow) -> Result<bool, StoreError>;
     /// The whole ledger, ordered by `client_instance_id`.
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError>;
     /// One ledger entry.

@@ -83,6 +83,13 @@ impl Tx for MemoryTx<'_> {
             _ => Ok(false),
         }
     }
+    fn delete_worker(&mut self, expected: &WorkerRow) -> Result<bool, StoreError> {
+        if self.0.workers.get(&expected.worker_identity) == Some(expected) {
+            self.0.workers.remove(&expected.worker_identity);
+            return Ok(true);
+        }
+        Ok(false)
+    }
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
         Ok(self.0.instances.values().cloned().collect())
     }

@@ -306,6 +306,11 @@ impl Tx for PgTx<'_, '_> {
         Ok(self.tx.execute(rows::replace_sql(), &params).map_err(map_error)? == 1)
     }
 
+    fn delete_worker(&mut self, expected: &WorkerRow) -> Result<bool, StoreError> {
+        let old = rows::WorkerValues::of(expected);
+        Ok(self.tx.execute(rows::delete_sql(), &old.params()).map_err(map_error)? == 1)
+    }
+
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
         let sql = format!(
             "SELECT {} FROM instances ORDER BY client_instance_id COLLATE \"C\"",

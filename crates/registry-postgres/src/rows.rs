@@ -71,6 +71,20 @@ pub(crate) fn replace_sql() -> &'static str {
     SQL.get_or_init(|| replace("worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS))
 }
 
+/// `DELETE … WHERE every column IS NOT DISTINCT FROM its expected value`.
+pub(crate) fn delete_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let cast = |c: &str| if WORKER_INTEGERS.contains(&c) { "::BIGINT" } else { "::TEXT" };
+        let guard: Vec<String> = WORKER_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} IS NOT DISTINCT FROM ${}{}", i + 1, cast(c)))
+            .collect();
+        format!("DELETE FROM worker_registrations WHERE {}", guard.join(" AND "))
+    })
+}
+
 pub(crate) fn lease_insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| format!("{} ON CONFLICT (lease_key) DO NOTHING", insert("leases", &LEASE_COLUMNS)))

@@ -38,6 +38,16 @@ pub(crate) fn replace_sql() -> &'static str {
     })
 }
 
+/// `DELETE … WHERE every column IS its expected value`: a compare-and-delete.
+pub(crate) fn delete_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let guard: Vec<String> =
+            COLUMNS.iter().enumerate().map(|(i, c)| format!("{c} IS ?{}", i + 1)).collect();
+        format!("DELETE FROM worker_registrations WHERE {}", guard.join(" AND "))
+    })
+}
+
 fn text<T: AsRef<str>>(v: Option<&T>) -> Value {
     v.map_or(Value::Null, |s| Value::Text(s.as_ref().to_owned()))
 }

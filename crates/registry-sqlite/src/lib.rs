@@ -235,6 +235,13 @@ impl Tx for SqliteTx<'_> {
         Ok(changed == 1)
     }
 
+    fn delete_worker(&mut self, expected: &WorkerRow) -> Result<bool, StoreError> {
+        let mut stmt = self.conn.prepare_cached(columns::delete_sql()).map_err(map_error)?;
+        let changed =
+            stmt.execute(rusqlite::params_from_iter(columns::values(expected))).map_err(map_error)?;
+        Ok(changed == 1)
+    }
+
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
         let sql = format!("SELECT {} FROM instances ORDER BY client_instance_id", columns::INSTANCE_LIST);
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
