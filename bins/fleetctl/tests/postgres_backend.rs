@@ -233,3 +233,67 @@ fn a_refused_connection_says_why() {
         .unwrap();
     common::assert_one_line_error(&out, 3, "refused");
 }
+
+/// The server terminates a worker's connection (an operator's pg_terminate_backend, a
+/// failover): the worker's heartbeats resume on a new connection instead of failing
+/// forever while the worker runs.
+#[test]
+fn heartbeats_survive_a_terminated_connection() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    // The worker's sessions carry a name of their own, so only they are terminated
+    // (other tests share the server).
+    let app = format!("{}_worker", schema.name);
+    let url = format!("{}&application_name={app}", schema.url());
+    let id = {
+        let out = fleet
+            .launcher()
+            .env("FLEET_REGISTRY", &url)
+            .args(["mint", "--client", "codex"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let mut worker = fleet
+        .fleetctl()
+        .env("FLEET_REGISTRY", &url)
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .args(["worker", "run", "--namespace", "author", "--ttl", "1", "--", "sleep", "30"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut admin = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    let beat = |admin: &mut postgres::Client| -> Option<String> {
+        admin.query_opt("SELECT last_heartbeat_at FROM worker_registrations", &[]).ok()??.get(0)
+    };
+    let registered = common::wait_for(std::time::Duration::from_secs(10), || beat(&mut admin));
+    // The heartbeat thread is connected once a beat has come after the registration.
+    let first = common::wait_for(std::time::Duration::from_secs(10), || {
+        let now = beat(&mut admin)?;
+        (now != registered).then_some(now)
+    });
+    // Terminate the worker's sessions.
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert!(killed >= 1, "the worker's heartbeat connection was found and terminated");
+    let after = common::wait_for(std::time::Duration::from_secs(10), || {
+        let now = beat(&mut admin)?;
+        (now != first).then_some(now)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let later = beat(&mut admin).unwrap();
+    assert_ne!(later, after, "heartbeats keep coming after the termination");
+    let _ = worker.kill();
+    let _ = worker.wait();
+}

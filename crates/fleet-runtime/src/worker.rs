@@ -196,8 +196,15 @@ fn heartbeat_loop(
                 lost.store(true, Ordering::SeqCst);
                 return;
             }
-            // A busy or briefly unreachable registry: try again next beat.
-            Err(e) => crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}")),
+            // A busy or briefly unreachable registry: try again next beat, on a fresh
+            // connection when this one may be the broken part (a PostgreSQL backend that
+            // was terminated stays dead).
+            Err(e) => {
+                crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}"));
+                if e.kind() != StoreErrorKind::Busy {
+                    registry = None;
+                }
+            }
         }
     }
 }
