@@ -29,8 +29,15 @@ pub(crate) struct SnapshotArgs {
     #[arg(long)]
     expected_code_revision: Option<String>,
     /// Judge heartbeats as of this RFC 3339 time instead of now (reproducible reports).
-    #[arg(long, value_parser = parse_time)]
+    #[arg(long, value_parser = parse_time, conflicts_with = "watch")]
     at: Option<Timestamp>,
+    /// Redraw every --interval seconds until Ctrl-C, then exit with the gate's code for
+    /// the last snapshot.
+    #[arg(long)]
+    watch: bool,
+    /// Seconds between redraws under --watch (0.2 to 3600).
+    #[arg(long, default_value_t = 2.0, requires = "watch")]
+    interval: f64,
 }
 
 fn parse_time(s: &str) -> Result<Timestamp, String> {
@@ -58,20 +65,77 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     let manifest = args.manifest.as_ref().map(read_manifest).transpose()?;
     let canonical_repository = args
         .canonical_repository
+        .clone()
         .map(|r| Repository::new(r).map_err(|e| Failure::usage(e.to_string())))
         .transpose()?;
-    let policy = Policy { canonical_repository, expected_code_revision: args.expected_code_revision };
+    let policy = Policy { canonical_repository, expected_code_revision: args.expected_code_revision.clone() };
+    if args.watch {
+        return watch(location, manifest.as_ref(), &policy, &args);
+    }
     let snap = take(location, manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default())?;
     } else {
-        let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        out!("{}", render(&snap, colour))?;
+        out!("{}", render(&snap, colour()))?;
     }
     if args.gate && !snap.live_fleet_safe {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Colour only on a terminal, and never under `NO_COLOR` (set to anything non-empty).
+fn colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// `--watch`: redraws in place on a terminal (appends on a pipe) until SIGINT or SIGTERM,
+/// then exits 0 if the last snapshot was safe and 1 if not.
+fn watch(
+    location: &RegistryLocation,
+    manifest: Option<&Manifest>,
+    policy: &Policy,
+    args: &SnapshotArgs,
+) -> Result<ExitCode, Failure> {
+    if !(0.2..=3600.0).contains(&args.interval) {
+        return Err(Failure::usage(format!("--interval {} is outside 0.2..=3600 seconds", args.interval)));
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))
+            .map_err(|e| Failure::store(format!("cannot watch for Ctrl-C: {e}")))?;
+    }
+    let in_place = std::io::stdout().is_terminal();
+    let interval = std::time::Duration::from_secs_f64(args.interval);
+    let mut safe = false;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        // A registry that cannot be read is shown, and counts as unsafe, until it can.
+        let text = match take(location, manifest, policy, now()) {
+            Ok(snap) => {
+                safe = snap.live_fleet_safe;
+                if args.json {
+                    serde_json::to_string(&snap).unwrap_or_default() + "\n"
+                } else {
+                    render(&snap, colour())
+                }
+            }
+            Err(e) => {
+                safe = false;
+                format!("registry unavailable: {e}\n")
+            }
+        };
+        if in_place {
+            out!("\x1b[H\x1b[2J{text}")?;
+        } else {
+            out!("{text}")?;
+        }
+        fleet_runtime::flush_stdout()?;
+        let deadline = std::time::Instant::now() + interval;
+        while std::time::Instant::now() < deadline && !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    Ok(ExitCode::from(if safe { 0 } else { 1 }))
 }
 
 struct Paint(bool);

@@ -4,7 +4,6 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::Subcommand;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
@@ -14,7 +13,7 @@ use fleet_runtime::{
     Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
 };
 use fleet_runtime::{out, outln};
-use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::sys::signal::{self, Signal};
 
 use crate::child::HeldChild;
 use crate::table;
@@ -80,25 +79,23 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
     }
 }
 
-/// The pid of the running child, for the signal handler to forward to.
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn forward(sig: nix::libc::c_int) {
-    let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0
-        && let Ok(sig) = Signal::try_from(sig)
-    {
-        // kill(2) is async-signal-safe.
-        let _ = signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-    }
-}
-
-fn forward_signals_to_child() {
-    let action = SigAction::new(SigHandler::Handler(forward), SaFlags::SA_RESTART, SigSet::empty());
-    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
-        // SAFETY: the handler only reads an atomic and calls kill(2).
-        let _ = unsafe { signal::sigaction(sig, &action) };
-    }
+/// Forwards SIGTERM, SIGINT and SIGHUP sent to the supervisor to the worker, from a
+/// thread that signal-hook wakes (no code runs inside a signal handler).
+fn forward_signals_to(child: i32) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(|e| Failure::store(format!("cannot watch signals to forward: {e}")))?;
+    std::thread::Builder::new()
+        .name("fleet-signals".into())
+        .spawn(move || {
+            for raw in signals.forever() {
+                if let Ok(sig) = Signal::try_from(raw) {
+                    let _ = signal::kill(nix::unistd::Pid::from_raw(child), sig);
+                }
+            }
+        })
+        .map_err(|e| Failure::store(format!("cannot start the signal forwarder: {e}")))?;
+    Ok(())
 }
 
 fn run_worker(
@@ -147,8 +144,11 @@ fn run_worker(
             return Err(e);
         }
     };
-    CHILD.store(child_pid, Ordering::SeqCst);
-    forward_signals_to_child();
+    if let Err(e) = forward_signals_to(child_pid) {
+        held.abort();
+        let _ = session.release();
+        return Err(e);
+    }
     let mut child = match held.release() {
         Ok(child) => child,
         Err(e) => {
@@ -158,7 +158,6 @@ fn run_worker(
     };
 
     let status = child.wait().map_err(|e| Failure::store(format!("cannot wait for the worker: {e}")))?;
-    CHILD.store(0, Ordering::SeqCst);
     match (status.code(), status.signal()) {
         (Some(code), _) => {
             session.release()?;

@@ -163,3 +163,34 @@ fn a_live_local_fleet_is_safe_and_a_second_worker_in_one_namespace_is_not() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(json["findings"][0]["code"], "duplicate_namespace_worker");
 }
+
+/// `--watch` redraws until Ctrl-C and then exits with the gate's code for the last
+/// snapshot: 0 for a safe (empty) fleet, 1 once a registry it cannot read stands there.
+#[test]
+fn watch_redraws_until_interrupted_and_exits_with_the_gate() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let watch = |fleet: &Fleet| {
+        let child = fleet
+            .fleetctl()
+            .args(["snapshot", "--watch", "--interval", "0.2", "--json"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = watch(&fleet);
+    assert_eq!(out.status.code(), Some(0));
+    let frames = String::from_utf8(out.stdout).unwrap();
+    assert!(frames.lines().count() >= 2, "it redrew: {frames}");
+    assert!(frames.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    std::fs::remove_file(&fleet.registry).unwrap();
+    let out = watch(&fleet);
+    assert_eq!(out.status.code(), Some(1), "an unreadable registry is not safe");
+}
