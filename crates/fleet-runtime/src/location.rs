@@ -2,7 +2,7 @@
 //! backend that location names.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use fleet_identity::Timestamp;
 use fleet_registry::OpenMode;
@@ -65,12 +65,20 @@ impl RegistryLocation {
         if let Some(text) = given {
             return Self::parse(text);
         }
-        let state = std::env::var_os("XDG_STATE_HOME")
-            .filter(|v| !v.is_empty())
+        Self::default_in(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+    }
+
+    /// The default location given `XDG_STATE_HOME` and `HOME`. The XDG Base Directory
+    /// specification says a relative path in an XDG variable is invalid and must be
+    /// ignored, so it is: a relative one would name a different file in every directory.
+    fn default_in(
+        xdg_state_home: Option<std::ffi::OsString>,
+        home: Option<std::ffi::OsString>,
+    ) -> Result<Self, LocationError> {
+        let state = xdg_state_home
             .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| Path::new(&h).join(".local/state"))
-            })
+            .filter(|p| p.is_absolute())
+            .or_else(|| home.map(PathBuf::from).filter(|h| h.is_absolute()).map(|h| h.join(".local/state")))
             .ok_or(LocationError::NoDefault)?;
         Ok(Self::Sqlite(state.join("fleetward").join("registry.sqlite3")))
     }
@@ -198,6 +206,21 @@ mod tests {
         ));
         assert!(RegistryLocation::parse("  ").is_err());
         assert!(RegistryLocation::parse("sqlite://").is_err());
+    }
+
+    #[test]
+    fn a_relative_xdg_state_home_is_ignored() {
+        let at = |xdg: Option<&str>, home: Option<&str>| {
+            RegistryLocation::default_in(xdg.map(Into::into), home.map(Into::into)).ok()
+        };
+        let file = |p: &str| Some(RegistryLocation::Sqlite(PathBuf::from(p)));
+        assert_eq!(at(Some("/x/state"), Some("/home/u")), file("/x/state/fleetward/registry.sqlite3"));
+        assert_eq!(
+            at(Some("state"), Some("/home/u")),
+            file("/home/u/.local/state/fleetward/registry.sqlite3")
+        );
+        assert_eq!(at(Some(""), Some("/home/u")), file("/home/u/.local/state/fleetward/registry.sqlite3"));
+        assert_eq!(at(Some("state"), None), None);
     }
 
     #[test]
