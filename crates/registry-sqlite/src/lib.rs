@@ -165,7 +165,24 @@ fn map_open_error(path: &Path, e: rusqlite::Error) -> StoreError {
             StoreError::corrupt(format!("registry {} is not a valid SQLite database", path.display()))
         }
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => map_error(e),
-        _ => unavailable(path, e),
+        _ => match disk_trouble(path) {
+            Some(why) => unavailable(path, format!("{e}: {why}")),
+            None => unavailable(path, e),
+        },
+    }
+}
+
+/// What SQLite calls a "disk I/O error" is often a full or read-only filesystem; say
+/// which, when the filesystem under the registry shows it.
+fn disk_trouble(path: &Path) -> Option<&'static str> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let fs = nix::sys::statvfs::statvfs(dir).ok()?;
+    if fs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+        Some("the filesystem is read-only")
+    } else if fs.blocks_available() == 0 {
+        Some("the disk is full")
+    } else {
+        None
     }
 }
 
@@ -328,9 +345,16 @@ impl SqliteStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
-        let tx = self.conn.transaction_with_behavior(behavior).map_err(map_error)?;
+        let path = self.path.clone();
+        let fail = |e: rusqlite::Error| match disk_trouble(&path) {
+            Some(why) => {
+                StoreError::with_source(StoreErrorKind::Unavailable, format!("registry error: {e}: {why}"), e)
+            }
+            None => map_error(e),
+        };
+        let tx = self.conn.transaction_with_behavior(behavior).map_err(fail)?;
         let value = f(&mut SqliteTx { conn: &tx })?;
-        tx.commit().map_err(map_error)?;
+        tx.commit().map_err(fail)?;
         Ok(value)
     }
 }
