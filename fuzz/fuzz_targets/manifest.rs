@@ -1,9 +1,12 @@
 //! Approved manifests (`snapshot --manifest FILE`, the MCP `expected_manifest`).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
+#[path = "../checks.rs"]
+#[allow(dead_code)]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let _ = fleet_snapshot::Manifest::from_json(text);
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        checks::manifest(text);
+    }
 });

@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Fleet, wait_for};
+use common::{Fleet, alive, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -21,12 +21,6 @@ fn policy(fleet: &Fleet) -> std::path::PathBuf {
     std::fs::write(&path, serde_json::json!({"allow": [rule("conn-a"), rule("conn-b")]}).to_string())
         .unwrap();
     path
-}
-
-fn alive(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-    matches!(state, Some(s) if s != "Z" && s != "X")
 }
 
 #[test]

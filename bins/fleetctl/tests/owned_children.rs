@@ -7,16 +7,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Fleet, wait_for};
+use common::{Fleet, alive, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-/// Whether a process with this pid still exists (a zombie counts as gone).
-fn alive(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
-    matches!(state, Some(s) if s != "Z" && s != "X")
-}
 
 /// Waits until `path` holds a pid, and returns it.
 fn pid_in(path: &Path) -> i32 {

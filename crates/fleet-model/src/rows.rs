@@ -220,8 +220,7 @@ impl WorkerRow {
 
     /// When the heartbeat lapses: the last heartbeat plus the TTL.
     pub fn expires_at(&self) -> Option<Timestamp> {
-        let ttl = self.heartbeat_ttl_s?;
-        Some(self.heartbeat()?.saturating_add(time::Duration::seconds(i64::from(ttl))))
+        Some(heartbeat_expiry(self.heartbeat()?, self.heartbeat_ttl_s?))
     }
 
     /// The TTL rule: a heartbeat has expired once more than `heartbeat_ttl_s` seconds
@@ -261,8 +260,12 @@ pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
 /// [`MAX_CLOCK_SKEW`] in the future — a heartbeat from the future vouches for nothing,
 /// or a crashed worker written with one would never expire.
 pub fn heartbeat_lapsed(beat: Timestamp, ttl_s: u32, now: Timestamp) -> bool {
-    now > beat.saturating_add(time::Duration::seconds(i64::from(ttl_s)))
-        || beat > now.saturating_add(MAX_CLOCK_SKEW)
+    now > heartbeat_expiry(beat, ttl_s) || beat > now.saturating_add(MAX_CLOCK_SKEW)
+}
+
+/// When a heartbeat at `beat` with a TTL of `ttl_s` seconds lapses.
+pub fn heartbeat_expiry(beat: Timestamp, ttl_s: u32) -> Timestamp {
+    beat.saturating_add(time::Duration::seconds(i64::from(ttl_s)))
 }
 
 /// One row of `instances`: the launcher's ledger of the IDs it minted.

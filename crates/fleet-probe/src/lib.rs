@@ -85,7 +85,12 @@ fn parse_stat(text: &str) -> Option<StatLine> {
 }
 
 fn read_stat(pid: Pid) -> Result<Option<StatLine>, ProbeError> {
-    let path = format!("/proc/{pid}/stat");
+    read_stat_in(&format!("/proc/{pid}"))
+}
+
+/// Reads `<proc_dir>/stat` (`/proc/<pid>`, or `/proc/self`, right in any PID namespace).
+fn read_stat_in(proc_dir: &str) -> Result<Option<StatLine>, ProbeError> {
+    let path = format!("{proc_dir}/stat");
     match fs::read_to_string(&path) {
         Ok(text) => parse_stat(&text)
             .map(Some)
@@ -147,33 +152,27 @@ pub fn own_pid_namespace() -> Result<PidNamespace, ProbeError> {
     pid_namespace_at("/proc/self")
 }
 
+/// The identity of the process whose `/proc` directory is `proc_dir`, known as `pid`.
+fn identity_in(proc_dir: &str, pid: Pid) -> Result<ProcessIdentity, ProbeError> {
+    let path = format!("{proc_dir}/stat");
+    let stat = read_stat_in(proc_dir)?
+        .ok_or_else(|| ProbeError::Invalid { path: path.clone(), detail: "no such process".into() })?;
+    let process_start_time = ProcessStartTime::new(stat.start_time).map_err(|e| invalid(&path, e))?;
+    let pid_namespace = Some(pid_namespace_at(proc_dir)?);
+    Ok(ProcessIdentity { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time, pid_namespace })
+}
+
 /// The identity of process `pid` on this machine, now, with the PID namespace it lives
 /// in.
 pub fn process_identity(pid: Pid) -> Result<ProcessIdentity, ProbeError> {
-    let process_start_time = process_start_time(pid)?.ok_or_else(|| ProbeError::Invalid {
-        path: format!("/proc/{pid}/stat"),
-        detail: "no such process".into(),
-    })?;
-    let pid_namespace = Some(pid_namespace_at(&format!("/proc/{pid}"))?);
-    Ok(ProcessIdentity { host_id: host_id()?, boot_id: boot_id()?, pid, process_start_time, pid_namespace })
+    identity_in(&format!("/proc/{pid}"), pid)
 }
 
 /// The identity of the calling process. It is read through `/proc/self`, which names the
 /// caller whatever PID namespace it lives in; the pid is the caller's own view of it.
 pub fn current_process() -> Result<ProcessIdentity, ProbeError> {
     let pid = Pid::new(i64::from(std::process::id())).map_err(|e| invalid("getpid", e))?;
-    let path = "/proc/self/stat";
-    let text = fs::read_to_string(path).map_err(|source| ProbeError::Read { path: path.into(), source })?;
-    let stat = parse_stat(&text)
-        .ok_or_else(|| ProbeError::Invalid { path: path.into(), detail: "unparsable stat line".into() })?;
-    let process_start_time = ProcessStartTime::new(stat.start_time).map_err(|e| invalid(path, e))?;
-    Ok(ProcessIdentity {
-        host_id: host_id()?,
-        boot_id: boot_id()?,
-        pid,
-        process_start_time,
-        pid_namespace: Some(own_pid_namespace()?),
-    })
+    identity_in("/proc/self", pid)
 }
 
 /// The liveness probe of this machine: it can speak only of processes on this host, this

@@ -354,10 +354,9 @@ pub fn pruning_removes_only_old_terminal_rows<S: Store>(store: S) {
     assert_eq!(left, vec![active.row.worker_identity.clone()]);
 }
 
-/// A connector policy that allows everything, for the cases that test the lease rules
-/// behind it.
+/// A connector policy that allows everything, for tests of the lease rules behind it.
 #[derive(Debug)]
-struct AllowAll;
+pub struct AllowAll;
 
 impl fleet_lease::ConnectorPolicy for AllowAll {
     fn authorize_lease(

@@ -144,21 +144,16 @@ impl FleetSnapshot {
 /// Whether a row's heartbeat no longer vouches for it at `now`.
 fn judge(
     row: &WorkerRow,
-    expires_at: Option<Timestamp>,
+    beat: Option<Timestamp>,
     probe: Option<ProcessVerdict>,
     now: Timestamp,
 ) -> WorkerState {
     if row.status != WorkerStatus::Active {
         return WorkerState::Historical;
     }
-    let expired = match (expires_at, row.heartbeat_ttl_s) {
-        // The TTL rule; a heartbeat from the future (beyond clock skew) vouches for nothing.
-        (Some(at), Some(ttl)) => {
-            now > at
-                || at
-                    > now
-                        .saturating_add(fleet_model::MAX_CLOCK_SKEW + time::Duration::seconds(i64::from(ttl)))
-        }
+    let expired = match (beat, row.heartbeat_ttl_s) {
+        // The registry's TTL rule, on the heartbeat parsed once.
+        (Some(beat), Some(ttl)) => fleet_model::heartbeat_lapsed(beat, ttl, now),
         // No parsable heartbeat or no TTL: nothing vouches for the row.
         _ => true,
     };
@@ -199,12 +194,14 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
         .iter()
         .map(|row| {
             let liveness = input.probes.get(&row.worker_identity).copied();
-            let expires_at = row.expires_at();
+            let beat = row.heartbeat();
+            let expires_at =
+                beat.zip(row.heartbeat_ttl_s).map(|(b, ttl)| fleet_model::heartbeat_expiry(b, ttl));
             WorkerView {
                 worker_identity: row.worker_identity.clone(),
                 client_instance_id: row.client_instance_id.clone(),
                 namespace: row.namespace,
-                state: judge(row, expires_at, liveness, input.now),
+                state: judge(row, beat, liveness, input.now),
                 status: row.status,
                 ownership_state: row.ownership_state,
                 pid: row.pid,

@@ -121,30 +121,6 @@ fn open_from_env_helper() {
     }
 }
 
-/// A policy that allows every connector lease.
-struct AllowAll;
-
-impl fleet_lease::ConnectorPolicy for AllowAll {
-    fn authorize_lease(
-        &self,
-        _: &fleet_lease::ConnectorIdentity,
-        _: &str,
-        _: &[String],
-        _: Option<time::Duration>,
-    ) -> fleet_lease::PolicyDecision {
-        fleet_lease::PolicyDecision::Allow
-    }
-    fn authorize_grant(
-        &self,
-        _: &fleet_lease::ConnectorIdentity,
-        _: &str,
-        _: &[String],
-        _: Option<time::Duration>,
-    ) -> fleet_lease::PolicyDecision {
-        fleet_lease::PolicyDecision::Allow
-    }
-}
-
 #[test]
 fn the_audit_log_is_append_only_and_never_holds_scopes() {
     use fleet_registry::ConnectorRequest;
@@ -160,9 +136,15 @@ fn the_audit_log_is_append_only_and_never_holds_scopes() {
     let limits = fleet_lease::GrantLimits::default();
     let acquire =
         ConnectorRequest::Acquire { connector: "conn", scopes: &scopes, ttl: time::Duration::seconds(30) };
-    let lease = registry.connector_lease(&identity, acquire, limits, &AllowAll, &ctx).unwrap().unwrap();
+    let lease = registry
+        .connector_lease(&identity, acquire, limits, &fleet_registry::conformance::AllowAll, &ctx)
+        .unwrap()
+        .unwrap();
     let release = ConnectorRequest::Release { holder: &lease.holder() };
-    registry.connector_lease(&identity, release, limits, &AllowAll, &ctx).unwrap().unwrap();
+    registry
+        .connector_lease(&identity, release, limits, &fleet_registry::conformance::AllowAll, &ctx)
+        .unwrap()
+        .unwrap();
     drop(registry);
 
     let conn = rusqlite::Connection::open(&path).unwrap();

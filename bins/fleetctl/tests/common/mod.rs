@@ -141,3 +141,10 @@ pub fn assert_usage_error(out: &Output, needle: &str) {
         "{stderr:?} does not start with an error naming {needle:?}"
     );
 }
+
+/// Whether a process with this pid still exists (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    matches!(state, Some(s) if s != "Z" && s != "X")
+}
