@@ -33,7 +33,46 @@ impl Timestamp {
 
     /// Parses any RFC 3339 time.
     pub fn parse(text: &str) -> Result<Self, TimestampError> {
+        if let Some(at) = Self::parse_canonical(text) {
+            return Ok(at);
+        }
         OffsetDateTime::parse(text, &Rfc3339).map(Self::new).map_err(|_| TimestampError(text.to_owned()))
+    }
+
+    /// The text form this type writes (`2026-07-30T12:00:00.000Z`), read without the
+    /// general RFC 3339 parser: stores hold every heartbeat in it, and the snapshot reads
+    /// one per row. `None` for any other spelling, which the general parser then reads.
+    fn parse_canonical(text: &str) -> Option<Self> {
+        let b = text.as_bytes();
+        if b.len() != 24 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+            return None;
+        }
+        if b[16] != b':' || b[19] != b'.' || b[23] != b'Z' {
+            return None;
+        }
+        let num = |range: std::ops::Range<usize>| -> Option<u32> {
+            b[range].iter().try_fold(0u32, |n, d| d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0')))
+        };
+        let month = time::Month::try_from(u8::try_from(num(5..7)?).ok()?).ok()?;
+        let date = time::Date::from_calendar_date(
+            i32::try_from(num(0..4)?).ok()?,
+            month,
+            u8::try_from(num(8..10)?).ok()?,
+        )
+        .ok()?;
+        let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+        // RFC 3339 allows a leap second (`:60`); the general parser decides what it means.
+        if second > 59 {
+            return None;
+        }
+        let time = time::Time::from_hms_milli(
+            u8::try_from(hour).ok()?,
+            u8::try_from(minute).ok()?,
+            u8::try_from(second).ok()?,
+            u16::try_from(num(20..23)?).ok()?,
+        )
+        .ok()?;
+        Some(Self(date.with_time(time).assume_utc()))
     }
 
     /// The wrapped time.
@@ -59,6 +98,22 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (date, time) = (self.0.date(), self.0.time());
+        if (0..=9999).contains(&date.year()) {
+            // The common case, written straight to the formatter without the general
+            // formatter's intermediate string.
+            return write!(
+                f,
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                date.year(),
+                u8::from(date.month()),
+                date.day(),
+                time.hour(),
+                time.minute(),
+                time.second(),
+                time.millisecond()
+            );
+        }
         let text = self
             .0
             .format(format_description!(
@@ -100,6 +155,46 @@ mod tests {
         let t = Timestamp::new(datetime!(2026-07-30 14:00:00.123456 +02:00));
         assert_eq!(t.to_string(), "2026-07-30T12:00:00.123Z");
         assert_eq!(Timestamp::parse(&t.to_string()).unwrap(), t);
+    }
+
+    #[test]
+    fn the_canonical_reader_agrees_with_the_general_parser() {
+        for text in [
+            "2026-07-30T12:00:00.123Z",
+            "0000-01-01T00:00:00.000Z",
+            "9999-12-31T23:59:59.999Z",
+            "2024-02-29T01:02:03.004Z",
+        ] {
+            let general = Timestamp::new(OffsetDateTime::parse(text, &Rfc3339).unwrap());
+            assert_eq!(Timestamp::parse_canonical(text), Some(general), "{text}");
+            assert_eq!(general.to_string(), text);
+        }
+        // Not the canonical form, or not a time: left to the general parser.
+        for text in [
+            "2026-07-30T12:00:00Z",
+            "2026-07-30T12:00:60.000Z",
+            "2025-02-29T00:00:00.000Z",
+            "2026-13-01T00:00:00.000Z",
+            "2026-07-30T24:00:00.000Z",
+            "2026-07-30t12:00:00.000Z",
+            "+026-07-30T12:00:00.000Z",
+        ] {
+            assert_eq!(Timestamp::parse_canonical(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn years_outside_four_digits_still_print() {
+        let early = Timestamp::from_unix_millis(-62_198_755_200_000).unwrap();
+        assert_eq!(
+            early.to_string(),
+            early
+                .get()
+                .format(format_description!(
+                    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+                ))
+                .unwrap()
+        );
     }
 
     #[test]

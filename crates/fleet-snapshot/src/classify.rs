@@ -1,13 +1,14 @@
 //! Classification: rows, ledger, manifest, probe results and `now` in; the snapshot out.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{
-    ClientInstanceId, InstanceClaim, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
+    ClientInstanceId, InstanceClaim, Ledger, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
     assess_instance_id,
 };
 use fleet_model::ProcessVerdict;
 use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::findings::{Finding, FindingCode};
@@ -167,33 +168,22 @@ fn judge(
 
 /// Takes the snapshot.
 pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
-    let mut rows: Vec<&WorkerRow> = input.rows.iter().collect();
-    // Sorting on the full content makes every later step independent of input order,
-    // even for rows that share a worker identity.
-    // Stores return rows ordered by identity; only an unordered input (or one with
-    // shared identities) pays for the sort.
-    if !rows.windows(2).all(|w| w[0].worker_identity < w[1].worker_identity) {
-        rows.sort_unstable_by(|a, b| {
-            a.worker_identity.cmp(&b.worker_identity).then_with(|| {
-                // Only rows that share an identity (a reuse finding) pay for this.
-                serde_json::to_string(a)
-                    .unwrap_or_default()
-                    .cmp(&serde_json::to_string(b).unwrap_or_default())
-            })
-        });
-    }
-    let ledger: BTreeSet<ClientInstanceId> =
-        input.ledger.iter().map(|i| i.client_instance_id.clone()).collect();
-    let ledger_hosts: HashMap<&str, &fleet_identity::HostId> = input
+    let rows = ordered(input.rows);
+    let ledger = LedgerIndex(input.ledger.iter().map(|i| &i.client_instance_id).collect());
+    let ledger_hosts: FxHashMap<&str, &fleet_identity::HostId> = input
         .ledger
         .iter()
         .filter_map(|i| Some((i.client_instance_id.as_str(), i.host_id.as_ref()?)))
         .collect();
 
+    // Rows are ordered by identity, as the probe results are: one merged walk finds each
+    // row's verdict without a tree lookup per row.
+    let mut probes = input.probes.iter().peekable();
     let views: Vec<WorkerView> = rows
         .iter()
         .map(|row| {
-            let liveness = input.probes.get(&row.worker_identity).copied();
+            while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
+            let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
             let beat = row.heartbeat();
             let expires_at =
                 beat.zip(row.heartbeat_ttl_s).map(|(b, ttl)| fleet_model::heartbeat_expiry(b, ttl));
@@ -221,7 +211,7 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
         .or(input.policy.expected_code_revision.as_deref());
     let pairs: Vec<(&WorkerRow, &WorkerView)> = rows.iter().copied().zip(&views).collect();
     // Each distinct instance ID is parsed once, however many workers claim it.
-    let mut claims: HashMap<Option<&str>, InstanceClaim> = HashMap::new();
+    let mut claims: FxHashMap<Option<&str>, InstanceClaim> = FxHashMap::default();
     for &(row, view) in &pairs {
         if view.state != WorkerState::Historical {
             let key = row.client_instance_id.as_deref();
@@ -231,8 +221,8 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
     }
     historical_findings(&pairs, &mut findings);
     let groups = group_by_instance(&pairs);
-    for (key, members) in &groups {
-        instance_findings(*key, members, &ledger_hosts, &mut findings);
+    for (key, members) in groups.iter() {
+        instance_findings(key, members, &ledger_hosts, &mut findings);
     }
     reuse_findings(&pairs, &mut findings);
     if let Some(manifest) = input.manifest {
@@ -271,7 +261,7 @@ fn row_findings(
     row: &WorkerRow,
     view: &WorkerView,
     claim: &InstanceClaim,
-    ledger: &BTreeSet<ClientInstanceId>,
+    ledger: &LedgerIndex<'_>,
     policy: &Policy,
     expected_revision: Option<&str>,
     out: &mut Vec<Finding>,
@@ -336,7 +326,7 @@ fn row_findings(
         );
     }
     if let InstanceClaim::WellFormed(id) = claim {
-        if !ledger.contains(id) {
+        if !ledger.holds(id) {
             out.push(
                 base(
                     FindingCode::UnmintedInstanceId,
@@ -408,23 +398,42 @@ fn historical_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     }
 }
 
-type Groups<'a> = BTreeMap<Option<&'a str>, Vec<Pair<'a>>>;
+/// Active rows grouped by the instance ID they claim, ordered by ID.
+struct Groups<'a>(Vec<(Option<&'a str>, Vec<Pair<'a>>)>);
+
+impl<'a> Groups<'a> {
+    fn get(&self, key: Option<&str>) -> Option<&[Pair<'a>]> {
+        let at = self.0.binary_search_by(|(k, _)| (*k).cmp(&key)).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (Option<&'a str>, &[Pair<'a>])> {
+        self.0.iter().map(|(k, m)| (*k, m.as_slice()))
+    }
+}
 
 /// Active rows grouped by the instance ID they claim.
 fn group_by_instance<'a>(pairs: &[Pair<'a>]) -> Groups<'a> {
-    let mut groups: Groups<'a> = BTreeMap::new();
+    let mut index: FxHashMap<Option<&'a str>, usize> = FxHashMap::default();
+    let mut groups: Vec<(Option<&'a str>, Vec<Pair<'a>>)> = Vec::new();
     for &(row, view) in pairs {
         if view.state != WorkerState::Historical {
-            groups.entry(row.client_instance_id.as_deref()).or_default().push((row, view));
+            let key = row.client_instance_id.as_deref();
+            let at = *index.entry(key).or_insert_with(|| {
+                groups.push((key, Vec::new()));
+                groups.len() - 1
+            });
+            groups[at].1.push((row, view));
         }
     }
-    groups
+    groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Groups(groups)
 }
 
 fn instance_findings(
     instance: Option<&str>,
     members: &[Pair<'_>],
-    ledger_hosts: &HashMap<&str, &fleet_identity::HostId>,
+    ledger_hosts: &FxHashMap<&str, &fleet_identity::HostId>,
     out: &mut Vec<Finding>,
 ) {
     let live: Vec<&WorkerRow> =
@@ -448,16 +457,24 @@ fn instance_findings(
 
     // Workers of one launch share who launched them; disagreement is two launches on one ID.
     let Some(id) = instance else { return };
+    let fields = launch_fields;
+    let ledger_host = ledger_hosts.get(id).map(|h| h.as_str());
+    // A field conflicts when two live rows (or a row and the ledger's host) hold
+    // different values; rows without the field do not vote. Most launches agree, and
+    // are settled without building the sets.
+    const HOST: usize = 3;
+    let agreed = |i: usize| {
+        let mut values = live.iter().filter_map(|r| fields(r)[i].1);
+        // The ledger's host, when it records one, is the host every row must match.
+        let first = if i == HOST { ledger_host.or_else(|| values.next()) } else { values.next() };
+        first.is_none_or(|first| values.all(|v| v == first))
+    };
+    if (0..5).all(agreed) {
+        return;
+    }
     let mut conflicts: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for row in &live {
-        let fields: [(&str, Option<&str>); 5] = [
-            ("client_type", row.client_type.as_ref().map(|v| v.as_str())),
-            ("session_id", row.session_id.as_ref().map(|v| v.as_str())),
-            ("fleet_run_id", row.fleet_run_id.as_ref().map(|v| v.as_str())),
-            ("host_id", row.host_id.as_ref().map(|v| v.as_str())),
-            ("boot_id", row.boot_id.as_ref().map(|v| v.as_str())),
-        ];
-        for (field, value) in fields {
+        for (field, value) in fields(row) {
             if let Some(value) = value {
                 conflicts.entry(field).or_default().insert(value);
             }
@@ -485,58 +502,81 @@ fn instance_findings(
     }
 }
 
-/// Groups `rows` by `key` and reports each group of more than one with `code`.
+/// The fields every worker of one launch shares, by name.
+fn launch_fields(row: &WorkerRow) -> [(&'static str, Option<&str>); 5] {
+    [
+        ("client_type", row.client_type.as_ref().map(|v| v.as_str())),
+        ("session_id", row.session_id.as_ref().map(|v| v.as_str())),
+        ("fleet_run_id", row.fleet_run_id.as_ref().map(|v| v.as_str())),
+        ("host_id", row.host_id.as_ref().map(|v| v.as_str())),
+        ("boot_id", row.boot_id.as_ref().map(|v| v.as_str())),
+    ]
+}
+
+/// Groups `rows` by `key` and reports each group with two rows that `differ`.
 ///
-/// Rows are sorted by a 64-bit hash of their key (cache-friendly, no string compares),
-/// and each run of equal hashes is split by the keys themselves, so a hash collision
-/// can never merge two groups.
+/// A first pass keeps, for each key's 64-bit hash, the first row seen and whether a later
+/// row differs from it (no string copies, no ordering of strings); only rows under a
+/// hash so marked are then grouped by the keys themselves, so a hash collision can never
+/// merge two groups, and a fleet without reuse pays one pass. Equality is transitive, so
+/// "some row differs from the first" is "two rows differ".
 fn report_shared<'a, K: Ord + std::hash::Hash + Serialize>(
-    rows: impl Iterator<Item = &'a WorkerRow>,
+    rows: &[&'a WorkerRow],
     key: impl Fn(&'a WorkerRow) -> Option<K>,
-    distinct: impl Fn(&[&WorkerRow]) -> bool,
+    differ: impl Fn(&WorkerRow, &WorkerRow) -> bool,
     code: FindingCode,
     what: &str,
     out: &mut Vec<Finding>,
 ) {
-    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    let hasher = BuildHasherDefault::<DefaultHasher>::default();
-    let mut hashed: Vec<(u64, &'a WorkerRow)> =
-        rows.filter_map(|r| key(r).map(|k| (hasher.hash_one(&k), r))).collect();
-    hashed.sort_unstable_by_key(|(h, _)| *h);
-    let mut start = 0;
-    while start < hashed.len() {
-        let end = start + hashed[start..].iter().take_while(|(h, _)| *h == hashed[start].0).count();
-        if end - start > 1 {
-            let mut run: Vec<(K, &WorkerRow)> =
-                hashed[start..end].iter().filter_map(|(_, r)| Some((key(r)?, *r))).collect();
-            run.sort_by(|a, b| a.0.cmp(&b.0));
-            for group in run.chunk_by(|a, b| a.0 == b.0).filter(|g| g.len() > 1) {
-                let rows: Vec<&WorkerRow> = group.iter().map(|(_, r)| *r).collect();
-                if distinct(&rows) {
-                    let instances: BTreeSet<Option<&str>> =
-                        rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
-                    let instance =
-                        if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
-                    out.push(
-                        Finding::new(code, format!("{} active rows share one {what}", rows.len()))
-                            .instance(instance)
-                            .workers(rows.iter().map(|r| &r.worker_identity))
-                            .evidence("shared", &group[0].0),
-                    );
-                }
+    use std::hash::BuildHasher;
+    let hash = |row: &'a WorkerRow| key(row).map(|k| FxBuildHasher.hash_one(&k));
+    let mut first: FxHashMap<u64, (&WorkerRow, bool)> =
+        FxHashMap::with_capacity_and_hasher(rows.len(), FxBuildHasher);
+    let mut marked = false;
+    for &row in rows {
+        if let Some(h) = hash(row) {
+            let (seen, differs) = first.entry(h).or_insert((row, false));
+            if !*differs && differ(seen, row) {
+                (*differs, marked) = (true, true);
             }
         }
-        start = end;
+    }
+    if !marked {
+        return;
+    }
+    let mut run: Vec<(K, &WorkerRow)> = rows
+        .iter()
+        .filter(|r| hash(r).is_some_and(|h| first[&h].1))
+        .filter_map(|r| Some((key(r)?, *r)))
+        .collect();
+    run.sort_by(|a, b| a.0.cmp(&b.0));
+    for group in run.chunk_by(|a, b| a.0 == b.0) {
+        let rows: Vec<&WorkerRow> = group.iter().map(|(_, r)| *r).collect();
+        if rows.iter().any(|r| differ(rows[0], r)) {
+            let instances: BTreeSet<Option<&str>> =
+                rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
+            let instance = if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
+            out.push(
+                Finding::new(code, format!("{} active rows share one {what}", rows.len()))
+                    .instance(instance)
+                    .workers(rows.iter().map(|r| &r.worker_identity))
+                    .evidence("shared", &group[0].0),
+            );
+        }
     }
 }
 
 fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
-    let active = || pairs.iter().filter(|(_, v)| v.state != WorkerState::Historical).map(|(r, _)| *r);
-    let always = |_: &[&WorkerRow]| true;
+    let active: Vec<&WorkerRow> =
+        pairs.iter().filter(|(_, v)| v.state != WorkerState::Historical).map(|(r, _)| *r).collect();
+    let active = active.as_slice();
+    // Any two rows under one key are a finding, whatever else they hold; `ptr::eq` tells
+    // a row from itself.
+    let always = |a: &WorkerRow, b: &WorkerRow| !std::ptr::eq(a, b);
 
     // Only active rows are compared: history never makes a live fleet unsafe.
     report_shared(
-        active(),
+        active,
         |r| Some(r.worker_identity.as_str()),
         always,
         FindingCode::ReusedWorkerIdentity,
@@ -544,15 +584,15 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
         out,
     );
     report_shared(
-        active(),
+        active,
         |r| r.session_id.as_ref().map(|s| s.as_str()),
-        |rows| rows.iter().map(|r| &r.client_instance_id).collect::<BTreeSet<_>>().len() > 1,
+        |a, b| a.client_instance_id != b.client_instance_id,
         FindingCode::ReusedSessionIdentity,
         "session across instances",
         out,
     );
     report_shared(
-        active(),
+        active,
         |r| r.generation_id.as_ref().map(|g| g.as_str()),
         always,
         FindingCode::ReusedGenerationIdentity,
@@ -560,7 +600,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
         out,
     );
     report_shared(
-        active(),
+        active,
         |r| Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?, r.process_start_time?)),
         always,
         FindingCode::ReusedProcessIdentity,
@@ -568,15 +608,15 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
         out,
     );
     report_shared(
-        active(),
+        active,
         |r| Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?)),
-        |rows| rows.iter().map(|r| r.process_start_time).collect::<BTreeSet<_>>().len() > 1,
+        |a, b| a.process_start_time != b.process_start_time,
         FindingCode::ReusedPid,
         "pid number with different start times",
         out,
     );
     report_shared(
-        active(),
+        active,
         |r| Some((r.client_instance_id.as_deref()?, r.namespace, r.fencing_epoch?)),
         always,
         FindingCode::ReusedFencingIdentity,
@@ -584,7 +624,7 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
         out,
     );
     report_shared(
-        active(),
+        active,
         |r| r.token_fingerprint.as_deref(),
         always,
         FindingCode::ReusedFencingIdentity,
@@ -594,11 +634,11 @@ fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
 }
 
 fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Finding>) {
-    let listed: BTreeSet<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
+    let listed: FxHashSet<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
     for expected in &manifest.instances {
         let id = expected.client_instance_id.as_str();
         let live: BTreeSet<Namespace> = groups
-            .get(&Some(id))
+            .get(Some(id))
             .map(|m| {
                 m.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| r.namespace).collect()
             })
@@ -619,13 +659,13 @@ fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Fin
             );
         }
     }
-    for (key, members) in groups {
+    for (key, members) in groups.iter() {
         let live: Vec<&WorkerRow> =
             members.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| *r).collect();
         if !live.is_empty() && !key.is_some_and(|k| listed.contains(k)) {
             out.push(
                 Finding::new(FindingCode::Unmanifested, "a live instance is not on the manifest")
-                    .instance(*key)
+                    .instance(key)
                     .workers(live.iter().map(|r| &r.worker_identity)),
             );
         }
@@ -634,20 +674,24 @@ fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Fin
 
 fn instance_views(
     groups: &Groups<'_>,
-    ledger: &BTreeSet<ClientInstanceId>,
+    ledger: &LedgerIndex<'_>,
     manifest: Option<&Manifest>,
     findings: &[Finding],
 ) -> Vec<InstanceView> {
-    let mut blockers: BTreeMap<Option<&str>, BTreeSet<FindingCode>> = BTreeMap::new();
+    let mut blockers: FxHashMap<Option<&str>, BTreeSet<FindingCode>> = FxHashMap::default();
     for f in findings.iter().filter(|f| f.active_blocker) {
         blockers.entry(f.client_instance_id.as_deref()).or_default().insert(f.code);
+    }
+    // The first manifest entry for each ID, as a linear search would find it.
+    let mut listed: FxHashMap<&str, &crate::manifest::ManifestInstance> = FxHashMap::default();
+    for entry in manifest.map(|m| m.instances.as_slice()).unwrap_or_default() {
+        listed.entry(entry.client_instance_id.as_str()).or_insert(entry);
     }
     groups
         .iter()
         .map(|(key, members)| {
-            let expected: Vec<Namespace> = manifest
-                .and_then(|m| m.instances.iter().find(|i| Some(i.client_instance_id.as_str()) == *key))
-                .map_or_else(|| Namespace::ALL.to_vec(), |i| i.namespaces.clone());
+            let entry = key.and_then(|k| listed.get(k));
+            let expected: &[Namespace] = entry.map_or(&Namespace::ALL, |i| &i.namespaces);
             let mut namespaces: BTreeMap<Namespace, Vec<WorkerIdentity>> = BTreeMap::new();
             let mut stale_workers = Vec::new();
             for (row, view) in members {
@@ -664,40 +708,95 @@ fn instance_views(
                 client_type: members
                     .iter()
                     .find_map(|(r, _)| r.client_type.as_ref().map(ToString::to_string)),
-                trust: assess_instance_id(*key, ledger),
-                manifested: manifest
-                    .map(|m| m.instances.iter().any(|i| Some(i.client_instance_id.as_str()) == *key)),
-                missing_namespaces: expected.into_iter().filter(|ns| !namespaces.contains_key(ns)).collect(),
+                trust: assess_instance_id(key, ledger),
+                manifested: manifest.map(|_| entry.is_some()),
+                missing_namespaces: expected
+                    .iter()
+                    .copied()
+                    .filter(|ns| !namespaces.contains_key(ns))
+                    .collect(),
                 namespaces,
                 stale_workers,
-                blockers: blockers.get(key).map(|b| b.iter().copied().collect()).unwrap_or_default(),
+                blockers: blockers.get(&key).map(|b| b.iter().copied().collect()).unwrap_or_default(),
             }
         })
         .collect()
 }
 
 fn consistency_token(now: Timestamp, rows: &[&WorkerRow]) -> String {
+    use std::io::Write as _;
+    // The fields go through one buffer, hashed a block at a time: the same bytes as
+    // hashing each field alone, without a hasher call per field.
+    const BLOCK: usize = 64 * 1024;
     let mut hasher = blake3::Hasher::new();
-    hasher.update(now.to_string().as_bytes());
-    let mut field = |value: Option<&str>| {
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 1024);
+    buf.extend_from_slice(now.to_string().as_bytes());
+    let field = |buf: &mut Vec<u8>, value: Option<&[u8]>| {
         // A length prefix keeps field boundaries unambiguous; absent differs from empty.
         match value {
             Some(v) => {
-                hasher.update(&(v.len() as u64).to_le_bytes());
-                hasher.update(v.as_bytes());
+                buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                buf.extend_from_slice(v);
             }
-            None => {
-                hasher.update(&u64::MAX.to_le_bytes());
-            }
+            None => buf.extend_from_slice(&u64::MAX.to_le_bytes()),
         }
     };
+    let mut epoch = Vec::with_capacity(20);
     for row in rows {
-        field(Some(row.worker_identity.as_str()));
-        field(row.client_instance_id.as_deref());
-        field(Some(row.status.as_str()));
-        field(row.last_heartbeat_at.as_deref());
-        field(row.fencing_epoch.map(|e| e.to_string()).as_deref());
-        field(row.generation_id.as_ref().map(|g| g.as_str()));
+        field(&mut buf, Some(row.worker_identity.as_str().as_bytes()));
+        field(&mut buf, row.client_instance_id.as_deref().map(str::as_bytes));
+        field(&mut buf, Some(row.status.as_str().as_bytes()));
+        field(&mut buf, row.last_heartbeat_at.as_deref().map(str::as_bytes));
+        let epoch = row.fencing_epoch.map(|e| {
+            epoch.clear();
+            let _ = write!(epoch, "{e}");
+            epoch.as_slice()
+        });
+        field(&mut buf, epoch);
+        field(&mut buf, row.generation_id.as_ref().map(|g| g.as_str().as_bytes()));
+        if buf.len() >= BLOCK {
+            hasher.update(&buf);
+            buf.clear();
+        }
     }
+    hasher.update(&buf);
     format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
+}
+
+/// The rows ordered by identity (the order stores return them in, which costs one
+/// check), then by content for rows that share an identity, so that every later step is
+/// independent of input order.
+fn ordered(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
+    let mut out: Vec<&WorkerRow> = rows.iter().collect();
+    if out.windows(2).all(|w| w[0].worker_identity < w[1].worker_identity) {
+        return out;
+    }
+    // The first bytes of each identity, held inline, decide most comparisons without
+    // following a pointer; zero padding keeps the order of the whole strings.
+    let prefix = |row: &WorkerRow| {
+        let mut key = [0u8; 24];
+        let id = row.worker_identity.as_str().as_bytes();
+        let n = id.len().min(key.len());
+        key[..n].copy_from_slice(&id[..n]);
+        key
+    };
+    let mut keyed: Vec<([u8; 24], &WorkerRow)> = out.iter().map(|r| (prefix(r), *r)).collect();
+    keyed.sort_unstable_by(|(ka, a), (kb, b)| {
+        ka.cmp(kb).then_with(|| a.worker_identity.cmp(&b.worker_identity)).then_with(|| {
+            // Only rows that share an identity (a reuse finding) pay for this.
+            serde_json::to_string(a).unwrap_or_default().cmp(&serde_json::to_string(b).unwrap_or_default())
+        })
+    });
+    out.clear();
+    out.extend(keyed.into_iter().map(|(_, r)| r));
+    out
+}
+
+/// The ledger as a hash set of borrowed IDs.
+struct LedgerIndex<'a>(FxHashSet<&'a ClientInstanceId>);
+
+impl Ledger for LedgerIndex<'_> {
+    fn holds(&self, id: &ClientInstanceId) -> bool {
+        self.0.contains(id)
+    }
 }

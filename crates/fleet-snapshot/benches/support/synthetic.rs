@@ -4,13 +4,23 @@
 use fleet_identity::{ClientInstanceId, ClientType, Namespace, Timestamp};
 use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
 
-/// `2026-07-30T12:00:00Z` plus `secs` seconds.
-fn at(secs: i64) -> Timestamp {
-    Timestamp::from_unix_millis((1_785_412_800 + secs) * 1000).expect("in range")
-}
+/// `2026-07-30T12:00:00Z`, in seconds since the epoch.
+const BASE: i64 = 1_785_412_800;
 
 /// The rows and ledger of a synthetic fleet of `rows` rows, and the `now` to judge it at.
+#[allow(dead_code)] // Not every target that includes this file uses both entry points.
 pub(crate) fn fleet(rows: usize) -> (Vec<WorkerRow>, Vec<InstanceRecord>, Timestamp) {
+    fleet_at(rows, BASE, 30)
+}
+
+/// The same fleet, minted at `base` (seconds since the epoch): fresh heartbeats beat at
+/// `base + 1000` with a TTL of `ttl_s`, and the `now` returned is `base + 1010`.
+pub(crate) fn fleet_at(
+    rows: usize,
+    base: i64,
+    ttl_s: u32,
+) -> (Vec<WorkerRow>, Vec<InstanceRecord>, Timestamp) {
+    let at = |secs: i64| Timestamp::from_unix_millis((base + secs) * 1000).expect("in range");
     let client = ClientType::new("codex").expect("valid");
     let mut out = Vec::with_capacity(rows);
     let mut ledger = Vec::new();
@@ -52,7 +62,7 @@ pub(crate) fn fleet(rows: usize) -> (Vec<WorkerRow>, Vec<InstanceRecord>, Timest
             ownership_state: Some(OwnershipState::Owned),
             registered_at: at(0),
             last_heartbeat_at: Some(beat.to_string()),
-            heartbeat_ttl_s: Some(30),
+            heartbeat_ttl_s: Some(ttl_s),
             fencing_epoch: Some(1),
             token_fingerprint: Some(format!("b3:{i:032x}")),
             code_revision: Some("0.1.0".into()),
