@@ -2,17 +2,17 @@
 //! permission — are tool results with `isError: true` and a reason code a model can act
 //! on; only protocol faults are JSON-RPC errors.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
 use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
-use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, WorkerRow};
+use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, StoreError, WorkerRow};
 
 use fleet_registry::OpenMode;
 use fleet_runtime::{
-    InstanceEnv, RegistryLocation, now, open_registry, plan_retirement, retirement_context, take_snapshot,
+    FleetReader, InstanceEnv, RegistryLocation, now, open_registry, plan_retirement, retirement_context,
 };
-use fleet_snapshot::{FindingCode, Manifest, Policy, mutation_gate};
+use fleet_snapshot::{FindingCode, FleetSnapshot, Manifest, Policy, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -89,6 +89,8 @@ fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(), Cal
 #[derive(Debug, Clone)]
 pub(crate) struct FleetServer {
     ctx: Arc<Context>,
+    /// The registry kept open between calls, with the rows last read.
+    fleet: Arc<Mutex<FleetReader>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -218,7 +220,16 @@ impl FleetServer {
                 tool_router.disable_route(tool);
             }
         }
-        Self { ctx: Arc::new(ctx), tool_router }
+        let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone())));
+        Self { ctx: Arc::new(ctx), fleet, tool_router }
+    }
+
+    /// The fleet now (see [`FleetReader`]: rows re-read only when the store moved).
+    fn snapshot(&self, manifest: Option<&Manifest>) -> Result<FleetSnapshot, StoreError> {
+        // A panic elsewhere while the lock was held leaves nothing half-written that a
+        // read could trust: the reader re-checks the store's marker on every call.
+        let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        fleet.snapshot(manifest, &Policy::default(), now())
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -269,8 +280,7 @@ impl FleetServer {
             }
         }
         let me = self.me()?;
-        let snap = take_snapshot(&self.ctx.location, None, &Policy::default(), now())
-            .map_err(|e| refuse("registry_unavailable", e))?;
+        let snap = self.snapshot(None).map_err(|e| refuse("registry_unavailable", e))?;
         let gate = mutation_gate(&snap, &me.worker_identity);
         if !gate.mutation_allowed {
             return Err(refusal("mutation_gate_closed", json!({ "reasons": gate.reasons })));
@@ -336,7 +346,7 @@ impl FleetServer {
         })
     }
 
-    fn lease_result(result: Result<fleet_registry::LeaseResult, fleet_registry::StoreError>) -> Outcome {
+    fn lease_result(result: Result<fleet_registry::LeaseResult, StoreError>) -> Outcome {
         match result {
             Ok(Ok(lease)) => Ok(json!({ "outcome": "ok", "lease": lease })),
             Ok(Err(denial)) => Err(refuse(denial.as_str(), denial)),
@@ -370,8 +380,7 @@ impl FleetServer {
                 .map(|m| Manifest::from_json(&m.to_string()))
                 .transpose()
                 .map_err(|e| refuse("invalid_manifest", e))?;
-            let snap = take_snapshot(&self.ctx.location, manifest.as_ref(), &Policy::default(), now())
-                .map_err(|e| refuse("registry_unavailable", e))?;
+            let snap = self.snapshot(manifest.as_ref()).map_err(|e| refuse("registry_unavailable", e))?;
             ok_serialized(&snap)
         })()
         .unwrap_or_else(|refusal| refusal)
@@ -439,11 +448,10 @@ impl FleetServer {
                 .unwrap_or(me)
         });
         let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
-        let gate = ctx.registration.as_ref().ok().and_then(|me| {
-            take_snapshot(&ctx.location, None, &Policy::default(), now())
-                .ok()
-                .map(|snap| mutation_gate(&snap, &me.worker_identity))
-        });
+        let gate =
+            ctx.registration.as_ref().ok().and_then(|me| {
+                self.snapshot(None).ok().map(|snap| mutation_gate(&snap, &me.worker_identity))
+            });
         ok(json!({
             "namespace": ctx.namespace,
             "profile": ctx.profile,

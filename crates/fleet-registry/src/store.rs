@@ -90,6 +90,15 @@ pub trait Store {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>;
 
+    /// A value that moves whenever any connection commits a change to the store, read
+    /// without reading a row: a long-lived reader keeps what it read while the marker
+    /// stands still, and reads again once it moves. Read it *before* the rows it guards,
+    /// so a commit in between can only cause a needless re-read, never a stale answer.
+    /// `None` when the backend cannot tell, and then the caller must read every time.
+    fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
+        Ok(None)
+    }
+
     /// The heartbeat, as one guarded statement: sets `last_heartbeat_at = now` and
     /// `ownership_state = owned` on the row only if it is active and still belongs to the
     /// credential's generation and token. Returns whether a row matched.

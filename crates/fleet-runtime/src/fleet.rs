@@ -7,12 +7,15 @@ use fleet_identity::{ClientInstanceId, Repository, Timestamp};
 use fleet_probe::LocalProbe;
 use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
-use fleet_registry::{Store, StoreError, WorkerRow, WorkerStatus, active_workflow_owners_in};
+use fleet_registry::{
+    Registry, RegistryDump, Store, StoreError, StoreErrorKind, WorkerRow, WorkerStatus,
+    active_workflow_owners_in,
+};
 use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
 
 use crate::exit::Failure;
-use crate::location::{RegistryLocation, open_registry};
+use crate::location::{AnyStore, RegistryLocation, open_registry};
 use crate::worker::now;
 
 /// Probes every active row that this machine can speak for; others stay unprobed.
@@ -32,16 +35,77 @@ pub fn take_snapshot(
     policy: &Policy,
     at: Timestamp,
 ) -> Result<FleetSnapshot, StoreError> {
-    let dump = open_registry(location, OpenMode::MustExist)?.export()?;
-    let probes = probe_local(&dump.worker_registrations);
-    Ok(snapshot(SnapshotInput {
-        rows: &dump.worker_registrations,
-        ledger: &dump.instances,
-        manifest,
-        probes: &probes,
-        policy,
-        now: at,
-    }))
+    FleetReader::new(location.clone()).snapshot(manifest, policy, at)
+}
+
+/// A long-lived reader of the fleet, for servers that answer many snapshot calls: it
+/// keeps the registry open and the rows it last read, and reads the rows again only when
+/// the store's change marker has moved (or the store cannot tell). Probes and
+/// classification run on every call, because processes die and heartbeats lapse
+/// without any write to the store.
+#[derive(Debug)]
+pub struct FleetReader {
+    location: RegistryLocation,
+    registry: Option<Registry<AnyStore>>,
+    /// The rows last read, under the change marker read just before them.
+    last: Option<(Option<u128>, RegistryDump)>,
+}
+
+impl FleetReader {
+    /// A reader of the registry at `location`; nothing is opened until the first read.
+    pub fn new(location: RegistryLocation) -> Self {
+        Self { location, registry: None, last: None }
+    }
+
+    /// Every ledger entry and worker row as the store holds them now.
+    pub fn dump(&mut self) -> Result<&RegistryDump, StoreError> {
+        if self.refresh().is_err() {
+            // A failed connection is not reused, and nothing read before is trusted: the
+            // registry is opened afresh (it may have been replaced), once.
+            (self.registry, self.last) = (None, None);
+            if let Err(e) = self.refresh() {
+                (self.registry, self.last) = (None, None);
+                return Err(e);
+            }
+        }
+        match &self.last {
+            Some((_, dump)) => Ok(dump),
+            None => Err(StoreError::new(StoreErrorKind::Unavailable, "the registry was not read")),
+        }
+    }
+
+    fn refresh(&mut self) -> Result<(), StoreError> {
+        let registry = match &mut self.registry {
+            Some(registry) => registry,
+            None => self.registry.insert(open_registry(&self.location, OpenMode::MustExist)?),
+        };
+        let marker = registry.store_mut().change_marker()?;
+        let unchanged = matches!((marker, &self.last), (Some(now), Some((Some(then), _))) if now == *then);
+        if !unchanged {
+            self.last = Some((marker, registry.export()?));
+        }
+        Ok(())
+    }
+
+    /// Reads (when the store moved), probes the rows this machine can speak for, and
+    /// classifies, as [`take_snapshot`] does.
+    pub fn snapshot(
+        &mut self,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        at: Timestamp,
+    ) -> Result<FleetSnapshot, StoreError> {
+        let dump = self.dump()?;
+        let probes = probe_local(&dump.worker_registrations);
+        Ok(snapshot(SnapshotInput {
+            rows: &dump.worker_registrations,
+            ledger: &dump.instances,
+            manifest,
+            probes: &probes,
+            policy,
+            now: at,
+        }))
+    }
 }
 
 /// Where retirement runs: this host and boot, the canonical repository (default: the

@@ -17,7 +17,7 @@ pub use exit::{
     EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, init_logging, namespace_parser, parse_args, warn,
     write_stdout,
 };
-pub use fleet::{plan_retirement, probe_local, retirement_context, take_snapshot};
+pub use fleet::{FleetReader, plan_retirement, probe_local, retirement_context, take_snapshot};
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{Launch, random_key};
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};

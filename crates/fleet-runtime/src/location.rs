@@ -178,6 +178,13 @@ impl Store for AnyStore {
         }
     }
 
+    fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
+        match self {
+            AnyStore::Sqlite(s) => s.change_marker(),
+            AnyStore::Postgres(s) => s.change_marker(),
+        }
+    }
+
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.touch_heartbeat(who, now),

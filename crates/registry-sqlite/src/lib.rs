@@ -37,6 +37,15 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// The file the connection opened (device and inode), to tell when the path has
+    /// since been moved away or replaced.
+    file: Option<(u64, u64)>,
+}
+
+/// The device and inode `path` names now.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn unavailable(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -96,7 +105,7 @@ impl SqliteStore {
         }
         configure(&conn).map_err(|e| map_open_error(path, e))?;
         migrations::migrate(&mut conn)?;
-        Ok(Self { conn, path: path.to_owned() })
+        Ok(Self { conn, file: file_identity(path), path: path.to_owned() })
     }
 
     /// The database file.
@@ -389,6 +398,28 @@ impl Store for SqliteStore {
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
         self.run(TransactionBehavior::Deferred, f)
+    }
+
+    /// SQLite's `data_version` (which moves when another connection, in any process,
+    /// commits) with this connection's own change count. A registry path that no longer
+    /// names the file this connection opened is an error: the open file is no longer the
+    /// registry, and nothing read from it may be served.
+    fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
+        if self.file.is_none() {
+            return Ok(None);
+        }
+        if file_identity(&self.path) != self.file {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!(
+                    "registry {} was moved, removed or replaced since it was opened",
+                    self.path.display()
+                ),
+            ));
+        }
+        let others: i64 = self.conn.query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(map_error)?;
+        let own = self.conn.total_changes();
+        Ok(Some((u128::from(others.cast_unsigned()) << 64) | u128::from(own)))
     }
 
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
