@@ -165,7 +165,7 @@ fn render_plan(p: &Plan) -> String {
         let rows: Vec<Vec<String>> = p
             .preserved
             .iter()
-            .map(|a| vec![format!("  {}", a.worker_identity), a.reason_code.clone(), a.detail.clone()])
+            .map(|a| vec![format!("  {}", a.worker_identity), a.reason_code.to_owned(), a.detail.to_owned()])
             .collect();
         out.push_str(&crate::table::render(&["  WORKER", "REASON", "DETAIL"], &rows));
     }

@@ -268,6 +268,31 @@ pub fn heartbeat_expiry(beat: Timestamp, ttl_s: u32) -> Timestamp {
     beat.saturating_add(time::Duration::seconds(i64::from(ttl_s)))
 }
 
+/// The rows in worker-identity order, the order stores return them in (which costs one
+/// pass to confirm); rows that share an identity keep their input order.
+///
+/// An unordered input is sorted on the first bytes of each identity, held inline so
+/// most comparisons follow no pointer; zero padding keeps the order of the whole
+/// strings, and equal prefixes fall back to comparing them.
+pub fn rows_by_identity(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
+    if rows.windows(2).all(|w| w[0].worker_identity <= w[1].worker_identity) {
+        return rows.iter().collect();
+    }
+    const PREFIX: usize = 24;
+    let mut keyed: Vec<([u8; PREFIX], &WorkerRow)> = rows
+        .iter()
+        .map(|row| {
+            let mut key = [0u8; PREFIX];
+            let id = row.worker_identity.as_str().as_bytes();
+            let n = id.len().min(PREFIX);
+            key[..n].copy_from_slice(&id[..n]);
+            (key, row)
+        })
+        .collect();
+    keyed.sort_by(|(ka, a), (kb, b)| ka.cmp(kb).then_with(|| a.worker_identity.cmp(&b.worker_identity)));
+    keyed.into_iter().map(|(_, row)| row).collect()
+}
+
 /// One row of `instances`: the launcher's ledger of the IDs it minted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -367,6 +392,33 @@ fn numbered<T: serde::de::DeserializeOwned>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rows_by_identity_orders_by_whole_identities_and_keeps_ties_in_input_order() {
+        let row = |id: &str, pid: i64| {
+            let mut row: WorkerRow = serde_json::from_value(serde_json::json!({
+                "worker_identity": id, "namespace": "author", "status": "active",
+                "registered_at": "2026-07-30T12:00:00Z",
+            }))
+            .unwrap();
+            row.pid = Pid::new(pid).ok();
+            row
+        };
+        // Identities that agree on the inline prefix and differ after it, one that is a
+        // prefix of another, and two rows with one identity.
+        let long = "wkr-author-0123456789abcdef-";
+        let rows = [
+            row(&format!("{long}b"), 1),
+            row("wkr-b", 2),
+            row(&format!("{long}a"), 3),
+            row("wkr-b", 4),
+            row("wkr-a", 5),
+            row("wkr-ab", 6),
+        ];
+        let order: Vec<i64> =
+            rows_by_identity(&rows).iter().map(|r| i64::from(r.pid.unwrap().get())).collect();
+        assert_eq!(order, [5, 6, 3, 1, 2, 4]);
+    }
+
     use super::*;
 
     #[test]

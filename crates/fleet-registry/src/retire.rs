@@ -163,8 +163,8 @@ impl<S: Store> Registry<S> {
             if fresh.candidate_fingerprint != request.candidate_fingerprint {
                 return Ok(ApplyReport::nothing(ApplyOutcome::CandidateSetMoved));
             }
-            let reasons: BTreeMap<&WorkerIdentity, &String> =
-                fresh.preserved.iter().map(|a| (&a.worker_identity, &a.reason_code)).collect();
+            let reasons: BTreeMap<&WorkerIdentity, &str> =
+                fresh.preserved.iter().map(|a| (&a.worker_identity, a.reason_code)).collect();
             // 4 and 5. Revalidate each request, then retire it by guarded swap.
             let mut report = ApplyReport::nothing(ApplyOutcome::Applied);
             for id in &request.worker_identities {
@@ -175,7 +175,7 @@ impl<S: Store> Registry<S> {
                     continue;
                 };
                 if fresh.candidate_worker_identities.binary_search(id).is_err() {
-                    let reason = reasons.get(id).map_or("not_a_candidate", |r| r.as_str());
+                    let reason = reasons.get(id).copied().unwrap_or("not_a_candidate");
                     report.preserved.push(preserve(reason));
                     continue;
                 }

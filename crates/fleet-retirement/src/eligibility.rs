@@ -1,11 +1,12 @@
 //! The eligibility conjunction: a row is retired only when every requirement holds, in
 //! the order of seed 004; the first that fails names the reason the row is preserved.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use fleet_identity::{BootId, ClientInstanceId, HostId, Repository, Timestamp};
 use fleet_model::ProcessVerdict;
 use fleet_model::{OwnershipState, WorkerRow, WorkerStatus};
+use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 /// The fields the conjunction reads that have no reason code of their own.
@@ -143,6 +144,8 @@ pub struct Evidence<'a> {
     pub lease_owners: &'a BTreeSet<String>,
     /// Probe results by worker identity (absent: not probed).
     pub probes: &'a Probes,
+    /// The rows in identity order, each with its probe result.
+    ordered: Vec<(&'a WorkerRow, Option<ProcessVerdict>)>,
     live: LiveIndex<'a>,
 }
 
@@ -166,8 +169,18 @@ impl<'a> Evidence<'a> {
         lease_owners: &'a BTreeSet<String>,
         probes: &'a Probes,
     ) -> Self {
-        let mut live = LiveIndex::default();
-        for row in rows.iter().filter(|r| may_be_live(r, probes.get(&r.worker_identity).copied())) {
+        let ordered = fleet_model::rows_by_identity(rows);
+        let ordered: Vec<_> =
+            ordered.iter().copied().zip(verdicts(ordered.iter().copied(), probes)).collect();
+        let capacity = ordered.len();
+        let mut live = LiveIndex {
+            identities: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+            generations: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+            processes: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+            tokens: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+            slots: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+        };
+        for &(row, _) in ordered.iter().filter(|(r, v)| may_be_live(r, *v)) {
             *live.identities.entry(row.worker_identity.as_str()).or_default() += 1;
             if let Some(g) = &row.generation_id {
                 *live.generations.entry(g.as_str()).or_default() += 1;
@@ -181,7 +194,13 @@ impl<'a> Evidence<'a> {
             }
             *live.slots.entry((row.client_instance_id.as_deref(), row.namespace)).or_default() += 1;
         }
-        Self { rows, ledger, lease_owners, probes, live }
+        Self { rows, ledger, lease_owners, probes, ordered, live }
+    }
+
+    /// The rows in identity order (input order among rows that share one), each with
+    /// its probe result.
+    pub(crate) fn ordered(&self) -> &[(&'a WorkerRow, Option<ProcessVerdict>)] {
+        &self.ordered
     }
 
     /// The probe result for `row`, if it was probed.
@@ -191,9 +210,9 @@ impl<'a> Evidence<'a> {
 
     /// Whether a row other than `row` that may be live shares identity evidence with it:
     /// its identity, generation, process (host, boot, pid) or token.
-    fn shares_evidence_with_a_live_row(&self, row: &WorkerRow) -> bool {
+    fn shares_evidence_with_a_live_row(&self, row: &WorkerRow, probe: Option<ProcessVerdict>) -> bool {
         // `row` itself is counted when it may be live, so look for more than that.
-        let me = usize::from(may_be_live(row, self.probe_of(row)));
+        let me = usize::from(may_be_live(row, probe));
         let more = |n: Option<&usize>| n.copied().unwrap_or(0) > me;
         let process = match (&row.host_id, row.pid) {
             (Some(h), Some(p)) => more(self.live.processes.get(&(
@@ -210,13 +229,14 @@ impl<'a> Evidence<'a> {
     }
 
     /// Whether a row other than `row` that may be live claims its instance and namespace.
-    fn slot_claimed_by_a_live_row(&self, row: &WorkerRow) -> bool {
-        let me = usize::from(may_be_live(row, self.probe_of(row)));
+    fn slot_claimed_by_a_live_row(&self, row: &WorkerRow, probe: Option<ProcessVerdict>) -> bool {
+        let me = usize::from(may_be_live(row, probe));
         self.live.slots.get(&(row.client_instance_id.as_deref(), row.namespace)).copied().unwrap_or(0) > me
     }
 }
 
-fn missing_required(row: &WorkerRow) -> Vec<&'static str> {
+/// Whether a field in [`REQUIRED_IDENTITY_FIELDS`] is missing.
+fn missing_required(row: &WorkerRow) -> bool {
     let present = [
         row.client_instance_id.is_some(),
         row.generation_id.is_some(),
@@ -226,7 +246,7 @@ fn missing_required(row: &WorkerRow) -> Vec<&'static str> {
         row.heartbeat_ttl_s.is_some(),
         row.ownership_state.is_some(),
     ];
-    REQUIRED_IDENTITY_FIELDS.iter().zip(present).filter(|(_, p)| !p).map(|(f, _)| *f).collect()
+    present.contains(&false)
 }
 
 /// Whether a row may be live: active and not proved gone by the probe. Unprobed and
@@ -250,20 +270,42 @@ fn unprobeable(row: &WorkerRow, ctx: &RetirementContext) -> PreserveReason {
     }
 }
 
+/// Each row's probe result, for rows in identity order (as the results are): one merged
+/// walk instead of a tree lookup per row.
+fn verdicts<'r>(
+    rows: impl Iterator<Item = &'r WorkerRow>,
+    probes: &Probes,
+) -> impl Iterator<Item = Option<ProcessVerdict>> {
+    let mut walk = probes.iter().peekable();
+    rows.map(move |row| {
+        while walk.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
+        walk.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v)
+    })
+}
+
 /// The conjunction, in the seed's order.
 pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Verdict {
+    assess_probed(row, ev.probe_of(row), ev, ctx)
+}
+
+/// [`assess`], given the row's probe result.
+pub(crate) fn assess_probed(
+    row: &WorkerRow,
+    probe: Option<ProcessVerdict>,
+    ev: &Evidence<'_>,
+    ctx: &RetirementContext,
+) -> Verdict {
     use PreserveReason as R;
     let preserve = Verdict::Preserve;
     if row.status != WorkerStatus::Active {
         return preserve(R::AlreadyTerminalRegistration);
     }
-    if !missing_required(row).is_empty() {
+    if missing_required(row) {
         return preserve(R::IncompleteRegistryIdentity);
     }
     let Some(beat) = row.heartbeat() else {
         return preserve(R::UnparsableHeartbeat);
     };
-    let probe = ev.probe_of(row);
     // The TTL rule of the registry, on the beat parsed once.
     let expired = fleet_model::heartbeat_lapsed(beat, row.heartbeat_ttl_s.unwrap_or(0), ctx.now);
     let proved_gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
@@ -285,10 +327,10 @@ pub fn assess(row: &WorkerRow, ev: &Evidence<'_>, ctx: &RetirementContext) -> Ve
     if row.repository.as_ref() != Some(&ctx.canonical_repository) {
         return preserve(R::RepositoryBindingAmbiguous);
     }
-    if ev.shares_evidence_with_a_live_row(row) {
+    if ev.shares_evidence_with_a_live_row(row, probe) {
         return preserve(R::ConflictingIdentityEvidence);
     }
-    if ev.slot_claimed_by_a_live_row(row) {
+    if ev.slot_claimed_by_a_live_row(row, probe) {
         return preserve(R::ClientInstanceConflict);
     }
     if ev.lease_owners.contains(row.worker_identity.as_str()) {

@@ -38,7 +38,8 @@ fn push_text(out: &mut String, value: Option<&str>) {
     match value {
         None => out.push_str("null"),
         // Identities rarely need escaping; when one does, JSON's escaping is used.
-        Some(v) if v.chars().all(|c| c != '"' && c != '\\' && !c.is_control()) => {
+        // JSON escapes only these bytes (serde_json leaves DEL and C1 controls as they are).
+        Some(v) if v.bytes().all(|b| b != b'"' && b != b'\\' && b >= 0x20) => {
             out.push('"');
             out.push_str(v);
             out.push('"');
@@ -63,6 +64,12 @@ fn push_number(out: &mut String, value: Option<u64>) {
 /// registry's canonical RFC 3339 form.
 pub fn canonical_row(row: &WorkerRow) -> String {
     let mut out = String::with_capacity(640);
+    write_canonical_row(row, &mut out);
+    out
+}
+
+/// Appends [`canonical_row`]'s text to `out`.
+fn write_canonical_row(row: &WorkerRow, out: &mut String) {
     out.push('[');
     let texts_before_pid: [Option<&str>; 11] = [
         Some(row.worker_identity.as_str()),
@@ -78,56 +85,63 @@ pub fn canonical_row(row: &WorkerRow) -> String {
         row.boot_id.as_ref().map(|v| v.as_str()),
     ];
     for v in texts_before_pid {
-        push_text(&mut out, v);
+        push_text(out, v);
         out.push(',');
     }
-    push_number(&mut out, row.pid.map(|p| u64::from(p.get())));
+    push_number(out, row.pid.map(|p| u64::from(p.get())));
     out.push(',');
-    push_number(&mut out, row.process_start_time.map(|t| t.ticks()));
+    push_number(out, row.process_start_time.map(|t| t.ticks()));
     out.push(',');
-    push_text(&mut out, row.repository.as_ref().map(|v| v.as_str()));
+    push_text(out, row.repository.as_ref().map(|v| v.as_str()));
     out.push(',');
-    push_text(&mut out, Some(row.status.as_str()));
+    push_text(out, Some(row.status.as_str()));
     out.push(',');
-    push_text(&mut out, row.ownership_state.map(|o| o.as_str()));
+    push_text(out, row.ownership_state.map(|o| o.as_str()));
     out.push(',');
     // A parsed time is canonical as its instant: milliseconds since the epoch.
-    push_number(&mut out, u64::try_from(row.registered_at.unix_millis()).ok());
+    push_number(out, u64::try_from(row.registered_at.unix_millis()).ok());
     out.push(',');
-    push_text(&mut out, row.last_heartbeat_at.as_deref());
+    push_text(out, row.last_heartbeat_at.as_deref());
     out.push(',');
-    push_number(&mut out, row.heartbeat_ttl_s.map(u64::from));
+    push_number(out, row.heartbeat_ttl_s.map(u64::from));
     out.push(',');
-    push_number(&mut out, row.fencing_epoch);
+    push_number(out, row.fencing_epoch);
     if let Some(ns) = row.pid_namespace {
         out.push(',');
-        push_number(&mut out, Some(ns.inode()));
+        push_number(out, Some(ns.inode()));
     }
     out.push(']');
-    out
 }
 
-/// Hashes each row's canonical text, sorts the row hashes (so row order never matters),
-/// and hashes the sorted list. Sorting 32-byte hashes is cheaper than sorting the texts.
-fn digest<'a>(rows: impl Iterator<Item = &'a WorkerRow>) -> String {
-    let mut hashes: Vec<[u8; 32]> =
-        rows.map(|row| *blake3::hash(canonical_row(row).as_bytes()).as_bytes()).collect();
+/// The hash of each row's canonical text, in the order given; one text buffer serves
+/// every row.
+pub(crate) fn row_hashes<'a>(rows: impl Iterator<Item = &'a WorkerRow>) -> Vec<[u8; 32]> {
+    let mut text = String::with_capacity(640);
+    rows.map(|row| {
+        text.clear();
+        write_canonical_row(row, &mut text);
+        *blake3::hash(text.as_bytes()).as_bytes()
+    })
+    .collect()
+}
+
+/// Sorts the row hashes (so row order never matters) and hashes the sorted list.
+/// Sorting 32-byte hashes is cheaper than sorting the texts.
+pub(crate) fn digest(mut hashes: Vec<[u8; 32]>) -> String {
     hashes.sort_unstable();
     let mut hasher = blake3::Hasher::new();
-    for h in &hashes {
-        hasher.update(h);
-    }
+    hasher.update(hashes.as_flattened());
     format!("b3:{}", hasher.finalize().to_hex())
 }
 
 /// The token over every row's retirement-relevant content, independent of row order.
 pub fn registry_fingerprint(rows: &[WorkerRow]) -> String {
-    digest(rows.iter())
+    digest(row_hashes(rows.iter()))
 }
 
 /// The token over the candidate rows.
 pub fn candidate_fingerprint<'a>(candidates: impl Iterator<Item = &'a WorkerRow>) -> String {
-    digest(candidates)
+    digest(row_hashes(candidates))
 }
 
 /// Whether `text` is shaped like a token this crate makes: `b3:` and 64 lowercase hex

@@ -7,8 +7,8 @@ use fleet_model::ProcessVerdict;
 use fleet_model::WorkerRow;
 use serde::Serialize;
 
-use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess};
-use crate::fingerprint::{candidate_fingerprint, registry_fingerprint};
+use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess_probed};
+use crate::fingerprint::{digest, row_hashes};
 
 /// One assessed row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -16,9 +16,9 @@ pub struct Assessment {
     /// The row.
     pub worker_identity: WorkerIdentity,
     /// `eligible_stale_orphan`, or the preserve reason.
-    pub reason_code: String,
+    pub reason_code: &'static str,
     /// One sentence.
-    pub detail: String,
+    pub detail: &'static str,
     /// What the verdict rests on.
     pub evidence: RowEvidence,
 }
@@ -54,7 +54,7 @@ pub struct Plan {
     /// Each preserved row with its reason.
     pub preserved: Vec<Assessment>,
     /// How many rows each reason preserved.
-    pub preserved_reason_counts: BTreeMap<String, usize>,
+    pub preserved_reason_counts: BTreeMap<&'static str, usize>,
     /// Rows assessed.
     pub assessed_count: usize,
     /// Candidates.
@@ -111,31 +111,28 @@ fn detail(reason: PreserveReason) -> &'static str {
 pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     let mut candidates = Vec::new();
     let mut preserved = Vec::new();
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    let mut eligible_rows = Vec::new();
-    let mut rows: Vec<&WorkerRow> = ev.rows.iter().collect();
-    // Stores return rows ordered by identity; only unordered input pays for the sort.
-    if !rows.windows(2).all(|w| w[0].worker_identity <= w[1].worker_identity) {
-        rows.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
-    }
-    for row in rows {
-        let probe = ev.probe_of(row);
-        match assess(row, ev, ctx) {
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let rows = ev.ordered();
+    // Each row's hash is computed once and serves both fingerprints.
+    let hashes = row_hashes(rows.iter().map(|(row, _)| *row));
+    let mut candidate_hashes = Vec::new();
+    for (&(row, probe), hash) in rows.iter().zip(&hashes) {
+        match assess_probed(row, probe, ev, ctx) {
             Verdict::EligibleStaleOrphan => {
-                eligible_rows.push(row);
+                candidate_hashes.push(*hash);
                 candidates.push(Assessment {
                     worker_identity: row.worker_identity.clone(),
-                    reason_code: "eligible_stale_orphan".into(),
-                    detail: "every requirement holds: the process is provably gone".into(),
+                    reason_code: "eligible_stale_orphan",
+                    detail: "every requirement holds: the process is provably gone",
                     evidence: evidence(row, probe),
                 });
             }
             Verdict::Preserve(reason) => {
-                *counts.entry(reason.as_str().to_owned()).or_default() += 1;
+                *counts.entry(reason.as_str()).or_default() += 1;
                 preserved.push(Assessment {
                     worker_identity: row.worker_identity.clone(),
-                    reason_code: reason.as_str().to_owned(),
-                    detail: detail(reason).into(),
+                    reason_code: reason.as_str(),
+                    detail: detail(reason),
                     evidence: evidence(row, probe),
                 });
             }
@@ -143,8 +140,8 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     }
     Plan {
         outcome: "planned",
-        registry_fingerprint: registry_fingerprint(ev.rows),
-        candidate_fingerprint: candidate_fingerprint(eligible_rows.iter().copied()),
+        registry_fingerprint: digest(hashes),
+        candidate_fingerprint: digest(candidate_hashes),
         candidate_worker_identities: candidates.iter().map(|c| c.worker_identity.clone()).collect(),
         candidate_count: candidates.len(),
         preserved_count: preserved.len(),

@@ -763,32 +763,14 @@ fn consistency_token(now: Timestamp, rows: &[&WorkerRow]) -> String {
     format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
 }
 
-/// The rows ordered by identity (the order stores return them in, which costs one
-/// check), then by content for rows that share an identity, so that every later step is
-/// independent of input order.
+/// The rows ordered by identity, then by content for rows that share an identity, so
+/// that every later step is independent of input order.
 fn ordered(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
-    let mut out: Vec<&WorkerRow> = rows.iter().collect();
-    if out.windows(2).all(|w| w[0].worker_identity < w[1].worker_identity) {
-        return out;
+    let mut out = fleet_model::rows_by_identity(rows);
+    // Only rows that share an identity (a reuse finding) pay for this.
+    for run in out.chunk_by_mut(|a, b| a.worker_identity == b.worker_identity).filter(|run| run.len() > 1) {
+        run.sort_by_cached_key(|row| serde_json::to_string(row).unwrap_or_default());
     }
-    // The first bytes of each identity, held inline, decide most comparisons without
-    // following a pointer; zero padding keeps the order of the whole strings.
-    let prefix = |row: &WorkerRow| {
-        let mut key = [0u8; 24];
-        let id = row.worker_identity.as_str().as_bytes();
-        let n = id.len().min(key.len());
-        key[..n].copy_from_slice(&id[..n]);
-        key
-    };
-    let mut keyed: Vec<([u8; 24], &WorkerRow)> = out.iter().map(|r| (prefix(r), *r)).collect();
-    keyed.sort_unstable_by(|(ka, a), (kb, b)| {
-        ka.cmp(kb).then_with(|| a.worker_identity.cmp(&b.worker_identity)).then_with(|| {
-            // Only rows that share an identity (a reuse finding) pay for this.
-            serde_json::to_string(a).unwrap_or_default().cmp(&serde_json::to_string(b).unwrap_or_default())
-        })
-    });
-    out.clear();
-    out.extend(keyed.into_iter().map(|(_, r)| r));
     out
 }
 
