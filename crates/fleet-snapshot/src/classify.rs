@@ -515,11 +515,11 @@ fn launch_fields(row: &WorkerRow) -> [(&'static str, Option<&str>); 5] {
 
 /// Groups `rows` by `key` and reports each group with two rows that `differ`.
 ///
-/// A first pass keeps, for each key's 64-bit hash, the first row seen and whether a later
-/// row differs from it (no string copies, no ordering of strings); only rows under a
-/// hash so marked are then grouped by the keys themselves, so a hash collision can never
-/// merge two groups, and a fleet without reuse pays one pass. Equality is transitive, so
-/// "some row differs from the first" is "two rows differ".
+/// A first pass sorts the rows by their key's 64-bit hash (no string copies, no ordering
+/// of strings) and marks each run of equal hashes in which a row differs from the first;
+/// only marked rows are then grouped by the keys themselves, so a hash collision can
+/// never merge two groups, and a fleet without reuse pays one pass. Equality is
+/// transitive, so "some row differs from the first" is "two rows differ".
 fn report_shared<'a, K: Ord + std::hash::Hash + Serialize>(
     rows: &[&'a WorkerRow],
     key: impl Fn(&'a WorkerRow) -> Option<K>,
@@ -529,26 +529,24 @@ fn report_shared<'a, K: Ord + std::hash::Hash + Serialize>(
     out: &mut Vec<Finding>,
 ) {
     use std::hash::BuildHasher;
-    let hash = |row: &'a WorkerRow| key(row).map(|k| FxBuildHasher.hash_one(&k));
-    let mut first: FxHashMap<u64, (&WorkerRow, bool)> =
-        FxHashMap::with_capacity_and_hasher(rows.len(), FxBuildHasher);
-    let mut marked = false;
-    for &row in rows {
-        if let Some(h) = hash(row) {
-            let (seen, differs) = first.entry(h).or_insert((row, false));
-            if !*differs && differ(seen, row) {
-                (*differs, marked) = (true, true);
-            }
+    let mut hashed: Vec<(u64, usize)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, row)| key(row).map(|k| (FxBuildHasher.hash_one(&k), i)))
+        .collect();
+    hashed.sort_unstable();
+    let mut marked: Vec<usize> = Vec::new();
+    for run in hashed.chunk_by(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
+        let first = rows[run[0].1];
+        if run.iter().any(|&(_, i)| differ(first, rows[i])) {
+            marked.extend(run.iter().map(|&(_, i)| i));
         }
     }
-    if !marked {
+    if marked.is_empty() {
         return;
     }
-    let mut run: Vec<(K, &WorkerRow)> = rows
-        .iter()
-        .filter(|r| hash(r).is_some_and(|h| first[&h].1))
-        .filter_map(|r| Some((key(r)?, *r)))
-        .collect();
+    let mut run: Vec<(K, &WorkerRow)> =
+        marked.into_iter().filter_map(|i| Some((key(rows[i])?, rows[i]))).collect();
     run.sort_by(|a, b| a.0.cmp(&b.0));
     for group in run.chunk_by(|a, b| a.0 == b.0) {
         let rows: Vec<&WorkerRow> = group.iter().map(|(_, r)| *r).collect();

@@ -94,16 +94,25 @@ pub(crate) fn values(row: &WorkerRow) -> Vec<Value> {
 /// Reads columns of one row, turning invalid values into a corruption error.
 struct Reader<'r, 's> {
     row: &'r Row<'s>,
-    key: String,
+    /// The column that names the row in an error (its first).
+    columns: &'static [&'static str],
 }
 
 impl Reader<'_, '_> {
     fn corrupt(&self, column: &str, detail: impl std::fmt::Display) -> StoreError {
-        StoreError::corrupt(format!("registry row {} has an invalid {column}: {detail}", self.key))
+        // The key is read only when there is an error to report.
+        let key = self.row.get_ref(0).ok().and_then(|v| v.as_str().ok()).unwrap_or("?").to_owned();
+        StoreError::corrupt(format!("registry row {key} has an invalid {column}: {detail}"))
+    }
+
+    /// The text in column `idx`, borrowed from SQLite's buffer.
+    fn raw_str(&self, idx: usize) -> Result<Option<&str>, StoreError> {
+        let value = self.row.get_ref(idx).map_err(|e| self.corrupt(self.columns[idx], e))?;
+        value.as_str_or_null().map_err(|e| self.corrupt(self.columns[idx], e))
     }
 
     fn raw_text(&self, idx: usize) -> Result<Option<String>, StoreError> {
-        self.row.get::<_, Option<String>>(idx).map_err(|e| self.corrupt(COLUMNS[idx], e))
+        Ok(self.raw_str(idx)?.map(str::to_owned))
     }
 
     fn parsed<T>(&self, idx: usize) -> Result<Option<T>, StoreError>
@@ -111,7 +120,7 @@ impl Reader<'_, '_> {
         T: FromStr,
         T::Err: std::fmt::Display,
     {
-        self.raw_text(idx)?.map(|s| s.parse::<T>().map_err(|e| self.corrupt(COLUMNS[idx], e))).transpose()
+        self.raw_str(idx)?.map(|s| s.parse::<T>().map_err(|e| self.corrupt(self.columns[idx], e))).transpose()
     }
 
     fn required<T>(&self, idx: usize) -> Result<T, StoreError>
@@ -119,12 +128,13 @@ impl Reader<'_, '_> {
         T: FromStr,
         T::Err: std::fmt::Display,
     {
-        self.parsed(idx)?.ok_or_else(|| self.corrupt(COLUMNS[idx], "missing"))
+        self.parsed(idx)?.ok_or_else(|| self.corrupt(self.columns[idx], "missing"))
     }
 
     fn integer<T: TryFrom<i64>>(&self, idx: usize) -> Result<Option<T>, StoreError> {
         // A REAL such as 900.0 reads back as its integer value.
-        let value: Option<Value> = self.row.get(idx).map_err(|e| self.corrupt(COLUMNS[idx], e))?;
+        let column = self.columns[idx];
+        let value: Option<Value> = self.row.get(idx).map_err(|e| self.corrupt(column, e))?;
         let n = match value {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::Integer(n)) => n,
@@ -133,15 +143,14 @@ impl Reader<'_, '_> {
                 let n = f as i64;
                 n
             }
-            Some(other) => return Err(self.corrupt(COLUMNS[idx], format!("{other:?} is not an integer"))),
+            Some(other) => return Err(self.corrupt(column, format!("{other:?} is not an integer"))),
         };
-        T::try_from(n).map(Some).map_err(|_| self.corrupt(COLUMNS[idx], format!("{n} is out of range")))
+        T::try_from(n).map(Some).map_err(|_| self.corrupt(column, format!("{n} is out of range")))
     }
 }
 
 pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, StoreError>> {
-    let key: String = row.get(0)?;
-    let r = Reader { row, key };
+    let r = Reader { row, columns: &COLUMNS };
     Ok((|| {
         Ok(WorkerRow {
             worker_identity: r.required(0)?,
@@ -189,9 +198,12 @@ pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, S
     })())
 }
 
+/// The columns of [`INSTANCE_LIST`], by index.
+const INSTANCE_COLUMNS: [&str; 5] =
+    ["client_instance_id", "client_type", "fleet_run_id", "minted_at", "host_id"];
+
 pub(crate) fn read_instance(row: &Row<'_>) -> rusqlite::Result<Result<InstanceRecord, StoreError>> {
-    let key: String = row.get(0)?;
-    let r = Reader { row, key };
+    let r = Reader { row, columns: &INSTANCE_COLUMNS };
     Ok((|| {
         Ok(InstanceRecord {
             client_instance_id: r.required(0)?,
