@@ -1,11 +1,13 @@
-//! Heartbeats through the registry against a bare prepared `UPDATE` of the same row on
+//! Heartbeats through the registry against a bare prepared `UPDATE` of the same rows on
 //! the same server, alternating in rounds, as a ratio (absolute times move with the
-//! machine's load; the ratio is what is compared).
+//! machine's load; the ratio is what is compared). Each of `CLIENTS` threads holds its
+//! own connection and beats its own worker row, as the workers of a fleet do.
 //!
 //! ```sh
 //! FLEET_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
-//!   cargo run --release -p registry-postgres --example heartbeat_rate -- 2000 5
+//!   cargo run --release -p registry-postgres --example heartbeat_rate -- 2000 5 8
 //! ```
+//! (arguments: heartbeats per client per round, rounds, clients)
 
 use std::time::Instant;
 
@@ -14,59 +16,85 @@ use fleet_registry::conformance::{ScriptedProbe, at, process, registration};
 use fleet_registry::{Registry, WorkerCredential, WorkerToken};
 use registry_postgres::PostgresStore;
 
+const UPDATE: &str = "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
+     WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'";
+
+/// One client: a registry connection and a bare connection, and the worker it beats for.
+struct Client {
+    registry: Registry<PostgresStore>,
+    bare: postgres::Client,
+    update: postgres::Statement,
+    who: WorkerCredential,
+}
+
+impl Client {
+    fn new(url: &str, schema: &str, n: u32) -> Self {
+        let mut registry = Registry::new(PostgresStore::connect_in_schema(url, Some(schema)).expect("connect"));
+        let token = WorkerToken::from_bytes([u8::try_from(n % 250).unwrap_or(0) + 1; 32]);
+        let generation = format!("gen-bench-{n}");
+        let reg = registration(Namespace::Author, process(100 + i64::from(n), 5000 + u64::from(n)), &generation);
+        let row = registry.register(&reg, &token, at(0), &ScriptedProbe::default()).expect("register").row;
+        let who = WorkerCredential {
+            worker_identity: row.worker_identity.clone(),
+            generation_id: GenerationId::new(generation).unwrap(),
+            token,
+        };
+        let mut bare = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        bare.batch_execute(&format!("SET search_path TO {schema}")).unwrap();
+        let update = bare.prepare(UPDATE).unwrap();
+        Self { registry, bare, update, who }
+    }
+
+    fn ours(&mut self, beats: u32, offset: u32) {
+        for i in 0..beats {
+            self.registry.heartbeat(&self.who, at(i64::from(offset + i))).expect("heartbeat");
+        }
+    }
+
+    fn floor(&mut self, beats: u32, offset: u32) {
+        let fingerprint = self.who.token.fingerprint();
+        for i in 0..beats {
+            let beat = at(i64::from(offset + i)).to_string();
+            let params: [&(dyn postgres::types::ToSql + Sync); 4] =
+                [&beat, &self.who.worker_identity.as_str(), &self.who.generation_id.as_str(), &fingerprint];
+            assert_eq!(self.bare.execute(&self.update, &params).unwrap(), 1);
+        }
+    }
+}
+
+/// Runs `work` on every client at once, and returns the wall time.
+fn timed(clients: &mut [Client], work: impl Fn(&mut Client) + Sync) -> f64 {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for client in clients.iter_mut() {
+            s.spawn(|| work(client));
+        }
+    });
+    start.elapsed().as_secs_f64()
+}
+
 fn main() {
     let url = std::env::var("FLEET_TEST_POSTGRES_URL").expect("FLEET_TEST_POSTGRES_URL");
     let mut args = std::env::args().skip(1);
     let per_round: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
+    let count: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let schema = format!("fleet_bench_{}", std::process::id());
-    let mut registry = Registry::new(PostgresStore::connect_in_schema(&url, Some(&schema)).expect("connect"));
-    let token = WorkerToken::from_bytes([9; 32]);
-    let reg = registration(Namespace::Author, process(100, 5000), "gen-bench");
-    let row = registry.register(&reg, &token, at(0), &ScriptedProbe::default()).expect("register").row;
-    let who = WorkerCredential {
-        worker_identity: row.worker_identity.clone(),
-        generation_id: GenerationId::new("gen-bench").unwrap(),
-        token: token.clone(),
-    };
-    let mut bare = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
-    bare.batch_execute(&format!("SET search_path TO {schema}")).unwrap();
-    let update = bare
-        .prepare(
-            "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
-             WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'",
-        )
-        .unwrap();
+    let mut clients: Vec<Client> = (0..count).map(|n| Client::new(&url, &schema, n)).collect();
     let (mut ours, mut floor) = (0f64, 0f64);
     for round in 0..rounds {
-        let start = Instant::now();
-        for i in 0..per_round {
-            registry.heartbeat(&who, at(i64::from(round * per_round + i))).expect("heartbeat");
-        }
-        ours += start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        for i in 0..per_round {
-            let n = bare
-                .execute(
-                    &update,
-                    &[
-                        &at(i64::from(i)).to_string(),
-                        &who.worker_identity.as_str(),
-                        &"gen-bench",
-                        &token.fingerprint(),
-                    ],
-                )
-                .unwrap();
-            assert_eq!(n, 1);
-        }
-        floor += start.elapsed().as_secs_f64();
+        let offset = round * per_round;
+        ours += timed(&mut clients, |c| c.ours(per_round, offset));
+        floor += timed(&mut clients, |c| c.floor(per_round, offset));
     }
-    let total = f64::from(per_round * rounds);
+    let total = f64::from(per_round * rounds * count);
     println!(
-        "registry heartbeat {:.0}/s, bare prepared UPDATE {:.0}/s: {:.2}x of the floor",
+        "{count} clients: registry heartbeat {:.0}/s, bare prepared UPDATE {:.0}/s: {:.2}x of the floor",
         total / ours,
         total / floor,
         floor / ours
     );
-    bare.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    drop(clients);
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
 }

@@ -65,9 +65,10 @@ fn read(row: &Row<'_>) -> rusqlite::Result<Result<LeaseRecord, StoreError>> {
     })())
 }
 
-fn values(l: &LeaseRecord) -> Vec<Value> {
+/// The row's values in [`LIST`] order.
+fn values(l: &LeaseRecord) -> [Value; COLUMN_COUNT] {
     let opt = |s: Option<String>| s.map_or(Value::Null, Value::Text);
-    vec![
+    [
         Value::Text(l.lease_key.to_string()),
         Value::Text(l.kind.as_str().to_owned()),
         Value::Text(l.owner.clone()),
@@ -96,8 +97,9 @@ pub(crate) fn store_now(conn: &Connection) -> Result<Timestamp, StoreError> {
 }
 
 pub(crate) fn lease(conn: &Connection, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {LIST} FROM leases WHERE lease_key = ?1")).map_err(map_error)?;
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| format!("SELECT {LIST} FROM leases WHERE lease_key = ?1"));
+    let mut stmt = conn.prepare_cached(sql).map_err(map_error)?;
     stmt.query_row([key.as_str()], read).optional().map_err(map_error)?.transpose()
 }
 
@@ -111,27 +113,44 @@ pub(crate) fn leases(conn: &Connection, kind: Option<LeaseKind>) -> Result<Vec<L
     rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
 }
 
+/// `INSERT OR IGNORE` of a whole lease row.
+fn insert_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let marks: Vec<String> = (1..=COLUMN_COUNT).map(|i| format!("?{i}")).collect();
+        format!("INSERT OR IGNORE INTO leases ({LIST}) VALUES ({})", marks.join(", "))
+    })
+}
+
+/// `UPDATE … SET every column WHERE every column IS its expected value`: the
+/// compare-and-swap on the whole row.
+fn swap_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let columns = LIST.split(", ").map(str::trim);
+        let set: Vec<String> =
+            columns.clone().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
+        let guard: Vec<String> =
+            columns.enumerate().map(|(i, c)| format!("{c} IS ?{}", COLUMN_COUNT + i + 1)).collect();
+        format!("UPDATE leases SET {} WHERE {}", set.join(", "), guard.join(" AND "))
+    })
+}
+
+/// How many columns [`LIST`] names.
+const COLUMN_COUNT: usize = 15;
+
 pub(crate) fn put_lease(
     conn: &Connection,
     expected: Option<&LeaseRecord>,
     new: &LeaseRecord,
 ) -> Result<bool, StoreError> {
-    let n = values(new).len();
     let changed = match expected {
         None => {
-            let marks: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-            let sql = format!("INSERT OR IGNORE INTO leases ({LIST}) VALUES ({})", marks.join(", "));
-            let mut stmt = conn.prepare_cached(&sql).map_err(map_error)?;
+            let mut stmt = conn.prepare_cached(insert_sql()).map_err(map_error)?;
             stmt.execute(rusqlite::params_from_iter(values(new))).map_err(map_error)?
         }
         Some(old) => {
-            let columns: Vec<&str> = LIST.split(", ").map(str::trim).collect();
-            let set: Vec<String> =
-                columns.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
-            let guard: Vec<String> =
-                columns.iter().enumerate().map(|(i, c)| format!("{c} IS ?{}", n + i + 1)).collect();
-            let sql = format!("UPDATE leases SET {} WHERE {}", set.join(", "), guard.join(" AND "));
-            let mut stmt = conn.prepare_cached(&sql).map_err(map_error)?;
+            let mut stmt = conn.prepare_cached(swap_sql()).map_err(map_error)?;
             stmt.execute(rusqlite::params_from_iter(values(new).into_iter().chain(values(old))))
                 .map_err(map_error)?
         }
@@ -219,4 +238,12 @@ pub(crate) fn audit(conn: &Connection, key: Option<&LeaseKey>) -> Result<Vec<Aud
         })
     })
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_column_count_matches_the_list() {
+        assert_eq!(super::LIST.split(", ").count(), super::COLUMN_COUNT);
+    }
 }
