@@ -140,10 +140,23 @@ fn percentiles(client: &mut LineClient, workers: usize) {
         })
         .collect();
     times.sort();
+    // What the client alone spends parsing one answer: a floor no server change moves.
+    let mut parse: Vec<std::time::Duration> = (0..50)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            let answer: serde_json::Value = serde_json::from_str(&client.line).expect("json");
+            std::hint::black_box(answer);
+            started.elapsed()
+        })
+        .collect();
+    parse.sort();
     eprintln!(
-        "bare client, {workers} workers, 200 calls: p50 {:.2} ms, p99 {:.2} ms",
+        "bare client, {workers} workers, 200 calls: p50 {:.2} ms, p99 {:.2} ms; \
+         parsing one {} KB answer alone: {:.2} ms",
         times[100].as_secs_f64() * 1e3,
-        times[197].as_secs_f64() * 1e3
+        times[197].as_secs_f64() * 1e3,
+        client.line.len() / 1024,
+        parse[25].as_secs_f64() * 1e3
     );
 }
 
