@@ -29,10 +29,12 @@ struct Client {
 
 impl Client {
     fn new(url: &str, schema: &str, n: u32) -> Self {
-        let mut registry = Registry::new(PostgresStore::connect_in_schema(url, Some(schema)).expect("connect"));
+        let mut registry =
+            Registry::new(PostgresStore::connect_in_schema(url, Some(schema)).expect("connect"));
         let token = WorkerToken::from_bytes([u8::try_from(n % 250).unwrap_or(0) + 1; 32]);
         let generation = format!("gen-bench-{n}");
-        let reg = registration(Namespace::Author, process(100 + i64::from(n), 5000 + u64::from(n)), &generation);
+        let reg =
+            registration(Namespace::Author, process(100 + i64::from(n), 5000 + u64::from(n)), &generation);
         let row = registry.register(&reg, &token, at(0), &ScriptedProbe::default()).expect("register").row;
         let who = WorkerCredential {
             worker_identity: row.worker_identity.clone(),

@@ -221,13 +221,26 @@ fn stored_version(client: &mut Client) -> Result<i64, StoreError> {
         .map_or(0, |r| r.get(0)))
 }
 
+/// A write transaction holding the registry's write lock. It runs at READ COMMITTED
+/// whatever the server's default: each statement then reads a snapshot taken after the
+/// lock is held, so writes serialize on the lock and never fail with a serialization
+/// error (which a stricter default raises for a snapshot taken while waiting for it).
+fn locked_write(client: &mut Client) -> Result<Transaction<'_>, StoreError> {
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .map_err(map_error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
+    Ok(tx)
+}
+
 fn migrate(client: &mut Client) -> Result<(), StoreError> {
     // Up to date: nothing to write, so readers never take the migration lock.
     if stored_version(client)? == SCHEMA_VERSION {
         return Ok(());
     }
-    let mut tx = client.transaction().map_err(map_error)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
+    let mut tx = locked_write(client)?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
         .map_err(map_error)?;
     let current: i64 = tx
@@ -449,8 +462,7 @@ impl Store for PostgresStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
-        let mut tx = self.client.transaction().map_err(map_error)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
+        let mut tx = locked_write(&mut self.client)?;
         let value = f(&mut PgTx { tx: &mut tx })?;
         tx.commit().map_err(map_error)?;
         Ok(value)
