@@ -206,6 +206,10 @@ pub(crate) fn map_error(e: rusqlite::Error) -> StoreError {
     };
     let message = match kind {
         StoreErrorKind::Conflict => format!("registry refused a duplicate: {e}"),
+        StoreErrorKind::Busy => format!(
+            "registry busy: another connection held the write lock for more than {} s ({e}); nothing was written",
+            BUSY_TIMEOUT.as_secs()
+        ),
         _ => format!("registry error: {e}"),
     };
     StoreError::with_source(kind, message, e)
