@@ -6,40 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::Fleet;
-
-fn base_url() -> Option<String> {
-    std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty())
-}
-
-/// A schema of its own, dropped afterwards; the registry URL selects it by search path.
-struct Schema {
-    base: String,
-    name: String,
-}
-
-impl Schema {
-    fn new(base: &str) -> Self {
-        let name = format!("fleet_cli_{}", uuid::Uuid::now_v7().simple());
-        let mut client =
-            postgres::Client::connect(base, postgres::NoTls).expect("the test PostgreSQL server");
-        client.batch_execute(&format!("CREATE SCHEMA {name}")).unwrap();
-        Self { base: base.to_owned(), name }
-    }
-
-    fn url(&self) -> String {
-        let sep = if self.base.contains('?') { '&' } else { '?' };
-        format!("{}{sep}options=-csearch_path%3D{}", self.base, self.name)
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&self.base, postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-        }
-    }
-}
+use common::{Fleet, Schema, base_url};
 
 #[test]
 fn a_fixture_snapshots_alike_on_postgres_and_sqlite() {

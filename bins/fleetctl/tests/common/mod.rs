@@ -148,3 +148,37 @@ pub fn alive(pid: i32) -> bool {
     let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
     matches!(state, Some(s) if s != "Z" && s != "X")
 }
+
+/// The PostgreSQL server the tests may use (`FLEET_TEST_POSTGRES_URL`), if set.
+pub fn base_url() -> Option<String> {
+    std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty())
+}
+
+/// A schema of its own, dropped afterwards; the registry URL selects it by search path.
+pub struct Schema {
+    pub base: String,
+    pub name: String,
+}
+
+impl Schema {
+    pub fn new(base: &str) -> Self {
+        let name = format!("fleet_cli_{}", uuid::Uuid::now_v7().simple());
+        let mut client =
+            postgres::Client::connect(base, postgres::NoTls).expect("the test PostgreSQL server");
+        client.batch_execute(&format!("CREATE SCHEMA {name}")).unwrap();
+        Self { base: base.to_owned(), name }
+    }
+
+    pub fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-csearch_path%3D{}", self.base, self.name)
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.base, postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+        }
+    }
+}
