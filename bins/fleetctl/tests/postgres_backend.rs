@@ -357,3 +357,57 @@ fn a_statement_timeout_exits_busy_and_writes_nothing() {
     let out = ctl(&["lease", "audit", "--json"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "nor its audit entry");
 }
+
+/// TLS as libpq's `sslmode` asks for it: `require` encrypts; `verify-full` checks the
+/// server's certificate against `sslrootcert` and its name against the host, so the
+/// server's certificate (issued to `localhost`) passes for `localhost` and is refused,
+/// naming the certificate, for `127.0.0.1`.
+#[test]
+fn tls_is_spoken_and_verified_as_sslmode_asks() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let ssl: String = admin.query_one("SHOW ssl", &[]).unwrap().get(0);
+    let cert: String = admin.query_one("SHOW ssl_cert_file", &[]).unwrap().get(0);
+    if ssl != "on" || !base.contains("@127.0.0.1:") || std::fs::read(&cert).is_err() {
+        eprintln!("skipped: the test server does not offer TLS with a certificate readable here");
+        return;
+    }
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let ctl =
+        |url: &str, args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", url).args(args).output().unwrap();
+    let with = |url: String, params: &str| format!("{url}&{params}");
+
+    let out = ctl(&with(schema.url(), "sslmode=require"), &["registry", "init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let by_name = schema.url().replacen("@127.0.0.1:", "@localhost:", 1);
+    let verified = with(by_name, &format!("sslmode=verify-full&sslrootcert={cert}"));
+    let out = ctl(&verified, &["snapshot", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let wrong_name = with(schema.url(), &format!("sslmode=verify-full&sslrootcert={cert}"));
+    let out = ctl(&wrong_name, &["snapshot", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("certificate") || stderr.contains("TLS"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+
+    // Another authority's certificate as the only root: the server's is not trusted.
+    let bundle = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    if let Some(end) = bundle.find("-----END CERTIFICATE-----") {
+        let other = fleet.dir.path().join("other-ca.pem");
+        std::fs::write(&other, &bundle[..end + "-----END CERTIFICATE-----".len()]).unwrap();
+        let url = with(schema.url(), &format!("sslmode=verify-ca&sslrootcert={}", other.display()));
+        let out = ctl(&url, &["snapshot", "--json"]);
+        assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    let out = ctl(&with(schema.url(), "sslmode=sometimes"), &["snapshot"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "bad input: {stderr}");
+    assert!(stderr.contains("sslmode \"sometimes\""), "{stderr}");
+}

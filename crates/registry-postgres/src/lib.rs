@@ -13,6 +13,7 @@
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
 mod rows;
+mod tls;
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
@@ -20,7 +21,7 @@ use fleet_registry::{
     AuditEntry, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
 };
 use postgres::error::SqlState;
-use postgres::{Client, IsolationLevel, NoTls, Transaction};
+use postgres::{Client, IsolationLevel, Transaction};
 
 /// The advisory lock every write transaction holds (an arbitrary constant: "fleetwar").
 const WRITE_LOCK: i64 = 0x666c_6565_7477_6172;
@@ -185,7 +186,8 @@ impl PostgresStore {
     /// Connects and works inside `schema` (created if missing): one database can hold
     /// several registries, as tests do.
     pub fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
-        let mut client = Client::connect(url, NoTls).map_err(|e| {
+        let (config, tls) = tls::prepare(url)?;
+        let mut client = config.connect(tls).map_err(|e| {
             StoreError::new(
                 StoreErrorKind::Unavailable,
                 format!("cannot connect to the PostgreSQL registry: {}", cause_chain(&e)),
