@@ -1,6 +1,6 @@
 //! TLS to the server, as libpq's `sslmode` and `sslrootcert` URL parameters ask for it
-//! (<https://www.postgresql.org/docs/current/libpq-ssl.html>), with the platform's TLS
-//! library through `postgres-native-tls`:
+//! (<https://www.postgresql.org/docs/current/libpq-ssl.html>), with rustls (and its ring
+//! provider: nothing to install beyond the C compiler the bundled SQLite needs anyway):
 //!
 //! | `sslmode` | encrypted | certificate checked | host name checked |
 //! | --- | --- | --- | --- |
@@ -10,9 +10,16 @@
 //! | `verify-ca` | yes | yes (`sslrootcert`, else the system's roots) | no |
 //! | `verify-full` | yes | yes | yes |
 
-use native_tls::{Certificate, TlsConnector};
+use std::sync::Arc;
+
 use postgres::config::SslMode;
-use postgres_native_tls::MakeTlsConnector;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use fleet_registry::StoreError;
 
@@ -29,7 +36,7 @@ enum Mode {
 /// The connection settings and the TLS connector for `url`. The `sslmode` and
 /// `sslrootcert` parameters are read here, and the rest of the URL is left to the
 /// driver (which knows neither `verify-*` nor `sslrootcert`).
-pub(crate) fn prepare(url: &str) -> Result<(postgres::Config, MakeTlsConnector), StoreError> {
+pub(crate) fn prepare(url: &str) -> Result<(postgres::Config, MakeRustlsConnect), StoreError> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut mode = Mode::Prefer;
     let mut root: Option<String> = None;
@@ -68,23 +75,110 @@ pub(crate) fn prepare(url: &str) -> Result<(postgres::Config, MakeTlsConnector),
     Ok((config, connector(mode, root.as_deref())?))
 }
 
-fn connector(mode: Mode, root: Option<&str>) -> Result<MakeTlsConnector, StoreError> {
-    let mut builder = TlsConnector::builder();
-    if let Some(path) = root {
-        let pem = std::fs::read(path)
-            .map_err(|e| StoreError::invalid(format!("cannot read sslrootcert {path}: {e}")))?;
-        let certificate = Certificate::from_pem(&pem)
-            .map_err(|e| StoreError::invalid(format!("sslrootcert {path} is not a PEM certificate: {e}")))?;
-        // As in libpq, the given root is the only one trusted.
-        builder.disable_built_in_roots(true).add_root_certificate(certificate);
-    }
+fn connector(mode: Mode, root: Option<&str>) -> Result<MakeRustlsConnect, StoreError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     // libpq checks the certificate in `require` only when a root certificate is given.
     let check_certificate =
         matches!(mode, Mode::VerifyCa | Mode::VerifyFull) || (mode == Mode::Require && root.is_some());
-    builder.danger_accept_invalid_certs(!check_certificate);
-    builder.danger_accept_invalid_hostnames(mode != Mode::VerifyFull);
-    let tls = builder.build().map_err(|e| StoreError::invalid(format!("cannot set up TLS: {e}")))?;
-    Ok(MakeTlsConnector::new(tls))
+    let chain = if check_certificate {
+        let roots = Arc::new(roots(root)?);
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .build()
+            .map_err(|e| StoreError::invalid(format!("cannot set up TLS: {e}")))?;
+        Some(verifier)
+    } else {
+        None
+    };
+    let verifier = Verifier { chain, check_name: mode == Mode::VerifyFull, provider: provider.clone() };
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::invalid(format!("cannot set up TLS: {e}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
+/// The roots a certificate must chain to: `sslrootcert` alone when given (as in libpq),
+/// else the system's.
+fn roots(root: Option<&str>) -> Result<RootCertStore, StoreError> {
+    let mut store = RootCertStore::empty();
+    match root {
+        Some(path) => {
+            let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<_, _>>())
+                .map_err(|e| StoreError::invalid(format!("cannot read sslrootcert {path}: {e}")))?;
+            let (added, _) = store.add_parsable_certificates(certificates);
+            if added == 0 {
+                return Err(StoreError::invalid(format!("sslrootcert {path} holds no usable certificate")));
+            }
+        }
+        None => {
+            store.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    Ok(store)
+}
+
+/// The certificate check each mode asks for: the chain (when `chain` is set) and the
+/// host name (when `check_name` is). Handshake signatures are always verified, so even
+/// an unchecked certificate's key must be the server's.
+#[derive(Debug)]
+struct Verifier {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    check_name: bool,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]
