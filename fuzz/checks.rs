@@ -35,3 +35,19 @@ pub fn registry_import(text: &str) {
 pub fn manifest(text: &str) {
     let _ = fleet_snapshot::Manifest::from_json(text);
 }
+
+/// A connector policy file: read or refused, never a panic; what reads writes back to
+/// the same policy, and deciding with it never panics.
+pub fn policy(text: &str) {
+    let Ok(policy) = fleet_lease::StaticPolicy::from_json(text) else { return };
+    let written = serde_json::to_string(&policy).expect("a policy writes");
+    assert_eq!(fleet_lease::StaticPolicy::from_json(&written).ok(), Some(policy.clone()), "round trip");
+    for rule in &policy.allow {
+        if let Ok(id) = fleet_lease::ConnectorIdentity::new(&rule.tenant, &rule.agent, &rule.binding) {
+            use fleet_lease::ConnectorPolicy as _;
+            let ttl = time::Duration::seconds(i64::try_from(rule.max_ttl_s).unwrap_or(i64::MAX));
+            let _ = policy.authorize_lease(&id, &rule.connector, &rule.scopes, Some(ttl));
+            let _ = policy.authorize_grant(&id, &rule.connector, &rule.scopes, None);
+        }
+    }
+}

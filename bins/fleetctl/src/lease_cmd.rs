@@ -8,13 +8,12 @@ use clap::Subcommand;
 use fleet_identity::Timestamp;
 use fleet_lease::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, FencingEpoch, GrantLimits, Holder, LeaseId, LeaseKey,
-    LeaseKind, LeaseRecord, LeaseState, PolicyDecision, normalize_scopes,
+    LeaseKind, LeaseRecord, LeaseState, StaticPolicy, normalize_scopes,
 };
 use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, ConnectorRequest, LeaseResult};
 use fleet_runtime::{Failure, RegistryLocation, open_registry};
 use fleet_runtime::{out, outln};
-use serde::Deserialize;
 use time::Duration;
 
 use crate::table;
@@ -127,72 +126,12 @@ pub(crate) enum LeaseCmd {
     },
 }
 
-/// A connector policy read from a file:
-/// `{"allow": [{"tenant", "agent", "binding", "connector", "scopes": [...], "max_ttl_s"}]}`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StaticPolicy {
-    allow: Vec<Rule>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Rule {
-    tenant: String,
-    agent: String,
-    binding: String,
-    connector: String,
-    scopes: Vec<String>,
-    max_ttl_s: u64,
-}
-
-impl StaticPolicy {
-    fn allows(
-        &self,
-        id: &ConnectorIdentity,
-        connector: &str,
-        scopes: &[String],
-        ttl: Option<Duration>,
-    ) -> PolicyDecision {
-        let ok = self.allow.iter().any(|r| {
-            r.tenant == id.tenant_id
-                && r.agent == id.logical_agent_id
-                && r.binding == id.binding_id
-                && r.connector == connector
-                && scopes.iter().all(|s| r.scopes.iter().any(|a| a.eq_ignore_ascii_case(s)))
-                && ttl.is_none_or(|t| t <= Duration::seconds(i64::try_from(r.max_ttl_s).unwrap_or(i64::MAX)))
-        });
-        if ok { PolicyDecision::Allow } else { PolicyDecision::Deny }
-    }
-}
-
-impl ConnectorPolicy for StaticPolicy {
-    fn authorize_lease(
-        &self,
-        id: &ConnectorIdentity,
-        c: &str,
-        s: &[String],
-        t: Option<Duration>,
-    ) -> PolicyDecision {
-        self.allows(id, c, s, t)
-    }
-    fn authorize_grant(
-        &self,
-        id: &ConnectorIdentity,
-        c: &str,
-        s: &[String],
-        t: Option<Duration>,
-    ) -> PolicyDecision {
-        self.allows(id, c, s, t)
-    }
-}
-
 /// The connector policy: the file given, or deny everything.
 pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failure> {
     let Some(path) = path else { return Ok(Box::new(DenyAll)) };
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::usage(format!("cannot read policy {}: {e}", path.display())))?;
-    let policy: StaticPolicy = serde_json::from_str(&text)
+    let policy = StaticPolicy::from_json(&text)
         .map_err(|e| Failure::usage(format!("policy {} is not valid: {e}", path.display())))?;
     Ok(Box::new(policy))
 }

@@ -120,6 +120,78 @@ pub trait ConnectorPolicy {
     ) -> PolicyDecision;
 }
 
+/// A connector policy as an operator writes it in a file: the leases and grants allowed,
+/// each for one identity and connector, a set of scopes (compared without regard to
+/// case) and a longest TTL; everything else is denied.
+///
+/// `{"allow": [{"tenant", "agent", "binding", "connector", "scopes": [...], "max_ttl_s"}]}`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticPolicy {
+    /// The rules; a request is allowed when one of them allows it.
+    pub allow: Vec<PolicyRule>,
+}
+
+/// One rule of a [`StaticPolicy`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct PolicyRule {
+    pub tenant: String,
+    pub agent: String,
+    pub binding: String,
+    pub connector: String,
+    pub scopes: Vec<String>,
+    pub max_ttl_s: u64,
+}
+
+impl StaticPolicy {
+    /// Reads a policy file's text; an unknown field is an error, not ignored.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+
+    fn allows(
+        &self,
+        id: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Option<Duration>,
+    ) -> PolicyDecision {
+        let ok = self.allow.iter().any(|r| {
+            r.tenant == id.tenant_id
+                && r.agent == id.logical_agent_id
+                && r.binding == id.binding_id
+                && r.connector == connector
+                && scopes.iter().all(|s| r.scopes.iter().any(|a| a.eq_ignore_ascii_case(s)))
+                && ttl.is_none_or(|t| t <= Duration::seconds(i64::try_from(r.max_ttl_s).unwrap_or(i64::MAX)))
+        });
+        if ok { PolicyDecision::Allow } else { PolicyDecision::Deny }
+    }
+}
+
+impl ConnectorPolicy for StaticPolicy {
+    fn authorize_lease(
+        &self,
+        id: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Option<Duration>,
+    ) -> PolicyDecision {
+        self.allows(id, connector, scopes, ttl)
+    }
+
+    fn authorize_grant(
+        &self,
+        id: &ConnectorIdentity,
+        connector: &str,
+        scopes: &[String],
+        ttl: Option<Duration>,
+    ) -> PolicyDecision {
+        self.allows(id, connector, scopes, ttl)
+    }
+}
+
 /// The production default: every lease and grant is denied until a policy is configured.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DenyAll;

@@ -16,7 +16,7 @@ mod lease;
 pub use connector::{ConnectorOp, decide_connector};
 pub use grant::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, Grant, GrantDenial, GrantIssuer, GrantLimits,
-    PolicyDecision, normalize_scopes,
+    PolicyDecision, PolicyRule, StaticPolicy, normalize_scopes,
 };
 pub use init::{
     InitDecision, InitState, InitStatus, MAX_FAILURE_DETAIL, bound_detail, decide_init_finish,

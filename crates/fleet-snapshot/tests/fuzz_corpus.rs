@@ -31,3 +31,8 @@ fn every_kept_manifest_and_identity_reads_without_panicking() {
     each_input("manifest", checks::manifest);
     each_input("identities", checks::identities);
 }
+
+#[test]
+fn every_kept_policy_file_reads_round_trips_and_decides() {
+    each_input("policy", checks::policy);
+}
