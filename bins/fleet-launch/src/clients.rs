@@ -24,7 +24,7 @@ use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 
 /// Where a config file lives: the user's own, or the project's (committed and shared).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Scope {
+pub enum Scope {
     /// The user's config, for every project.
     User,
     /// The project's config in the current directory.
@@ -33,7 +33,7 @@ pub(crate) enum Scope {
 
 /// Why a config file could not be edited.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum EditError {
+pub enum EditError {
     /// The file is not valid in its format.
     #[error("{path} is not valid {format}: {detail}")]
     Unparsable {
@@ -65,12 +65,12 @@ pub(crate) enum EditError {
 }
 
 /// The name of the entry that runs `namespace`.
-pub(crate) fn entry_name(namespace: Namespace) -> String {
+pub fn entry_name(namespace: Namespace) -> String {
     format!("gitea-{namespace}")
 }
 
 /// Where each client keeps its config, and how it names the variables it forwards.
-pub(crate) trait ClientConfig {
+pub trait ClientConfig {
     /// The config file for `scope`, given the user's home and the project directory.
     fn config_path(self, scope: Scope, home: &Path, project: &Path, codex_home: Option<&Path>) -> PathBuf;
     /// The scope `install` uses when none is given.
@@ -182,14 +182,14 @@ fn json_entry(client: Client, command: &str, entry: &Entry) -> CstInputValue {
 
 /// The config file holding only the five entries: what `config` prints and what
 /// `install` writes into an empty file. The same on every call.
-pub(crate) fn render(client: Client, command: &str) -> String {
+pub fn render(client: Client, command: &str) -> String {
     let fresh = merge(client, command, "", Path::new("-"));
     // Merging into an empty document cannot fail.
     fresh.unwrap_or_default()
 }
 
 /// `existing` with the five entries added or replaced, everything else kept as written.
-pub(crate) fn merge(client: Client, command: &str, existing: &str, path: &Path) -> Result<String, EditError> {
+pub fn merge(client: Client, command: &str, existing: &str, path: &Path) -> Result<String, EditError> {
     match client {
         Client::Codex => merge_toml(client, command, existing, path),
         _ => merge_json(client, command, existing, path),
@@ -198,7 +198,7 @@ pub(crate) fn merge(client: Client, command: &str, existing: &str, path: &Path) 
 
 /// `existing` without the five entries this launcher writes; entries of the same name
 /// that run another program are the user's, and stay.
-pub(crate) fn remove(client: Client, existing: &str, path: &Path) -> Result<String, EditError> {
+pub fn remove(client: Client, existing: &str, path: &Path) -> Result<String, EditError> {
     match client {
         Client::Codex => remove_toml(existing, path),
         _ => remove_json(client, existing, path),

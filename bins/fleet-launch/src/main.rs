@@ -1,8 +1,6 @@
 //! `fleet-launch`: the trusted launcher. Every ID it prints or passes on is first
 //! recorded in the registry's ledger, so the workers it reaches are trusted.
 
-mod clients;
-
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -17,7 +15,7 @@ use serde_json::json;
 
 use fleet_runtime::AgentClient as Client;
 
-use crate::clients::{ClientConfig, EditError, Scope};
+use fleet_launch::clients::{self, ClientConfig, EditError, Scope};
 
 #[derive(Debug, Parser)]
 #[command(
