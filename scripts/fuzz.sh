@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 export RUSTC_BOOTSTRAP=1
-for target in identities registry_import manifest scopes policy client_config; do
+for target in identities registry_import manifest scopes policy client_config profiles tool_arguments; do
     corpus="fuzz/corpus/$target"
     mkdir -p "$corpus"
     seeds="fixtures/fuzz/$target"

@@ -3,10 +3,7 @@
 //! tools under profiles.json, and releases its registration when stdin closes or it is
 //! told to stop. A worker that cannot register still serves diagnostic reads.
 
-mod profiles;
-mod schemas;
-mod server;
-mod stdio;
+use fleet_mcp::{profiles, server, stdio};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

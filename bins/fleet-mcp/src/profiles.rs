@@ -21,21 +21,24 @@ use fleet_identity::Namespace;
 use serde::Deserialize;
 
 /// Read the fleet: snapshot and plan.
-pub(crate) const READ: &str = "gitea.read";
+pub const READ: &str = "gitea.read";
 /// Retire stale registry rows.
-pub(crate) const RETIRE: &str = "gitea.worker_registry.retire";
+pub const RETIRE: &str = "gitea.worker_registry.retire";
 /// Acquire, renew and release this worker's workflow leases.
-pub(crate) const WORKFLOW_LEASE: &str = "gitea.workflow_lease.write";
+pub const WORKFLOW_LEASE: &str = "gitea.workflow_lease.write";
 
 /// The largest profiles file read.
 const MAX_BYTES: u64 = 1 << 20;
 
-#[derive(Debug, Clone, Deserialize)]
+/// One profile: the role it is for and the operations it allows.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Profile {
-    pub(crate) role: Namespace,
+pub struct Profile {
+    /// The namespace role the profile is for.
+    pub role: Namespace,
+    /// The capabilities it grants (`gitea.read`, …).
     #[serde(default)]
-    pub(crate) allowed_operations: Vec<String>,
+    pub allowed_operations: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -46,7 +49,7 @@ struct ProfilesFile {
 
 /// Where the profiles come from: a file re-read on every resolution, or the defaults.
 #[derive(Debug)]
-pub(crate) struct Profiles {
+pub struct Profiles {
     path: Option<PathBuf>,
     /// Answers a test hands out one per resolution, to move the world between the checks
     /// of a single call.
@@ -55,7 +58,8 @@ pub(crate) struct Profiles {
 }
 
 impl Profiles {
-    pub(crate) fn new(path: Option<PathBuf>) -> Self {
+    /// Profiles read from `path` on every resolution, or the defaults without one.
+    pub fn new(path: Option<PathBuf>) -> Self {
         Self {
             path,
             #[cfg(test)]
@@ -65,12 +69,12 @@ impl Profiles {
 
     /// Profiles that answer `answers` in turn, then the defaults.
     #[cfg(test)]
-    pub(crate) fn scripted(answers: Vec<Profile>) -> Self {
+    pub fn scripted(answers: Vec<Profile>) -> Self {
         Self { path: None, scripted: std::sync::Mutex::new(answers.into()) }
     }
 
     /// Resolves `name` now, reading the file afresh, so an edit takes effect at once.
-    pub(crate) fn resolve(&self, name: &str) -> Result<Profile, String> {
+    pub fn resolve(&self, name: &str) -> Result<Profile, String> {
         #[cfg(test)]
         if let Some(next) = self.scripted.lock().ok().and_then(|mut s| s.pop_front()) {
             return Ok(next);
@@ -80,13 +84,15 @@ impl Profiles {
             return Ok(Profile { role, allowed_operations: vec![READ.to_owned()] });
         };
         let text = read_trusted(path)?;
-        let file: ProfilesFile =
-            serde_json::from_str(&text).map_err(|e| format!("{} is not valid: {e}", path.display()))?;
-        file.profiles
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("profile {name:?} is not in {}", path.display()))
+        let mut profiles = parse(&text).map_err(|e| format!("{} is not valid: {e}", path.display()))?;
+        profiles.remove(name).ok_or_else(|| format!("profile {name:?} is not in {}", path.display()))
     }
+}
+
+/// A profiles file's text, by profile name: `{"profiles": {NAME: {"role", "allowed_operations"}}}`;
+/// an unknown field is an error, not ignored.
+pub fn parse(text: &str) -> Result<BTreeMap<String, Profile>, String> {
+    serde_json::from_str::<ProfilesFile>(text).map(|f| f.profiles).map_err(|e| e.to_string())
 }
 
 /// Reads a file that may grant authority: without blocking, and only if it is a regular
@@ -123,18 +129,19 @@ fn read_trusted(path: &Path) -> Result<String, String> {
 }
 
 impl Profile {
-    pub(crate) fn allows(&self, operation: &str) -> bool {
+    /// Whether the profile grants `operation`.
+    pub fn allows(&self, operation: &str) -> bool {
         self.allowed_operations.iter().any(|o| o == operation)
     }
 
     /// Whether the profile is for the namespace that uses it: an author profile that
     /// calls itself a reconciler is refused, not promoted.
-    pub(crate) fn fits(&self, namespace: Namespace) -> bool {
+    pub fn fits(&self, namespace: Namespace) -> bool {
         self.role == namespace
     }
 
     /// Fleet-wide tools are for the controller and reconciler roles only.
-    pub(crate) fn fleet_role(&self) -> bool {
+    pub fn fleet_role(&self) -> bool {
         matches!(self.role, Namespace::Controller | Namespace::Reconciler)
     }
 }

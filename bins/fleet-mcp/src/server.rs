@@ -31,13 +31,14 @@ use crate::schemas;
 
 /// Everything a tool needs to know about this process.
 #[derive(Debug)]
-pub(crate) struct Context {
-    pub(crate) location: RegistryLocation,
-    pub(crate) namespace: Namespace,
-    pub(crate) profile: String,
-    pub(crate) profiles: Profiles,
-    pub(crate) env: Result<InstanceEnv, String>,
-    pub(crate) registration: Result<WorkerRow, String>,
+#[allow(missing_docs)]
+pub struct Context {
+    pub location: RegistryLocation,
+    pub namespace: Namespace,
+    pub profile: String,
+    pub profiles: Profiles,
+    pub env: Result<InstanceEnv, String>,
+    pub registration: Result<WorkerRow, String>,
 }
 
 /// What a tool acts on: the whole fleet (controller and reconciler roles only), or only
@@ -57,7 +58,7 @@ const FLEET_TOOLS: [&str; 3] = [
 
 /// Checks a call's arguments against the tool's parameter type, naming the argument at
 /// fault, so a malformed call gets the same JSON error body as any other refusal.
-fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
+pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
     fn check<T: serde::de::DeserializeOwned>(arguments: &JsonObject) -> Result<(), CallToolResult> {
         let value = Value::Object(arguments.clone());
         serde_path_to_error::deserialize::<_, T>(value).map(drop).map_err(|e| {
@@ -86,8 +87,9 @@ fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(), Cal
     }
 }
 
+/// The MCP server of one namespace worker: its tools, their checks, and the fleet reader.
 #[derive(Debug, Clone)]
-pub(crate) struct FleetServer {
+pub struct FleetServer {
     ctx: Arc<Context>,
     /// The registry kept open between calls, with the rows last read.
     fleet: Arc<Mutex<FleetReader>>,
@@ -211,7 +213,8 @@ fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
 }
 
 impl FleetServer {
-    pub(crate) fn new(ctx: Context) -> Self {
+    /// The server for `ctx`, listing only the tools its namespace may call.
+    pub fn new(ctx: Context) -> Self {
         let mut tool_router = Self::tool_router();
         // A namespace lists only the tools its role may call: the fleet-wide tools are
         // for the controller and the reconciler.

@@ -83,7 +83,7 @@ async fn read_line<R: AsyncRead + Unpin>(
 
 /// Starts the guard over `input` and `output`; returns the reader and writer the SDK
 /// should use as its transport.
-pub(crate) fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream)
+pub fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
