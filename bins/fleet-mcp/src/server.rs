@@ -17,8 +17,8 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -93,6 +93,8 @@ pub struct FleetServer {
     ctx: Arc<Context>,
     /// The registry kept open between calls, with the rows last read.
     fleet: Arc<Mutex<FleetReader>>,
+    /// The last snapshot answer, reused while the fleet it describes is unchanged.
+    answer: Arc<Mutex<Option<Answer>>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -105,6 +107,68 @@ fn ok(value: Value) -> CallToolResult {
 /// A success whose body is a serialisable value.
 fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallToolResult> {
     serde_json::to_value(value).map(ok).map_err(|e| refuse("internal_error", e))
+}
+
+/// A snapshot answer kept between calls: the snapshot it was built from, its JSON value,
+/// and its text after the three fields that move with time.
+#[derive(Debug)]
+struct Answer {
+    snapshot: FleetSnapshot,
+    value: Value,
+    tail: String,
+}
+
+impl Answer {
+    /// The text of the fields that move with time (`snapshot_at` and the token under its
+    /// two names), which serialisation writes first.
+    fn head(snap: &FleetSnapshot) -> Result<String, serde_json::Error> {
+        Ok(format!(
+            "{{\"snapshot_at\":{},\"consistency_token\":{},\"registry_revision\":{},",
+            serde_json::to_string(&snap.snapshot_at)?,
+            serde_json::to_string(&snap.consistency_token)?,
+            serde_json::to_string(&snap.registry_revision)?,
+        ))
+    }
+
+    /// Whether two snapshots say the same about the fleet: everything but the time and
+    /// the token, which every call moves.
+    fn same_fleet(a: &FleetSnapshot, b: &FleetSnapshot) -> bool {
+        a.live_fleet_safe == b.live_fleet_safe
+            && a.manifest_supplied == b.manifest_supplied
+            && a.counts == b.counts
+            && a.workers == b.workers
+            && a.instances == b.instances
+            && a.findings == b.findings
+    }
+
+    /// The answer for `snap`: built from the last one when the fleet is unchanged (only
+    /// the time and the token are written anew), else serialised and kept.
+    fn give(last: &mut Option<Answer>, snap: FleetSnapshot) -> Result<CallToolResult, CallToolResult> {
+        let internal = |e: serde_json::Error| refuse("internal_error", e);
+        let head = Self::head(&snap).map_err(internal)?;
+        let (value, text) = match last.as_ref() {
+            Some(kept) if Self::same_fleet(&kept.snapshot, &snap) => {
+                let mut value = kept.value.clone();
+                value["snapshot_at"] = json!(snap.snapshot_at);
+                value["consistency_token"] = json!(snap.consistency_token);
+                value["registry_revision"] = json!(snap.registry_revision);
+                (value, format!("{head}{}", kept.tail))
+            }
+            _ => {
+                let value = serde_json::to_value(&snap).map_err(internal)?;
+                let text = serde_json::to_string(&snap).map_err(internal)?;
+                *last = text.strip_prefix(&head).map(|tail| Answer {
+                    snapshot: snap,
+                    value: value.clone(),
+                    tail: tail.to_owned(),
+                });
+                (value, text)
+            }
+        };
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(value);
+        Ok(result)
+    }
 }
 
 /// The body of every failure: `{"error": CODE, "detail": {...}}`, with `detail` always an
@@ -224,7 +288,7 @@ impl FleetServer {
             }
         }
         let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone())));
-        Self { ctx: Arc::new(ctx), fleet, tool_router }
+        Self { ctx: Arc::new(ctx), fleet, answer: Arc::default(), tool_router }
     }
 
     /// The fleet now (see [`FleetReader`]: rows re-read only when the store moved).
@@ -384,7 +448,11 @@ impl FleetServer {
                 .transpose()
                 .map_err(|e| refuse("invalid_manifest", e))?;
             let snap = self.snapshot(manifest.as_ref()).map_err(|e| refuse("registry_unavailable", e))?;
-            ok_serialized(&snap)
+            if manifest.is_some() {
+                return ok_serialized(&snap);
+            }
+            let mut last = self.answer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            Answer::give(&mut last, snap)
         })()
         .unwrap_or_else(|refusal| refusal)
     }
@@ -571,6 +639,58 @@ mod tests {
 
     use super::*;
     use crate::profiles::Profile;
+
+    /// A snapshot of two active workers, one heartbeating at `beat` seconds, judged at
+    /// `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s).
+    fn fleet_at(beat: i64, now: i64) -> FleetSnapshot {
+        let at = |s: i64| fleet_identity::Timestamp::from_unix_millis((1_785_412_800 + s) * 1000).unwrap();
+        let rows: Vec<WorkerRow> = ["wkr-a", "wkr-b"]
+            .iter()
+            .map(|id| {
+                serde_json::from_value(json!({
+                    "worker_identity": id, "namespace": "author", "status": "active",
+                    "registered_at": at(0).to_string(), "last_heartbeat_at": at(beat).to_string(),
+                    "heartbeat_ttl_s": 30,
+                }))
+                .unwrap()
+            })
+            .collect();
+        fleet_snapshot::snapshot(fleet_snapshot::SnapshotInput {
+            rows: &rows,
+            ledger: &[],
+            manifest: None,
+            probes: &fleet_snapshot::ProbeResults::new(),
+            policy: &Policy::default(),
+            now: at(now),
+        })
+    }
+
+    /// The answer as a client reads it: the structured value, and the text parsed.
+    fn read(result: &CallToolResult) -> (Value, Value) {
+        let text = serde_json::to_value(&result.content[0]).unwrap()["text"].as_str().unwrap().to_owned();
+        (result.structured_content.clone().unwrap(), serde_json::from_str(&text).unwrap())
+    }
+
+    /// A kept answer is reused only while the fleet is unchanged, and then differs from
+    /// a fresh one in nothing: the time and the token are written anew; once a heartbeat
+    /// lapses the answer is built afresh.
+    #[test]
+    fn a_kept_snapshot_answer_is_exactly_the_fresh_one() {
+        let mut last = None;
+        let first = Answer::give(&mut last, fleet_at(100, 110)).unwrap();
+        assert!(last.is_some(), "kept");
+        for snap in [fleet_at(100, 115), fleet_at(100, 140)] {
+            let fresh = serde_json::to_value(&snap).unwrap();
+            let kept = Answer::give(&mut last, snap).unwrap();
+            let (value, text) = read(&kept);
+            assert_eq!(value, fresh);
+            assert_eq!(text, fresh);
+        }
+        let (value, _) = read(&first);
+        assert_eq!(value["counts"]["live_worker_count"], 2);
+        let (value, _) = read(&Answer::give(&mut last, fleet_at(100, 140)).unwrap());
+        assert_eq!(value["counts"]["stale_worker_count"], 2, "the lapse shows at once");
+    }
 
     /// The retire capability withdrawn between apply's entry check and its mutation:
     /// the second check, made just before the registry is written, refuses.
