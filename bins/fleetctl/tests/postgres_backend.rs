@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{Fleet, Schema, base_url};
+use common::{Fleet, Schema, base_url, wait_for};
 
 #[test]
 fn a_fixture_snapshots_alike_on_postgres_and_sqlite() {
@@ -239,9 +239,9 @@ fn heartbeats_survive_a_terminated_connection() {
     let beat = |admin: &mut postgres::Client| -> Option<String> {
         admin.query_opt("SELECT last_heartbeat_at FROM worker_registrations", &[]).ok()??.get(0)
     };
-    let registered = common::wait_for(std::time::Duration::from_secs(10), || beat(&mut admin));
+    let registered = wait_for(std::time::Duration::from_secs(10), || beat(&mut admin));
     // The heartbeat thread is connected once a beat has come after the registration.
-    let first = common::wait_for(std::time::Duration::from_secs(10), || {
+    let first = wait_for(std::time::Duration::from_secs(10), || {
         let now = beat(&mut admin)?;
         (now != registered).then_some(now)
     });
@@ -254,7 +254,7 @@ fn heartbeats_survive_a_terminated_connection() {
         .unwrap()
         .get(0);
     assert!(killed >= 1, "the worker's heartbeat connection was found and terminated");
-    let after = common::wait_for(std::time::Duration::from_secs(10), || {
+    let after = wait_for(std::time::Duration::from_secs(10), || {
         let now = beat(&mut admin)?;
         (now != first).then_some(now)
     });
@@ -410,4 +410,70 @@ fn tls_is_spoken_and_verified_as_sslmode_asks() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "bad input: {stderr}");
     assert!(stderr.contains("sslmode \"sometimes\""), "{stderr}");
+}
+
+/// The server terminates a connection in the middle of a write transaction (an
+/// operator's `pg_terminate_backend` from a second session, here while the write waits
+/// for the registry's lock): the command exits 3 naming the termination, and the
+/// transaction's writes are gone with it.
+#[test]
+fn a_connection_terminated_mid_transaction_writes_nothing() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let app = format!("{}_writer", schema.name);
+    let url = format!("{}&application_name={app}", schema.url());
+    let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &url).args(args).output().unwrap();
+    assert!(ctl(&["registry", "init"]).status.success());
+
+    // Hold the write lock, so the writer's transaction is open and waiting inside.
+    let mut staller = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    let mut held = staller.transaction().unwrap();
+    held.execute("SELECT pg_advisory_xact_lock(7380385375773483378)", &[]).unwrap();
+    let writer = fleet
+        .fleetctl()
+        .env("FLEET_REGISTRY", &url)
+        .args(["lease", "acquire", "--key", "workflow:cut", "--owner", "me"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    wait_for(std::time::Duration::from_secs(10), || {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' \
+                 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        (waiting == 1).then_some(())
+    });
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    held.rollback().unwrap();
+
+    let out = writer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // The server's own words when they arrive first, else that it closed the connection.
+    assert!(
+        stderr.contains("terminating connection") || stderr.contains("closed the connection"),
+        "names the cause: {stderr}"
+    );
+    let out = ctl(&["lease", "show", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "nothing was written");
+    let out = ctl(&["lease", "audit", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "nor audited");
 }

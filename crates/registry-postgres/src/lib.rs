@@ -141,6 +141,12 @@ pub(crate) fn map_error(e: postgres::Error) -> StoreError {
     };
     let message = match e.as_db_error() {
         Some(db) => format!("registry error: {} ({})", db.message(), db.code().code()),
+        // The server went away mid-conversation: terminated by an administrator,
+        // restarted, or cut off. An open transaction is rolled back by the server.
+        None if e.is_closed() => format!(
+            "registry error: the PostgreSQL server closed the connection (terminated, restarted or cut off): {}",
+            cause_chain(&e)
+        ),
         None => format!("registry error: {}", cause_chain(&e)),
     };
     StoreError::with_source(kind, message, e)
