@@ -27,7 +27,7 @@ pub use leases::{
     active_workflow_owners_in,
 };
 pub use registry::{
-    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
+    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions, Sweep,
     WorkerCredential, WorkerToken,
 };
 pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved};

@@ -170,6 +170,15 @@ pub struct Registry<S> {
     store: S,
 }
 
+/// What a stale sweep did, and the fleet it looked at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// The rows it marked stale.
+    pub marked: Vec<WorkerIdentity>,
+    /// How many rows were active when it looked.
+    pub active_workers: usize,
+}
+
 impl<S: Store> Registry<S> {
     /// Wraps a store.
     pub fn new(store: S) -> Self {
@@ -291,14 +300,25 @@ impl<S: Store> Registry<S> {
     /// Every live worker runs it on its heartbeat tick, so it first looks in a read
     /// transaction and takes the write lock only when some row is due.
     pub fn mark_expired_stale(&mut self, now: Timestamp) -> Result<Vec<WorkerIdentity>, StoreError> {
+        Ok(self.sweep(now)?.marked)
+    }
+
+    /// [`mark_expired_stale`](Self::mark_expired_stale), also saying how many active
+    /// workers the fleet has, which a worker uses to pace its own sweeps.
+    pub fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
         let due = |row: &WorkerRow| {
             let owned = matches!(row.ownership_state, Some(OwnershipState::Owned) | None);
             row.status == WorkerStatus::Active && owned && row.heartbeat_expired(now)
         };
-        if !self.store.read(|tx| Ok::<_, StoreError>(tx.workers()?.iter().any(due)))? {
-            return Ok(Vec::new());
+        let (any_due, active_workers) = self.store.read(|tx| {
+            let rows = tx.workers()?;
+            let active = rows.iter().filter(|r| r.status == WorkerStatus::Active).count();
+            Ok::<_, StoreError>((rows.iter().any(due), active))
+        })?;
+        if !any_due {
+            return Ok(Sweep { marked: Vec::new(), active_workers });
         }
-        self.store.write(|tx| {
+        let marked = self.store.write(|tx| {
             let mut marked = Vec::new();
             for row in tx.workers()? {
                 if due(&row) {
@@ -310,8 +330,9 @@ impl<S: Store> Registry<S> {
                     }
                 }
             }
-            Ok(marked)
-        })
+            Ok::<_, StoreError>(marked)
+        })?;
+        Ok(Sweep { marked, active_workers })
     }
 
     /// The terminal rows (released, superseded, retired) whose last sign of life — the

@@ -164,6 +164,27 @@ impl Drop for WorkerSession {
     }
 }
 
+/// How many workers, fleet-wide, sweep on each tick period on average.
+const SWEEPERS_PER_TICK: u32 = 8;
+
+/// Whether a worker of a fleet of `active_workers` sweeps on this tick, given a random
+/// `roll`: always in a small fleet; in a larger one with probability
+/// [`SWEEPERS_PER_TICK`] / `active_workers`, so the fleet as a whole reads the registry a
+/// bounded number of times per tick period however large it grows (each sweep reads
+/// every row), and a lapsed row is still found within about one period (no worker at all
+/// sweeping in a period has probability about e⁻⁸).
+fn sweeps_this_tick(active_workers: usize, roll: u32) -> bool {
+    let fleet = u32::try_from(active_workers).unwrap_or(u32::MAX);
+    fleet <= SWEEPERS_PER_TICK || roll % fleet < SWEEPERS_PER_TICK
+}
+
+/// A random number from the OS (0 if it cannot answer, which only makes a sweep likelier).
+fn random_u32() -> u32 {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    u32::from_le_bytes(bytes)
+}
+
 fn heartbeat_loop(
     location: &RegistryLocation,
     credential: &WorkerCredential,
@@ -172,6 +193,8 @@ fn heartbeat_loop(
     lost: &AtomicBool,
 ) {
     let mut registry = None;
+    // The fleet's size as of this worker's last sweep; every worker sweeps until it knows.
+    let mut active_workers = 0;
     loop {
         match stopped.recv_timeout(interval) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -187,8 +210,11 @@ fn heartbeat_loop(
             // The fleet keeps itself honest: every live worker, on its own tick, marks
             // the rows whose heartbeat lapsed stale, so retirement needs no operator.
             Ok(()) => {
-                if let Err(e) = reg.mark_expired_stale(now()) {
-                    crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
+                if sweeps_this_tick(active_workers, random_u32()) {
+                    match reg.sweep(now()) {
+                        Ok(sweep) => active_workers = sweep.active_workers,
+                        Err(e) => crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}")),
+                    }
                 }
             }
             Err(e) if matches!(e.kind(), StoreErrorKind::NotFound | StoreErrorKind::Conflict) => {
@@ -205,6 +231,28 @@ fn heartbeat_loop(
                     registry = None;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SWEEPERS_PER_TICK, sweeps_this_tick};
+
+    #[test]
+    fn a_small_fleet_sweeps_on_every_tick() {
+        for fleet in 0..=8 {
+            assert!((0..100).all(|roll| sweeps_this_tick(fleet, roll * 7919)), "{fleet}");
+        }
+    }
+
+    #[test]
+    fn a_large_fleet_sweeps_a_bounded_number_of_times_per_tick() {
+        for fleet in [9usize, 100, 1_000, 10_000] {
+            // Every roll modulo the fleet size, once: the fleet-wide expectation.
+            let n = u32::try_from(fleet).unwrap();
+            let sweeps = (0..n).filter(|&roll| sweeps_this_tick(fleet, roll)).count();
+            assert_eq!(sweeps, SWEEPERS_PER_TICK as usize, "{fleet}");
         }
     }
 }
