@@ -337,7 +337,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             };
             if json {
                 let values: Vec<serde_json::Value> = leases.iter().map(|l| lease_json(l, now)).collect();
-                outln!("{}", serde_json::to_string_pretty(&values).unwrap_or_default())?;
+                fleet_runtime::print_json(&values)?;
             } else {
                 out!("{}", lease_table(&leases, now))?;
             }
@@ -347,7 +347,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
             let log = open_registry(location, OpenMode::MustExist)?.lease_audit(key.as_ref())?;
             if json {
-                outln!("{}", serde_json::to_string_pretty(&log).unwrap_or_default())?;
+                fleet_runtime::print_json(&log)?;
             } else {
                 let rows: Vec<Vec<String>> = log
                     .iter()

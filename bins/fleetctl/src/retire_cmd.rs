@@ -62,7 +62,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             let (ctx, _) = context(&common)?;
             let p = make_plan(location, &ctx)?;
             if common.json {
-                outln!("{}", serde_json::to_string_pretty(&p).unwrap_or_default())?;
+                fleet_runtime::print_json(&p)?;
             } else {
                 out!("{}", render_plan(&p))?;
             }
@@ -117,7 +117,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             if common.json {
                 let mut v = serde_json::to_value(&report).unwrap_or_default();
                 v["post_apply"] = post_apply;
-                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())?;
+                fleet_runtime::print_json(&v)?;
             } else {
                 outln!(
                     "{}: retired {}",

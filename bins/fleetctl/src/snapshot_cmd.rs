@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fleet_identity::{Namespace, Repository, Timestamp};
+use fleet_runtime::out;
 use fleet_runtime::{Failure, RegistryLocation, now};
-use fleet_runtime::{out, outln};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, WorkerState};
 
 #[derive(Debug, clap::Args)]
@@ -74,7 +74,7 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     }
     let snap = take(location, manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default())?;
+        fleet_runtime::print_json(&snap)?;
     } else {
         out!("{}", render(&snap, colour()))?;
     }

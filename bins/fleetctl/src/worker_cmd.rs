@@ -9,10 +9,10 @@ use clap::Subcommand;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
 use fleet_registry::OpenMode;
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
+use fleet_runtime::out;
 use fleet_runtime::{
     Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
 };
-use fleet_runtime::{out, outln};
 use nix::sys::signal::{self, Signal};
 
 use crate::child::HeldChild;
@@ -70,7 +70,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
                     && status.as_deref().is_none_or(|s| r.status.as_str() == s)
             });
             if json {
-                outln!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default())?;
+                fleet_runtime::print_json(&rows)?;
             } else {
                 out!("{}", list_table(&rows, now()))?;
             }

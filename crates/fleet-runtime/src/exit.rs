@@ -118,6 +118,22 @@ pub fn write_stdout(args: fmt::Arguments<'_>, newline: bool) -> Result<(), Failu
         .map_err(Failure::output)
 }
 
+/// Prints `value` as indented JSON and a newline on standard output, streamed through a
+/// buffer rather than built as one string first (a 100k-row snapshot is tens of
+/// megabytes). Write failures are reported as [`write_stdout`]'s are.
+pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
+    let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| {
+        if e.is_io() {
+            // The original I/O error, as write_stdout would report it.
+            Failure::output(io::Error::from(e))
+        } else {
+            Failure::store(format!("cannot write the answer as JSON: {e}"))
+        }
+    })?;
+    out.write_all(b"\n").and_then(|()| out.flush()).map_err(Failure::output)
+}
+
 /// Flushes standard output at the end of a command, so a write that fails only at the
 /// final flush is reported too.
 pub fn flush_stdout() -> Result<(), Failure> {
