@@ -131,14 +131,26 @@ impl Answer {
     }
 
     /// Whether two snapshots say the same about the fleet: everything but the time and
-    /// the token, which every call moves.
+    /// the token, which every call moves. The snapshot is taken apart field by field, so
+    /// a field added to it cannot be left out of the comparison unnoticed.
     fn same_fleet(a: &FleetSnapshot, b: &FleetSnapshot) -> bool {
-        a.live_fleet_safe == b.live_fleet_safe
-            && a.manifest_supplied == b.manifest_supplied
-            && a.counts == b.counts
-            && a.workers == b.workers
-            && a.instances == b.instances
-            && a.findings == b.findings
+        let FleetSnapshot {
+            snapshot_at: _,
+            consistency_token: _,
+            registry_revision: _,
+            live_fleet_safe,
+            manifest_supplied,
+            counts,
+            instances,
+            workers,
+            findings,
+        } = a;
+        *live_fleet_safe == b.live_fleet_safe
+            && *manifest_supplied == b.manifest_supplied
+            && *counts == b.counts
+            && *workers == b.workers
+            && *instances == b.instances
+            && *findings == b.findings
     }
 
     /// The answer for `snap`: built from the last one when the fleet is unchanged (only

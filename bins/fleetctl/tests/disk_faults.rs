@@ -43,17 +43,26 @@ impl Drop for SmallDisk {
     }
 }
 
-#[test]
-fn a_full_disk_writes_nothing_and_says_so() {
+/// A registry on a fresh small disk, holding one lease (`workflow:before`); `None`
+/// where this machine may not mount. The disk is unmounted before the fleet's directory
+/// goes (bindings drop in reverse order).
+fn registry_on_a_small_disk() -> Option<(Fleet, SmallDisk, std::path::PathBuf)> {
     let fleet = Fleet::new();
-    let Some(disk) = SmallDisk::mount(fleet.dir.path()) else {
-        eprintln!("skipped: this machine cannot mount a tmpfs (needs root)");
-        return;
-    };
+    let disk = SmallDisk::mount(fleet.dir.path())?;
     let registry = disk.0.join("registry.sqlite3");
     let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &registry).args(args).output().unwrap();
     assert!(ctl(&["registry", "init"]).status.success());
     assert!(ctl(&["lease", "acquire", "--key", "workflow:before", "--owner", "me"]).status.success());
+    Some((fleet, disk, registry))
+}
+
+#[test]
+fn a_full_disk_writes_nothing_and_says_so() {
+    let Some((fleet, disk, registry)) = registry_on_a_small_disk() else {
+        eprintln!("skipped: this machine cannot mount a tmpfs (needs root)");
+        return;
+    };
+    let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &registry).args(args).output().unwrap();
     // Fill the disk.
     let filler = disk.0.join("filler");
     let _ = std::fs::write(&filler, vec![0u8; 2 << 20]);
@@ -84,15 +93,11 @@ fn a_full_disk_writes_nothing_and_says_so() {
 
 #[test]
 fn a_read_only_filesystem_writes_nothing_and_says_so() {
-    let fleet = Fleet::new();
-    let Some(disk) = SmallDisk::mount(fleet.dir.path()) else {
+    let Some((fleet, disk, registry)) = registry_on_a_small_disk() else {
         eprintln!("skipped: this machine cannot mount a tmpfs (needs root)");
         return;
     };
-    let registry = disk.0.join("registry.sqlite3");
     let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &registry).args(args).output().unwrap();
-    assert!(ctl(&["registry", "init"]).status.success());
-    assert!(ctl(&["lease", "acquire", "--key", "workflow:before", "--owner", "me"]).status.success());
     let before = std::fs::read(&registry).unwrap();
 
     disk.remount("ro");

@@ -16,6 +16,13 @@ impl<S: std::hash::BuildHasher> Ledger for std::collections::HashSet<ClientInsta
     }
 }
 
+/// A set of borrowed IDs, as a caller indexes a ledger it already holds.
+impl<S: std::hash::BuildHasher> Ledger for std::collections::HashSet<&ClientInstanceId, S> {
+    fn holds(&self, id: &ClientInstanceId) -> bool {
+        self.contains(id)
+    }
+}
+
 impl Ledger for std::collections::BTreeSet<ClientInstanceId> {
     fn holds(&self, id: &ClientInstanceId) -> bool {
         self.contains(id)

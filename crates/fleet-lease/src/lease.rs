@@ -189,6 +189,26 @@ impl LeaseState {
     }
 }
 
+/// The columns of `leases`, in the order every backend stores and reads them (the
+/// field names of [`LeaseRecord`], with `init` spread over three columns).
+pub const LEASE_COLUMNS: [&str; 15] = [
+    "lease_key",
+    "kind",
+    "owner",
+    "lease_id",
+    "fencing_epoch",
+    "state",
+    "acquired_at",
+    "heartbeat_at",
+    "expires_at",
+    "released_at",
+    "updated_at",
+    "scopes",
+    "target_version",
+    "init_status",
+    "failure_detail",
+];
+
 /// One lease row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[allow(missing_docs)]

@@ -169,7 +169,7 @@ fn judge(
 /// Takes the snapshot.
 pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
     let rows = ordered(input.rows);
-    let ledger = LedgerIndex(input.ledger.iter().map(|i| &i.client_instance_id).collect());
+    let ledger: LedgerIndex<'_> = input.ledger.iter().map(|i| &i.client_instance_id).collect();
     let ledger_hosts: FxHashMap<&str, &fleet_identity::HostId> = input
         .ledger
         .iter()
@@ -773,10 +773,4 @@ fn ordered(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
 }
 
 /// The ledger as a hash set of borrowed IDs.
-struct LedgerIndex<'a>(FxHashSet<&'a ClientInstanceId>);
-
-impl Ledger for LedgerIndex<'_> {
-    fn holds(&self, id: &ClientInstanceId) -> bool {
-        self.0.contains(id)
-    }
-}
+type LedgerIndex<'a> = FxHashSet<&'a ClientInstanceId>;

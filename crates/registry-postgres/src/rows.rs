@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use fleet_lease::LeaseRecord;
+use fleet_lease::{LEASE_COLUMNS, LeaseRecord};
 use fleet_registry::{AuditEntry, InstanceRecord, StoreError, WorkerRow};
 use postgres::Row;
 use postgres::types::ToSql;
@@ -15,23 +15,6 @@ use fleet_registry::WORKER_COLUMNS;
 const WORKER_INTEGERS: [&str; 5] =
     ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch", "pid_namespace"];
 
-const LEASE_COLUMNS: [&str; 15] = [
-    "lease_key",
-    "kind",
-    "owner",
-    "lease_id",
-    "fencing_epoch",
-    "state",
-    "acquired_at",
-    "heartbeat_at",
-    "expires_at",
-    "released_at",
-    "updated_at",
-    "scopes",
-    "target_version",
-    "init_status",
-    "failure_detail",
-];
 const LEASE_INTEGERS: [&str; 2] = ["fencing_epoch", "target_version"];
 
 fn joined(columns: &[&str]) -> String {

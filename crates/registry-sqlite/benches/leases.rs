@@ -69,23 +69,7 @@ fn leases(c: &mut Criterion) {
     // The floor for renew: the same four statements in one durable `BEGIN IMMEDIATE`
     // transaction, written with bare rusqlite: the store's clock, the read of the row,
     // the whole-row compare-and-swap, and the audit insert.
-    let columns = [
-        "lease_key",
-        "kind",
-        "owner",
-        "lease_id",
-        "fencing_epoch",
-        "state",
-        "acquired_at",
-        "heartbeat_at",
-        "expires_at",
-        "released_at",
-        "updated_at",
-        "scopes",
-        "target_version",
-        "init_status",
-        "failure_detail",
-    ];
+    let columns = fleet_lease::LEASE_COLUMNS;
     let n = columns.len();
     let set: Vec<String> = columns.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
     let guard: Vec<String> =
