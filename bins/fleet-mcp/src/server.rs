@@ -109,11 +109,10 @@ fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallTo
     serde_json::to_value(value).map(ok).map_err(|e| refuse("internal_error", e))
 }
 
-/// A snapshot answer kept between calls: the snapshot it was built from, its JSON value,
-/// and its text after the three fields that move with time.
+/// A snapshot answer kept between calls: its JSON value, and its text after the three
+/// fields that move with time.
 #[derive(Debug)]
 struct Answer {
-    snapshot: FleetSnapshot,
     value: Value,
     tail: String,
 }
@@ -121,7 +120,7 @@ struct Answer {
 impl Answer {
     /// The text of the fields that move with time (`snapshot_at` and the token under its
     /// two names), which serialisation writes first.
-    fn head(snap: &FleetSnapshot) -> Result<String, serde_json::Error> {
+    fn head(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
         Ok(format!(
             "{{\"snapshot_at\":{},\"consistency_token\":{},\"registry_revision\":{},",
             serde_json::to_string(&snap.snapshot_at)?,
@@ -130,51 +129,26 @@ impl Answer {
         ))
     }
 
-    /// Whether two snapshots say the same about the fleet: everything but the time and
-    /// the token, which every call moves. The snapshot is taken apart field by field, so
-    /// a field added to it cannot be left out of the comparison unnoticed.
-    fn same_fleet(a: &FleetSnapshot, b: &FleetSnapshot) -> bool {
-        let FleetSnapshot {
-            snapshot_at: _,
-            consistency_token: _,
-            registry_revision: _,
-            live_fleet_safe,
-            manifest_supplied,
-            counts,
-            instances,
-            workers,
-            findings,
-        } = a;
-        *live_fleet_safe == b.live_fleet_safe
-            && *manifest_supplied == b.manifest_supplied
-            && *counts == b.counts
-            && *workers == b.workers
-            && *instances == b.instances
-            && *findings == b.findings
-    }
-
-    /// The answer for `snap`: built from the last one when the fleet is unchanged (only
-    /// the time and the token are written anew), else serialised and kept.
-    fn give(last: &mut Option<Answer>, snap: FleetSnapshot) -> Result<CallToolResult, CallToolResult> {
+    /// The answer for `snap`. Its text is written every time; when everything after the
+    /// time and the token reads as the last answer's did, the kept value is reused with
+    /// those three fields written anew, else the value is built and kept.
+    fn give(last: &mut Option<Answer>, snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
         let internal = |e: serde_json::Error| refuse("internal_error", e);
-        let head = Self::head(&snap).map_err(internal)?;
-        let (value, text) = match last.as_ref() {
-            Some(kept) if Self::same_fleet(&kept.snapshot, &snap) => {
+        let text = serde_json::to_string(snap).map_err(internal)?;
+        let head = Self::head(snap).map_err(internal)?;
+        let tail = text.strip_prefix(&head);
+        let value = match (last.as_ref(), tail) {
+            (Some(kept), Some(tail)) if kept.tail == tail => {
                 let mut value = kept.value.clone();
                 value["snapshot_at"] = json!(snap.snapshot_at);
                 value["consistency_token"] = json!(snap.consistency_token);
                 value["registry_revision"] = json!(snap.registry_revision);
-                (value, format!("{head}{}", kept.tail))
+                value
             }
             _ => {
-                let value = serde_json::to_value(&snap).map_err(internal)?;
-                let text = serde_json::to_string(&snap).map_err(internal)?;
-                *last = text.strip_prefix(&head).map(|tail| Answer {
-                    snapshot: snap,
-                    value: value.clone(),
-                    tail: tail.to_owned(),
-                });
-                (value, text)
+                let value = serde_json::to_value(snap).map_err(internal)?;
+                *last = tail.map(|tail| Answer { value: value.clone(), tail: tail.to_owned() });
+                value
             }
         };
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
@@ -303,12 +277,17 @@ impl FleetServer {
         Self { ctx: Arc::new(ctx), fleet, answer: Arc::default(), tool_router }
     }
 
-    /// The fleet now (see [`FleetReader`]: rows re-read only when the store moved).
-    fn snapshot(&self, manifest: Option<&Manifest>) -> Result<FleetSnapshot, StoreError> {
+    /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
+    /// store moved).
+    fn with_snapshot<T>(
+        &self,
+        manifest: Option<&Manifest>,
+        read: impl FnOnce(&FleetSnapshot<'_>) -> T,
+    ) -> Result<T, StoreError> {
         // A panic elsewhere while the lock was held leaves nothing half-written that a
         // read could trust: the reader re-checks the store's marker on every call.
         let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        fleet.snapshot(manifest, &Policy::default(), now())
+        Ok(read(&fleet.snapshot(manifest, &Policy::default(), now())?))
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -359,16 +338,18 @@ impl FleetServer {
             }
         }
         let me = self.me()?;
-        let snap = self.snapshot(None).map_err(|e| refuse("registry_unavailable", e))?;
-        let gate = mutation_gate(&snap, &me.worker_identity);
+        let mine = me.client_instance_id.as_deref();
+        let (gate, cohort_not_unique) = self
+            .with_snapshot(None, |snap| {
+                let mut duplicates = snap.findings_of(FindingCode::DuplicateNamespaceWorker);
+                let mine_duplicated = duplicates.any(|f| f.client_instance_id.as_deref() == mine);
+                (mutation_gate(snap, &me.worker_identity), mine_duplicated)
+            })
+            .map_err(|e| refuse("registry_unavailable", e))?;
         if !gate.mutation_allowed {
             return Err(refusal("mutation_gate_closed", json!({ "reasons": gate.reasons })));
         }
-        let mine = me.client_instance_id.as_deref();
-        if snap
-            .findings_of(FindingCode::DuplicateNamespaceWorker)
-            .any(|f| f.client_instance_id.as_deref() == mine)
-        {
+        if cohort_not_unique {
             return Err(refuse(
                 "cohort_not_unique",
                 "this instance runs more than one worker in a namespace",
@@ -459,12 +440,14 @@ impl FleetServer {
                 .map(|m| Manifest::from_json(&m.to_string()))
                 .transpose()
                 .map_err(|e| refuse("invalid_manifest", e))?;
-            let snap = self.snapshot(manifest.as_ref()).map_err(|e| refuse("registry_unavailable", e))?;
-            if manifest.is_some() {
-                return ok_serialized(&snap);
-            }
-            let mut last = self.answer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            Answer::give(&mut last, snap)
+            self.with_snapshot(manifest.as_ref(), |snap| {
+                if manifest.is_some() {
+                    return ok_serialized(snap);
+                }
+                let mut last = self.answer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                Answer::give(&mut last, snap)
+            })
+            .map_err(|e| refuse("registry_unavailable", e))?
         })()
         .unwrap_or_else(|refusal| refusal)
     }
@@ -533,7 +516,7 @@ impl FleetServer {
         let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
         let gate =
             ctx.registration.as_ref().ok().and_then(|me| {
-                self.snapshot(None).ok().map(|snap| mutation_gate(&snap, &me.worker_identity))
+                self.with_snapshot(None, |snap| mutation_gate(snap, &me.worker_identity)).ok()
             });
         ok(json!({
             "namespace": ctx.namespace,
@@ -652,9 +635,10 @@ mod tests {
     use super::*;
     use crate::profiles::Profile;
 
-    /// A snapshot of two active workers, one heartbeating at `beat` seconds, judged at
-    /// `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s).
-    fn fleet_at(beat: i64, now: i64) -> FleetSnapshot {
+    /// The answer for a snapshot of two active workers heartbeating at `beat` seconds,
+    /// judged at `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s), and that snapshot
+    /// as a fresh JSON value.
+    fn answer_at(last: &mut Option<Answer>, beat: i64, now: i64) -> (CallToolResult, Value) {
         let at = |s: i64| fleet_identity::Timestamp::from_unix_millis((1_785_412_800 + s) * 1000).unwrap();
         let rows: Vec<WorkerRow> = ["wkr-a", "wkr-b"]
             .iter()
@@ -667,14 +651,15 @@ mod tests {
                 .unwrap()
             })
             .collect();
-        fleet_snapshot::snapshot(fleet_snapshot::SnapshotInput {
+        let snap = fleet_snapshot::snapshot(fleet_snapshot::SnapshotInput {
             rows: &rows,
             ledger: &[],
             manifest: None,
             probes: &fleet_snapshot::ProbeResults::new(),
             policy: &Policy::default(),
             now: at(now),
-        })
+        });
+        (Answer::give(last, &snap).unwrap(), serde_json::to_value(&snap).unwrap())
     }
 
     /// The answer as a client reads it: the structured value, and the text parsed.
@@ -689,18 +674,17 @@ mod tests {
     #[test]
     fn a_kept_snapshot_answer_is_exactly_the_fresh_one() {
         let mut last = None;
-        let first = Answer::give(&mut last, fleet_at(100, 110)).unwrap();
+        let (first, _) = answer_at(&mut last, 100, 110);
         assert!(last.is_some(), "kept");
-        for snap in [fleet_at(100, 115), fleet_at(100, 140)] {
-            let fresh = serde_json::to_value(&snap).unwrap();
-            let kept = Answer::give(&mut last, snap).unwrap();
+        for now in [115, 140] {
+            let (kept, fresh) = answer_at(&mut last, 100, now);
             let (value, text) = read(&kept);
             assert_eq!(value, fresh);
             assert_eq!(text, fresh);
         }
         let (value, _) = read(&first);
         assert_eq!(value["counts"]["live_worker_count"], 2);
-        let (value, _) = read(&Answer::give(&mut last, fleet_at(100, 140)).unwrap());
+        let (value, _) = read(&answer_at(&mut last, 100, 140).0);
         assert_eq!(value["counts"]["stale_worker_count"], 2, "the lapse shows at once");
     }
 

@@ -234,8 +234,8 @@ async fn two_sessions_from_one_shared_config_are_two_trusted_launches_for_every_
             }
         }
         let location = RegistryLocation::Sqlite(registry.clone());
-        let snap =
-            fleet_runtime::take_snapshot(&location, None, &Policy::default(), fleet_runtime::now()).unwrap();
+        let mut fleet = fleet_runtime::FleetReader::new(location);
+        let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now()).unwrap();
         assert!(snap.live_fleet_safe, "{client}: {:?}", snap.findings);
         assert_eq!(snap.counts.live_worker_count, 10, "{client}");
         assert_eq!(snap.instances.len(), 2, "{client}");

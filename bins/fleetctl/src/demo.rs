@@ -168,8 +168,9 @@ fn pick<'a>(rows: &'a [WorkerRow], instance: &str, ns: Namespace) -> Result<&'a 
 }
 
 fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
-    let snap = crate::snapshot_cmd::take(location, None, &fleet_snapshot::Policy::default(), now())?;
-    Ok(crate::snapshot_cmd::render(&snap, false))
+    let policy = fleet_snapshot::Policy::default();
+    let render = |snap: &fleet_snapshot::FleetSnapshot<'_>| crate::snapshot_cmd::render(snap, false);
+    Ok(fleet_runtime::take_snapshot(location, None, &policy, now(), render)?)
 }
 
 fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), Failure> {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use fleet_lease::LeaseState;
 use fleet_registry::{OpenMode, WorkerStatus};
-use fleet_runtime::{Failure, RegistryLocation, now, open_registry, out, take_snapshot};
+use fleet_runtime::{Failure, FleetReader, RegistryLocation, now, open_registry, out};
 use fleet_snapshot::Policy;
 
 /// The address `serve` listens on unless told otherwise: loopback only.
@@ -43,7 +43,8 @@ impl Exposition {
 /// The whole exposition for the registry at `location`.
 pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
     let at = now();
-    let snap = take_snapshot(location, None, &Policy::default(), at)?;
+    let mut fleet = FleetReader::new(location.clone());
+    let snap = fleet.snapshot(None, &Policy::default(), at)?;
     let mut registry = open_registry(location, OpenMode::MustExist)?;
     let rows = registry.workers()?;
     let (leases, store_now) = registry.leases_now(None)?;
@@ -56,7 +57,7 @@ pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
     m.family("fleet_workers", "gauge", "Registry rows by instance, namespace, status and state.");
     let mut workers: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
     for view in &snap.workers {
-        let instance = view.client_instance_id.clone().unwrap_or_default();
+        let instance = view.client_instance_id.unwrap_or_default().to_owned();
         let state = serde_json::to_value(view.state)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))

@@ -100,20 +100,19 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             drop(registry);
             // The apply's outcome is reported even when the follow-up snapshot cannot be
             // taken: post_apply is then null and says why.
-            let post_apply = match crate::snapshot_cmd::take(location, None, &Policy::default(), now()) {
-                Ok(snap) => {
-                    let mut blockers: std::collections::BTreeMap<FindingCode, usize> = Default::default();
-                    for f in snap.findings.iter().filter(|f| f.active_blocker) {
-                        *blockers.entry(f.code).or_default() += 1;
-                    }
-                    serde_json::json!({
-                        "live_fleet_safe": snap.live_fleet_safe,
-                        "stale_worker_count": snap.counts.stale_worker_count,
-                        "remaining_blockers": blockers,
-                    })
+            let summary = |snap: &fleet_snapshot::FleetSnapshot<'_>| {
+                let mut blockers: std::collections::BTreeMap<FindingCode, usize> = Default::default();
+                for f in snap.findings.iter().filter(|f| f.active_blocker) {
+                    *blockers.entry(f.code).or_default() += 1;
                 }
-                Err(e) => serde_json::json!({ "error": e.to_string() }),
+                serde_json::json!({
+                    "live_fleet_safe": snap.live_fleet_safe,
+                    "stale_worker_count": snap.counts.stale_worker_count,
+                    "remaining_blockers": blockers,
+                })
             };
+            let post_apply = fleet_runtime::take_snapshot(location, None, &Policy::default(), now(), summary)
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
             if common.json {
                 let mut v = serde_json::to_value(&report).unwrap_or_default();
                 v["post_apply"] = post_apply;

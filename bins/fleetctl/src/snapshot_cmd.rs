@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use fleet_identity::{Namespace, Repository, Timestamp};
 use fleet_runtime::out;
-use fleet_runtime::{Failure, RegistryLocation, now};
+use fleet_runtime::{Failure, FleetReader, RegistryLocation, now};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, WorkerState};
 
 #[derive(Debug, clap::Args)]
@@ -50,16 +50,6 @@ pub(crate) fn read_manifest(path: &PathBuf) -> Result<Manifest, Failure> {
     Manifest::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
-/// Reads the registry and classifies (see `fleet_runtime::take_snapshot`).
-pub(crate) fn take(
-    location: &RegistryLocation,
-    manifest: Option<&Manifest>,
-    policy: &Policy,
-    at: Timestamp,
-) -> Result<FleetSnapshot, Failure> {
-    Ok(fleet_runtime::take_snapshot(location, manifest, policy, at)?)
-}
-
 pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<ExitCode, Failure> {
     // Input is checked before the registry is read.
     let manifest = args.manifest.as_ref().map(read_manifest).transpose()?;
@@ -72,7 +62,8 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     if args.watch {
         return watch(location, manifest.as_ref(), &policy, &args);
     }
-    let snap = take(location, manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
+    let mut fleet = FleetReader::new(location.clone());
+    let snap = fleet.snapshot(manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
     if args.json {
         fleet_runtime::print_json(&snap)?;
     } else {
@@ -108,9 +99,11 @@ fn watch(
     let in_place = std::io::stdout().is_terminal();
     let interval = std::time::Duration::from_secs_f64(args.interval);
     let mut safe = false;
+    // The registry stays open between redraws, and rows are read again only when it moved.
+    let mut fleet = FleetReader::new(location.clone());
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         // A registry that cannot be read is shown, and counts as unsafe, until it can.
-        let text = match take(location, manifest, policy, now()) {
+        let text = match fleet.snapshot(manifest, policy, now()) {
             Ok(snap) => {
                 safe = snap.live_fleet_safe;
                 if args.json {
@@ -160,7 +153,7 @@ impl Paint {
 
 /// The snapshot as text: a verdict line, one block per instance with its five
 /// namespaces, then the findings.
-pub(crate) fn render(snap: &FleetSnapshot, colour: bool) -> String {
+pub(crate) fn render(snap: &FleetSnapshot<'_>, colour: bool) -> String {
     let p = Paint(colour);
     let c = &snap.counts;
     let verdict = if snap.live_fleet_safe { p.green("SAFE") } else { p.red("UNSAFE") };
@@ -173,16 +166,16 @@ pub(crate) fn render(snap: &FleetSnapshot, colour: bool) -> String {
         c.active_blocker_count,
         snap.snapshot_at
     );
-    let workers: BTreeMap<&str, &fleet_snapshot::WorkerView> =
+    let workers: BTreeMap<&str, &fleet_snapshot::WorkerView<'_>> =
         snap.workers.iter().map(|w| (w.worker_identity.as_str(), w)).collect();
     for instance in &snap.instances {
-        let name = instance.client_instance_id.as_deref().unwrap_or("(no instance id)");
+        let name = instance.client_instance_id.unwrap_or("(no instance id)");
         let trust = serde_json::to_value(instance.trust)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
         let trust = if instance.trust.is_trusted() { trust } else { p.red(&trust) };
-        out.push_str(&format!("\n{name}  {}  {trust}\n", instance.client_type.as_deref().unwrap_or("-")));
+        out.push_str(&format!("\n{name}  {}  {trust}\n", instance.client_type.unwrap_or("-")));
         for ns in Namespace::ALL {
             let live = instance.namespaces.get(&ns).map(Vec::as_slice).unwrap_or_default();
             if live.is_empty() {

@@ -56,6 +56,17 @@ impl InstanceClaim {
             Err(_) => Self::Malformed(raw.to_owned()),
         }
     }
+
+    /// Judges the claim against the launcher's ledger.
+    pub fn trust(&self, ledger: &dyn Ledger) -> TrustVerdict {
+        match self {
+            Self::Missing => TrustVerdict::Missing,
+            Self::Legacy(_) => TrustVerdict::LegacyPlaceholder,
+            Self::Malformed(_) => TrustVerdict::Malformed,
+            Self::WellFormed(id) if ledger.holds(id) => TrustVerdict::Trusted,
+            Self::WellFormed(_) => TrustVerdict::Unminted,
+        }
+    }
 }
 
 /// Whether an instance ID can be trusted, and if not, why not.
@@ -83,13 +94,7 @@ impl TrustVerdict {
 
 /// Judges a raw instance-ID string against the launcher's ledger.
 pub fn assess_instance_id(raw: Option<&str>, ledger: &dyn Ledger) -> TrustVerdict {
-    match InstanceClaim::read(raw) {
-        InstanceClaim::Missing => TrustVerdict::Missing,
-        InstanceClaim::Legacy(_) => TrustVerdict::LegacyPlaceholder,
-        InstanceClaim::Malformed(_) => TrustVerdict::Malformed,
-        InstanceClaim::WellFormed(id) if ledger.holds(&id) => TrustVerdict::Trusted,
-        InstanceClaim::WellFormed(_) => TrustVerdict::Unminted,
-    }
+    InstanceClaim::read(raw).trust(ledger)
 }
 
 #[cfg(test)]

@@ -278,15 +278,18 @@ pub fn rows_by_identity(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
     if rows.windows(2).all(|w| w[0].worker_identity <= w[1].worker_identity) {
         return rows.iter().collect();
     }
-    const PREFIX: usize = 24;
-    let mut keyed: Vec<([u8; PREFIX], &WorkerRow)> = rows
+    // The first 24 bytes as big-endian integers: comparing them compares the bytes.
+    let mut keyed: Vec<((u128, u64), &WorkerRow)> = rows
         .iter()
         .map(|row| {
-            let mut key = [0u8; PREFIX];
+            let mut key = [0u8; 24];
             let id = row.worker_identity.as_str().as_bytes();
-            let n = id.len().min(PREFIX);
+            let n = id.len().min(key.len());
             key[..n].copy_from_slice(&id[..n]);
-            (key, row)
+            let (high, low) = key.split_at(16);
+            let high = u128::from_be_bytes(high.try_into().unwrap_or_default());
+            let low = u64::from_be_bytes(low.try_into().unwrap_or_default());
+            ((high, low), row)
         })
         .collect();
     keyed.sort_by(|(ka, a), (kb, b)| ka.cmp(kb).then_with(|| a.worker_identity.cmp(&b.worker_identity)));

@@ -27,15 +27,18 @@ pub fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
         .collect()
 }
 
-/// Reads the registry, probes the rows this machine can speak for, and classifies. A
+/// Reads the registry, probes the rows this machine can speak for, classifies, and
+/// hands the snapshot to `read` (it borrows the rows, which live for this call). A
 /// registry that cannot be read fails closed: never an empty, safe fleet.
-pub fn take_snapshot(
+pub fn take_snapshot<T>(
     location: &RegistryLocation,
     manifest: Option<&Manifest>,
     policy: &Policy,
     at: Timestamp,
-) -> Result<FleetSnapshot, StoreError> {
-    FleetReader::new(location.clone()).snapshot(manifest, policy, at)
+    read: impl FnOnce(&FleetSnapshot<'_>) -> T,
+) -> Result<T, StoreError> {
+    let mut reader = FleetReader::new(location.clone());
+    Ok(read(&reader.snapshot(manifest, policy, at)?))
 }
 
 /// A long-lived reader of the fleet, for servers that answer many snapshot calls: it
@@ -88,13 +91,14 @@ impl FleetReader {
     }
 
     /// Reads (when the store moved), probes the rows this machine can speak for, and
-    /// classifies, as [`take_snapshot`] does.
+    /// classifies, as [`take_snapshot`] does. The snapshot borrows the rows this reader
+    /// keeps.
     pub fn snapshot(
         &mut self,
         manifest: Option<&Manifest>,
         policy: &Policy,
         at: Timestamp,
-    ) -> Result<FleetSnapshot, StoreError> {
+    ) -> Result<FleetSnapshot<'_>, StoreError> {
         let dump = self.dump()?;
         let probes = probe_local(&dump.worker_registrations);
         Ok(snapshot(SnapshotInput {

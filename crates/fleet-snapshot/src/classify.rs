@@ -3,8 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{
-    ClientInstanceId, InstanceClaim, Ledger, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
-    assess_instance_id,
+    ClientInstanceId, InstanceClaim, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
 };
 use fleet_model::ProcessVerdict;
 use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
@@ -28,11 +27,12 @@ pub struct Policy {
     pub expected_code_revision: Option<String>,
 }
 
-/// Everything the snapshot is computed from.
+/// Everything the snapshot is computed from: the rows it borrows its views from
+/// (`'rows`), and the rest, read only while it is taken (`'a`).
 #[derive(Debug, Clone, Copy)]
-pub struct SnapshotInput<'a> {
+pub struct SnapshotInput<'rows, 'a> {
     /// Every registry row.
-    pub rows: &'a [WorkerRow],
+    pub rows: &'rows [WorkerRow],
     /// The launcher's ledger.
     pub ledger: &'a [InstanceRecord],
     /// The approved manifest, when one is supplied.
@@ -57,42 +57,42 @@ pub enum WorkerState {
     Historical,
 }
 
-/// One row as the snapshot sees it: the row's own fields, its state, and the probe's
-/// verdict.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One row as the snapshot sees it: the row's own fields, borrowed from the rows the
+/// snapshot was taken of, its state, and the probe's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[allow(missing_docs)]
-pub struct WorkerView {
-    pub worker_identity: WorkerIdentity,
-    pub client_instance_id: Option<String>,
+pub struct WorkerView<'rows> {
+    pub worker_identity: &'rows WorkerIdentity,
+    pub client_instance_id: Option<&'rows str>,
     pub namespace: Namespace,
     pub state: WorkerState,
     pub status: WorkerStatus,
     pub ownership_state: Option<OwnershipState>,
     pub pid: Option<fleet_identity::Pid>,
-    pub host_id: Option<fleet_identity::HostId>,
-    pub generation_id: Option<fleet_identity::GenerationId>,
-    pub last_heartbeat_at: Option<String>,
+    pub host_id: Option<&'rows fleet_identity::HostId>,
+    pub generation_id: Option<&'rows fleet_identity::GenerationId>,
+    pub last_heartbeat_at: Option<&'rows str>,
     pub expires_at: Option<Timestamp>,
     pub liveness: Option<ProcessVerdict>,
 }
 
 /// One instance: the active workers that claim its ID.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct InstanceView {
+pub struct InstanceView<'rows> {
     /// The ID as the rows spell it (`null` for workers without one).
-    pub client_instance_id: Option<String>,
+    pub client_instance_id: Option<&'rows str>,
     /// The client type its workers report (the first, when they disagree).
-    pub client_type: Option<String>,
+    pub client_type: Option<&'rows str>,
     /// Whether the ID is trusted, and if not, why not.
     pub trust: TrustVerdict,
     /// On the manifest (`null` when no manifest was supplied).
     pub manifested: Option<bool>,
     /// The live workers of each namespace.
-    pub namespaces: BTreeMap<Namespace, Vec<WorkerIdentity>>,
+    pub namespaces: BTreeMap<Namespace, Vec<&'rows WorkerIdentity>>,
     /// Expected namespaces (the manifest's, else all five) with no live worker.
     pub missing_namespaces: Vec<Namespace>,
     /// Active workers of this instance that are stale.
-    pub stale_workers: Vec<WorkerIdentity>,
+    pub stale_workers: Vec<&'rows WorkerIdentity>,
     /// The active-blocker codes that concern this instance.
     pub blockers: Vec<FindingCode>,
 }
@@ -111,9 +111,10 @@ pub struct Counts {
     pub active_blocker_count: usize,
 }
 
-/// The fleet health snapshot.
+/// The fleet health snapshot. Its views borrow from the rows it was taken of; the
+/// findings are its own.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FleetSnapshot {
+pub struct FleetSnapshot<'rows> {
     /// When it was taken.
     pub snapshot_at: Timestamp,
     /// Digest over `snapshot_at` and each row's identity, instance, status, heartbeat,
@@ -128,14 +129,14 @@ pub struct FleetSnapshot {
     /// How many rows, workers, instances and findings of each kind.
     pub counts: Counts,
     /// Instances with at least one active worker, by ID.
-    pub instances: Vec<InstanceView>,
+    pub instances: Vec<InstanceView<'rows>>,
     /// Every row, by worker identity.
-    pub workers: Vec<WorkerView>,
+    pub workers: Vec<WorkerView<'rows>>,
     /// Every finding, in report order.
     pub findings: Vec<Finding>,
 }
 
-impl FleetSnapshot {
+impl FleetSnapshot<'_> {
     /// The findings of one code.
     pub fn findings_of(&self, code: FindingCode) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(move |f| f.code == code)
@@ -166,8 +167,75 @@ fn judge(
     }
 }
 
+/// The active rows that claim one instance ID, with what the ID claims, read and judged
+/// against the ledger once for all of them, and what its rows agree on, gathered as
+/// each row is read. The launch fields live at least as long as the row and the ledger
+/// they came from (`'v`).
+struct Group<'rows, 'v> {
+    key: Option<&'rows str>,
+    claim: InstanceClaim,
+    trust: TrustVerdict,
+    members: Vec<(&'rows WorkerRow, WorkerState)>,
+    /// The first client type a member reports.
+    client_type: Option<&'rows str>,
+    /// The launch fields (see [`launch_fields`]) every live member must match: the first
+    /// live value of each, or for the host the ledger's, when it records one.
+    launch: [Option<&'v str>; 5],
+    /// Some live member's launch field differs from `launch`.
+    launch_disagrees: bool,
+    /// The namespaces with a live member, as bits.
+    live_namespaces: u8,
+    /// Some namespace has two live members.
+    duplicate_namespace: bool,
+}
+
+impl<'rows: 'v, 'v> Group<'rows, 'v> {
+    fn new(key: Option<&'rows str>, ledger: &LedgerIndex<'_>, ledger_host: Option<&'v str>) -> Self {
+        let claim = InstanceClaim::read(key);
+        let trust = claim.trust(ledger);
+        let mut launch = [None; 5];
+        launch[HOST] = ledger_host;
+        Self {
+            key,
+            claim,
+            trust,
+            members: Vec::new(),
+            client_type: None,
+            launch,
+            launch_disagrees: false,
+            live_namespaces: 0,
+            duplicate_namespace: false,
+        }
+    }
+
+    fn push(&mut self, row: &'rows WorkerRow, state: WorkerState) {
+        self.members.push((row, state));
+        if self.client_type.is_none() {
+            self.client_type = row.client_type.as_ref().map(|c| c.as_str());
+        }
+        if state != WorkerState::Live {
+            return;
+        }
+        // Rows without a field do not vote.
+        for (agreed, (_, value)) in self.launch.iter_mut().zip(launch_fields(row)) {
+            match (*agreed, value) {
+                (None, value) => *agreed = value,
+                (Some(agreed), Some(value)) if agreed != value => self.launch_disagrees = true,
+                _ => {}
+            }
+        }
+        let bit = 1u8 << (row.namespace as u8);
+        self.duplicate_namespace |= self.live_namespaces & bit != 0;
+        self.live_namespaces |= bit;
+    }
+
+    fn live(&self) -> impl Iterator<Item = &'rows WorkerRow> + '_ {
+        self.members.iter().filter(|(_, state)| *state == WorkerState::Live).map(|(row, _)| *row)
+    }
+}
+
 /// Takes the snapshot.
-pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
+pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> {
     let rows = ordered(input.rows);
     let ledger: LedgerIndex<'_> = input.ledger.iter().map(|i| &i.client_instance_id).collect();
     let ledger_hosts: FxHashMap<&str, &fleet_identity::HostId> = input
@@ -175,73 +243,89 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
         .iter()
         .filter_map(|i| Some((i.client_instance_id.as_str(), i.host_id.as_ref()?)))
         .collect();
-
-    // Rows are ordered by identity, as the probe results are: one merged walk finds each
-    // row's verdict without a tree lookup per row.
-    let mut probes = input.probes.iter().peekable();
-    let views: Vec<WorkerView> = rows
-        .iter()
-        .map(|row| {
-            while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
-            let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
-            let beat = row.heartbeat();
-            let expires_at =
-                beat.zip(row.heartbeat_ttl_s).map(|(b, ttl)| fleet_model::heartbeat_expiry(b, ttl));
-            WorkerView {
-                worker_identity: row.worker_identity.clone(),
-                client_instance_id: row.client_instance_id.clone(),
-                namespace: row.namespace,
-                state: judge(row, beat, liveness, input.now),
-                status: row.status,
-                ownership_state: row.ownership_state,
-                pid: row.pid,
-                host_id: row.host_id.clone(),
-                generation_id: row.generation_id.clone(),
-                last_heartbeat_at: row.last_heartbeat_at.clone(),
-                expires_at,
-                liveness,
-            }
-        })
-        .collect();
-
-    let mut findings = Vec::new();
     let expected_revision = input
         .manifest
         .and_then(|m| m.code_revision.as_deref())
         .or(input.policy.expected_code_revision.as_deref());
-    let pairs: Vec<(&WorkerRow, &WorkerView)> = rows.iter().copied().zip(&views).collect();
-    // Each distinct instance ID is parsed once, however many workers claim it.
-    let mut claims: FxHashMap<Option<&str>, InstanceClaim> = FxHashMap::default();
-    for &(row, view) in &pairs {
-        if view.state != WorkerState::Historical {
-            let key = row.client_instance_id.as_deref();
-            let claim = claims.entry(key).or_insert_with(|| InstanceClaim::read(key));
-            row_findings(row, view, claim, &ledger, input.policy, expected_revision, &mut findings);
+
+    // One pass over the rows while each is in cache: its view, its state, its own
+    // findings, its instance's group, its reuse keys and its share of the token. Later
+    // steps read only what this pass gathered, and the rows of the few findings.
+    // Rows are ordered by identity, as the probe results are: one merged walk finds each
+    // row's verdict without a tree lookup per row.
+    let mut probes = input.probes.iter().peekable();
+    let mut views = Vec::with_capacity(rows.len());
+    let mut findings = Vec::new();
+    let mut group_at: FxHashMap<Option<&str>, usize> = FxHashMap::default();
+    let mut groups: Vec<Group<'rows, '_>> = Vec::new();
+    let mut historical: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
+    let mut reuse = ReuseKeys::default();
+    let mut token = Token::new(input.now);
+    for &row in &rows {
+        while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
+        let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
+        let beat = row.heartbeat();
+        let view = WorkerView {
+            worker_identity: &row.worker_identity,
+            client_instance_id: row.client_instance_id.as_deref(),
+            namespace: row.namespace,
+            state: judge(row, beat, liveness, input.now),
+            status: row.status,
+            ownership_state: row.ownership_state,
+            pid: row.pid,
+            host_id: row.host_id.as_ref(),
+            generation_id: row.generation_id.as_ref(),
+            last_heartbeat_at: row.last_heartbeat_at.as_deref(),
+            expires_at: beat.zip(row.heartbeat_ttl_s).map(|(b, ttl)| fleet_model::heartbeat_expiry(b, ttl)),
+            liveness,
+        };
+        token.row(row);
+        let key = view.client_instance_id;
+        if view.state == WorkerState::Historical {
+            historical.entry(key).or_default().push(row);
+        } else {
+            let at = *group_at.entry(key).or_insert_with(|| {
+                let ledger_host = key.and_then(|k| ledger_hosts.get(k)).map(|h| h.as_str());
+                groups.push(Group::new(key, &ledger, ledger_host));
+                groups.len() - 1
+            });
+            let group = &mut groups[at];
+            group.push(row, view.state);
+            row_findings(row, &view, group, input.policy, expected_revision, &mut findings);
+            reuse.push(row);
         }
+        views.push(view);
     }
-    historical_findings(&pairs, &mut findings);
-    let groups = group_by_instance(&pairs);
-    for (key, members) in groups.iter() {
-        instance_findings(key, members, &ledger_hosts, &mut findings);
+
+    historical_findings(historical, &mut findings);
+    groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    let groups = Groups(groups);
+    for group in &groups.0 {
+        instance_findings(group, &ledger_hosts, &mut findings);
     }
-    reuse_findings(&pairs, &mut findings);
+    reuse.report(&mut findings);
     if let Some(manifest) = input.manifest {
         manifest_findings(manifest, &groups, &mut findings);
     }
     findings.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
 
-    let instances = instance_views(&groups, &ledger, input.manifest, &findings);
-    let counts = Counts {
+    let instances = instance_views(&groups, input.manifest, &findings);
+    let mut counts = Counts {
         total_rows: views.len(),
-        active_worker_count: views.iter().filter(|v| v.state != WorkerState::Historical).count(),
-        live_worker_count: views.iter().filter(|v| v.state == WorkerState::Live).count(),
-        stale_worker_count: views.iter().filter(|v| v.state == WorkerState::Stale).count(),
-        historical_row_count: views.iter().filter(|v| v.state == WorkerState::Historical).count(),
         instance_count: instances.len(),
         finding_count: findings.len(),
         active_blocker_count: findings.iter().filter(|f| f.active_blocker).count(),
+        ..Counts::default()
     };
-    let token = consistency_token(input.now, &rows);
+    for view in &views {
+        match view.state {
+            WorkerState::Live => counts.live_worker_count += 1,
+            WorkerState::Stale => counts.stale_worker_count += 1,
+            WorkerState::Historical => counts.historical_row_count += 1,
+        }
+    }
+    counts.active_worker_count = counts.live_worker_count + counts.stale_worker_count;
+    let token = token.finish();
     FleetSnapshot {
         snapshot_at: input.now,
         consistency_token: token.clone(),
@@ -255,13 +339,10 @@ pub fn snapshot(input: SnapshotInput<'_>) -> FleetSnapshot {
     }
 }
 
-type Pair<'a> = (&'a WorkerRow, &'a WorkerView);
-
 fn row_findings(
     row: &WorkerRow,
-    view: &WorkerView,
-    claim: &InstanceClaim,
-    ledger: &LedgerIndex<'_>,
+    view: &WorkerView<'_>,
+    group: &Group<'_, '_>,
     policy: &Policy,
     expected_revision: Option<&str>,
     out: &mut Vec<Finding>,
@@ -309,7 +390,7 @@ fn row_findings(
             missing.push(field);
         }
     }
-    let claim_kind = match claim {
+    let claim_kind = match &group.claim {
         InstanceClaim::Missing => Some("missing"),
         InstanceClaim::Legacy(_) => Some("legacy_placeholder"),
         InstanceClaim::Malformed(_) => Some("malformed"),
@@ -325,8 +406,8 @@ fn row_findings(
             .evidence("missing_fields", &missing),
         );
     }
-    if let InstanceClaim::WellFormed(id) = claim {
-        if !ledger.holds(id) {
+    if let InstanceClaim::WellFormed(id) = &group.claim {
+        if group.trust == TrustVerdict::Unminted {
             out.push(
                 base(
                     FindingCode::UnmintedInstanceId,
@@ -374,13 +455,8 @@ fn row_findings(
     }
 }
 
-fn historical_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
-    let mut by_instance: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
-    for &(row, view) in pairs {
-        if view.state == WorkerState::Historical {
-            by_instance.entry(row.client_instance_id.as_deref()).or_default().push(row);
-        }
-    }
+/// One finding per instance over its released, superseded and retired rows.
+fn historical_findings(by_instance: BTreeMap<Option<&str>, Vec<&WorkerRow>>, out: &mut Vec<Finding>) {
     for (instance, rows) in by_instance {
         let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
         for row in &rows {
@@ -398,46 +474,28 @@ fn historical_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
     }
 }
 
-/// Active rows grouped by the instance ID they claim, ordered by ID.
-struct Groups<'a>(Vec<(Option<&'a str>, Vec<Pair<'a>>)>);
+/// The groups, ordered by instance ID.
+struct Groups<'rows, 'v>(Vec<Group<'rows, 'v>>);
 
-impl<'a> Groups<'a> {
-    fn get(&self, key: Option<&str>) -> Option<&[Pair<'a>]> {
-        let at = self.0.binary_search_by(|(k, _)| (*k).cmp(&key)).ok()?;
-        Some(&self.0[at].1)
+impl<'rows, 'v> Groups<'rows, 'v> {
+    fn get(&self, key: Option<&str>) -> Option<&Group<'rows, 'v>> {
+        let at = self.0.binary_search_by(|g| g.key.cmp(&key)).ok()?;
+        Some(&self.0[at])
     }
-
-    fn iter(&self) -> impl Iterator<Item = (Option<&'a str>, &[Pair<'a>])> {
-        self.0.iter().map(|(k, m)| (*k, m.as_slice()))
-    }
-}
-
-/// Active rows grouped by the instance ID they claim.
-fn group_by_instance<'a>(pairs: &[Pair<'a>]) -> Groups<'a> {
-    let mut index: FxHashMap<Option<&'a str>, usize> = FxHashMap::default();
-    let mut groups: Vec<(Option<&'a str>, Vec<Pair<'a>>)> = Vec::new();
-    for &(row, view) in pairs {
-        if view.state != WorkerState::Historical {
-            let key = row.client_instance_id.as_deref();
-            let at = *index.entry(key).or_insert_with(|| {
-                groups.push((key, Vec::new()));
-                groups.len() - 1
-            });
-            groups[at].1.push((row, view));
-        }
-    }
-    groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    Groups(groups)
 }
 
 fn instance_findings(
-    instance: Option<&str>,
-    members: &[Pair<'_>],
+    group: &Group<'_, '_>,
     ledger_hosts: &FxHashMap<&str, &fleet_identity::HostId>,
     out: &mut Vec<Finding>,
 ) {
-    let live: Vec<&WorkerRow> =
-        members.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| *r).collect();
+    // Most launches have one live worker per namespace and agree on who launched them:
+    // the pass that gathered the group settled that without building anything here.
+    if !group.duplicate_namespace && !group.launch_disagrees {
+        return;
+    }
+    let instance = group.key;
+    let live: Vec<&WorkerRow> = group.live().collect();
     let mut by_namespace: BTreeMap<Namespace, Vec<&WorkerRow>> = BTreeMap::new();
     for row in &live {
         by_namespace.entry(row.namespace).or_default().push(row);
@@ -455,26 +513,16 @@ fn instance_findings(
         );
     }
 
-    // Workers of one launch share who launched them; disagreement is two launches on one ID.
+    // Workers of one launch share who launched them; disagreement is two launches on one
+    // ID. A field conflicts when two live rows (or a row and the ledger's host) hold
+    // different values; rows without the field do not vote.
     let Some(id) = instance else { return };
-    let fields = launch_fields;
-    let ledger_host = ledger_hosts.get(id).map(|h| h.as_str());
-    // A field conflicts when two live rows (or a row and the ledger's host) hold
-    // different values; rows without the field do not vote. Most launches agree, and
-    // are settled without building the sets.
-    const HOST: usize = 3;
-    let agreed = |i: usize| {
-        let mut values = live.iter().filter_map(|r| fields(r)[i].1);
-        // The ledger's host, when it records one, is the host every row must match.
-        let first = if i == HOST { ledger_host.or_else(|| values.next()) } else { values.next() };
-        first.is_none_or(|first| values.all(|v| v == first))
-    };
-    if (0..5).all(agreed) {
+    if !group.launch_disagrees {
         return;
     }
     let mut conflicts: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for row in &live {
-        for (field, value) in fields(row) {
+        for (field, value) in launch_fields(row) {
             if let Some(value) = value {
                 conflicts.entry(field).or_default().insert(value);
             }
@@ -502,6 +550,9 @@ fn instance_findings(
     }
 }
 
+/// The place of the host among [`launch_fields`].
+const HOST: usize = 3;
+
 /// The fields every worker of one launch shares, by name.
 fn launch_fields(row: &WorkerRow) -> [(&'static str, Option<&str>); 5] {
     [
@@ -513,35 +564,149 @@ fn launch_fields(row: &WorkerRow) -> [(&'static str, Option<&str>); 5] {
     ]
 }
 
+// The keys under which two active rows are one reuse finding (the worker identity is
+// the seventh: rows are ordered by it, so rows that share one are neighbours).
+fn session_key(r: &WorkerRow) -> Option<&str> {
+    r.session_id.as_ref().map(|s| s.as_str())
+}
+
+fn generation_key(r: &WorkerRow) -> Option<&str> {
+    r.generation_id.as_ref().map(|g| g.as_str())
+}
+
+fn process_key(r: &WorkerRow) -> Option<(&str, &str, fleet_identity::Pid, fleet_identity::ProcessStartTime)> {
+    Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?, r.process_start_time?))
+}
+
+fn pid_key(r: &WorkerRow) -> Option<(&str, &str, fleet_identity::Pid)> {
+    Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?))
+}
+
+fn slot_key(r: &WorkerRow) -> Option<(&str, Namespace, u64)> {
+    Some((r.client_instance_id.as_deref()?, r.namespace, r.fencing_epoch?))
+}
+
+fn token_key(r: &WorkerRow) -> Option<&str> {
+    r.token_fingerprint.as_deref()
+}
+
+/// The active rows in identity order, and each reuse key of each row hashed while the
+/// row was read: a key's top 32 hash bits above the row's number among `active`.
+#[derive(Default)]
+struct ReuseKeys<'rows> {
+    active: Vec<&'rows WorkerRow>,
+    /// Two neighbours among `active` share an identity.
+    identity_shared: bool,
+    /// session, generation, process, pid, slot, token.
+    hashed: [Vec<u64>; 6],
+}
+
+impl<'rows> ReuseKeys<'rows> {
+    fn push(&mut self, row: &'rows WorkerRow) {
+        fn pack(key: Option<impl std::hash::Hash>, at: u64) -> Option<u64> {
+            use std::hash::BuildHasher;
+            key.map(|k| (FxBuildHasher.hash_one(k) & !u64::from(u32::MAX)) | at)
+        }
+        // A row number past 32 bits is cut short here; `report_shared` checks every row
+        // by its key then, and the numbers are not used.
+        let at = u64::from(u32::try_from(self.active.len()).unwrap_or(u32::MAX));
+        self.identity_shared |=
+            self.active.last().is_some_and(|last| last.worker_identity == row.worker_identity);
+        self.active.push(row);
+        let keys = [
+            pack(session_key(row), at),
+            pack(generation_key(row), at),
+            pack(process_key(row), at),
+            pack(pid_key(row), at),
+            pack(slot_key(row), at),
+            pack(token_key(row), at),
+        ];
+        for (list, key) in self.hashed.iter_mut().zip(keys) {
+            list.extend(key);
+        }
+    }
+
+    fn report(self, out: &mut Vec<Finding>) {
+        // Any two rows under one key are a finding, whatever else they hold; `ptr::eq`
+        // tells a row from itself.
+        let always = |a: &WorkerRow, b: &WorkerRow| !std::ptr::eq(a, b);
+        let active = self.active.as_slice();
+        // Only active rows are compared: history never makes a live fleet unsafe.
+        if self.identity_shared {
+            let runs = active.chunk_by(|a, b| a.worker_identity == b.worker_identity);
+            for run in runs.filter(|r| r.len() > 1) {
+                let shared = run[0].worker_identity.as_str();
+                report_group(FindingCode::ReusedWorkerIdentity, "worker identity", shared, run, out);
+            }
+        }
+        let [session, generation, process, pid, slot, token] = self.hashed;
+        report_shared(
+            active,
+            session,
+            session_key,
+            |a, b| a.client_instance_id != b.client_instance_id,
+            FindingCode::ReusedSessionIdentity,
+            "session across instances",
+            out,
+        );
+        let generation_code = FindingCode::ReusedGenerationIdentity;
+        report_shared(active, generation, generation_key, always, generation_code, "generation", out);
+        report_shared(
+            active,
+            process,
+            process_key,
+            always,
+            FindingCode::ReusedProcessIdentity,
+            "process",
+            out,
+        );
+        report_shared(
+            active,
+            pid,
+            pid_key,
+            |a, b| a.process_start_time != b.process_start_time,
+            FindingCode::ReusedPid,
+            "pid number with different start times",
+            out,
+        );
+        let fencing = FindingCode::ReusedFencingIdentity;
+        report_shared(active, slot, slot_key, always, fencing, "fencing epoch in one slot", out);
+        report_shared(active, token, token_key, always, fencing, "worker token", out);
+    }
+}
+
 /// Groups `rows` by `key` and reports each group with two rows that `differ`.
 ///
-/// A first pass sorts the rows by their key's 64-bit hash (no string copies, no ordering
-/// of strings) and marks each run of equal hashes in which a row differs from the first;
-/// only marked rows are then grouped by the keys themselves, so a hash collision can
-/// never merge two groups, and a fleet without reuse pays one pass. Equality is
-/// transitive, so "some row differs from the first" is "two rows differ".
-fn report_shared<'a, K: Ord + std::hash::Hash + Serialize>(
-    rows: &[&'a WorkerRow],
-    key: impl Fn(&'a WorkerRow) -> Option<K>,
+/// `hashed` holds each keyed row's key hash and number (see [`ReuseKeys`]). Sorted, runs
+/// of equal hashes in which a row differs from the first are marked; only marked rows
+/// are then grouped by the keys themselves, so a hash collision can never merge two
+/// groups, and a fleet without reuse pays one sort. Equality is transitive, so "some row
+/// differs from the first" is "two rows differ".
+fn report_shared<'rows, K: Ord + Serialize>(
+    rows: &[&'rows WorkerRow],
+    mut hashed: Vec<u64>,
+    key: impl Fn(&'rows WorkerRow) -> Option<K>,
     differ: impl Fn(&WorkerRow, &WorkerRow) -> bool,
     code: FindingCode,
     what: &str,
     out: &mut Vec<Finding>,
 ) {
-    use std::hash::BuildHasher;
-    let mut hashed: Vec<(u64, usize)> = rows
-        .iter()
-        .enumerate()
-        .filter_map(|(i, row)| key(row).map(|k| (FxBuildHasher.hash_one(&k), i)))
-        .collect();
-    hashed.sort_unstable();
-    let mut marked: Vec<usize> = Vec::new();
-    for run in hashed.chunk_by(|a, b| a.0 == b.0).filter(|run| run.len() > 1) {
-        let first = rows[run[0].1];
-        if run.iter().any(|&(_, i)| differ(first, rows[i])) {
-            marked.extend(run.iter().map(|&(_, i)| i));
+    let marked: Vec<usize> = if u32::try_from(rows.len()).is_ok() {
+        hashed.sort_unstable();
+        let at = |packed: u64| usize::try_from(packed & u64::from(u32::MAX)).unwrap_or(usize::MAX);
+        let mut marked = Vec::new();
+        for run in hashed.chunk_by(|a, b| a >> 32 == b >> 32).filter(|run| run.len() > 1) {
+            let first = rows[at(run[0])];
+            if run.iter().any(|&h| differ(first, rows[at(h)])) {
+                marked.extend(run.iter().map(|&h| at(h)));
+            }
         }
-    }
+        marked.sort_unstable();
+        marked
+    } else {
+        // Row numbers did not fit beside the hashes: every row is checked by its key.
+        (0..rows.len()).collect()
+    };
     if marked.is_empty() {
         return;
     }
@@ -551,96 +716,35 @@ fn report_shared<'a, K: Ord + std::hash::Hash + Serialize>(
     for group in run.chunk_by(|a, b| a.0 == b.0) {
         let rows: Vec<&WorkerRow> = group.iter().map(|(_, r)| *r).collect();
         if rows.iter().any(|r| differ(rows[0], r)) {
-            let instances: BTreeSet<Option<&str>> =
-                rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
-            let instance = if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
-            out.push(
-                Finding::new(code, format!("{} active rows share one {what}", rows.len()))
-                    .instance(instance)
-                    .workers(rows.iter().map(|r| &r.worker_identity))
-                    .evidence("shared", &group[0].0),
-            );
+            report_group(code, what, &group[0].0, &rows, out);
         }
     }
 }
 
-fn reuse_findings(pairs: &[Pair<'_>], out: &mut Vec<Finding>) {
-    let active: Vec<&WorkerRow> =
-        pairs.iter().filter(|(_, v)| v.state != WorkerState::Historical).map(|(r, _)| *r).collect();
-    let active = active.as_slice();
-    // Any two rows under one key are a finding, whatever else they hold; `ptr::eq` tells
-    // a row from itself.
-    let always = |a: &WorkerRow, b: &WorkerRow| !std::ptr::eq(a, b);
-
-    // Only active rows are compared: history never makes a live fleet unsafe.
-    report_shared(
-        active,
-        |r| Some(r.worker_identity.as_str()),
-        always,
-        FindingCode::ReusedWorkerIdentity,
-        "worker identity",
-        out,
-    );
-    report_shared(
-        active,
-        |r| r.session_id.as_ref().map(|s| s.as_str()),
-        |a, b| a.client_instance_id != b.client_instance_id,
-        FindingCode::ReusedSessionIdentity,
-        "session across instances",
-        out,
-    );
-    report_shared(
-        active,
-        |r| r.generation_id.as_ref().map(|g| g.as_str()),
-        always,
-        FindingCode::ReusedGenerationIdentity,
-        "generation",
-        out,
-    );
-    report_shared(
-        active,
-        |r| Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?, r.process_start_time?)),
-        always,
-        FindingCode::ReusedProcessIdentity,
-        "process",
-        out,
-    );
-    report_shared(
-        active,
-        |r| Some((r.host_id.as_ref()?.as_str(), r.boot_id.as_ref()?.as_str(), r.pid?)),
-        |a, b| a.process_start_time != b.process_start_time,
-        FindingCode::ReusedPid,
-        "pid number with different start times",
-        out,
-    );
-    report_shared(
-        active,
-        |r| Some((r.client_instance_id.as_deref()?, r.namespace, r.fencing_epoch?)),
-        always,
-        FindingCode::ReusedFencingIdentity,
-        "fencing epoch in one slot",
-        out,
-    );
-    report_shared(
-        active,
-        |r| r.token_fingerprint.as_deref(),
-        always,
-        FindingCode::ReusedFencingIdentity,
-        "worker token",
-        out,
+/// The finding for `rows`, which share the key `shared`.
+fn report_group(
+    code: FindingCode,
+    what: &str,
+    shared: impl Serialize,
+    rows: &[&WorkerRow],
+    out: &mut Vec<Finding>,
+) {
+    let instances: BTreeSet<Option<&str>> = rows.iter().map(|r| r.client_instance_id.as_deref()).collect();
+    let instance = if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
+    out.push(
+        Finding::new(code, format!("{} active rows share one {what}", rows.len()))
+            .instance(instance)
+            .workers(rows.iter().map(|r| &r.worker_identity))
+            .evidence("shared", shared),
     );
 }
 
-fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Finding>) {
+fn manifest_findings(manifest: &Manifest, groups: &Groups<'_, '_>, out: &mut Vec<Finding>) {
     let listed: FxHashSet<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
     for expected in &manifest.instances {
         let id = expected.client_instance_id.as_str();
-        let live: BTreeSet<Namespace> = groups
-            .get(Some(id))
-            .map(|m| {
-                m.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| r.namespace).collect()
-            })
-            .unwrap_or_default();
+        let live: BTreeSet<Namespace> =
+            groups.get(Some(id)).map(|g| g.live().map(|r| r.namespace).collect()).unwrap_or_default();
         if live.is_empty() {
             out.push(
                 Finding::new(FindingCode::MissingExpected, format!("{id} is on the manifest but not live"))
@@ -657,25 +761,23 @@ fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Fin
             );
         }
     }
-    for (key, members) in groups.iter() {
-        let live: Vec<&WorkerRow> =
-            members.iter().filter(|(_, v)| v.state == WorkerState::Live).map(|(r, _)| *r).collect();
-        if !live.is_empty() && !key.is_some_and(|k| listed.contains(k)) {
+    for group in &groups.0 {
+        let live: Vec<&WorkerRow> = group.live().collect();
+        if !live.is_empty() && !group.key.is_some_and(|k| listed.contains(k)) {
             out.push(
                 Finding::new(FindingCode::Unmanifested, "a live instance is not on the manifest")
-                    .instance(key)
+                    .instance(group.key)
                     .workers(live.iter().map(|r| &r.worker_identity)),
             );
         }
     }
 }
 
-fn instance_views(
-    groups: &Groups<'_>,
-    ledger: &LedgerIndex<'_>,
+fn instance_views<'rows>(
+    groups: &Groups<'rows, '_>,
     manifest: Option<&Manifest>,
     findings: &[Finding],
-) -> Vec<InstanceView> {
+) -> Vec<InstanceView<'rows>> {
     let mut blockers: FxHashMap<Option<&str>, BTreeSet<FindingCode>> = FxHashMap::default();
     for f in findings.iter().filter(|f| f.active_blocker) {
         blockers.entry(f.client_instance_id.as_deref()).or_default().insert(f.code);
@@ -686,27 +788,26 @@ fn instance_views(
         listed.entry(entry.client_instance_id.as_str()).or_insert(entry);
     }
     groups
+        .0
         .iter()
-        .map(|(key, members)| {
-            let entry = key.and_then(|k| listed.get(k));
+        .map(|group| {
+            let entry = group.key.and_then(|k| listed.get(k));
             let expected: &[Namespace] = entry.map_or(&Namespace::ALL, |i| &i.namespaces);
-            let mut namespaces: BTreeMap<Namespace, Vec<WorkerIdentity>> = BTreeMap::new();
+            let mut namespaces: BTreeMap<Namespace, Vec<&WorkerIdentity>> = BTreeMap::new();
             let mut stale_workers = Vec::new();
-            for (row, view) in members {
-                match view.state {
+            for &(row, state) in &group.members {
+                match state {
                     WorkerState::Live => {
-                        namespaces.entry(row.namespace).or_default().push(row.worker_identity.clone())
+                        namespaces.entry(row.namespace).or_default().push(&row.worker_identity)
                     }
-                    WorkerState::Stale => stale_workers.push(row.worker_identity.clone()),
+                    WorkerState::Stale => stale_workers.push(&row.worker_identity),
                     WorkerState::Historical => {}
                 }
             }
             InstanceView {
-                client_instance_id: key.map(str::to_owned),
-                client_type: members
-                    .iter()
-                    .find_map(|(r, _)| r.client_type.as_ref().map(ToString::to_string)),
-                trust: assess_instance_id(key, ledger),
+                client_instance_id: group.key,
+                client_type: group.client_type,
+                trust: group.trust,
                 manifested: manifest.map(|_| entry.is_some()),
                 missing_namespaces: expected
                     .iter()
@@ -715,50 +816,65 @@ fn instance_views(
                     .collect(),
                 namespaces,
                 stale_workers,
-                blockers: blockers.get(&key).map(|b| b.iter().copied().collect()).unwrap_or_default(),
+                blockers: blockers.get(&group.key).map(|b| b.iter().copied().collect()).unwrap_or_default(),
             }
         })
         .collect()
 }
 
-fn consistency_token(now: Timestamp, rows: &[&WorkerRow]) -> String {
-    use std::io::Write as _;
-    // The fields go through one buffer, hashed a block at a time: the same bytes as
-    // hashing each field alone, without a hasher call per field.
+/// The consistency token, fed one row at a time. The fields go through one buffer,
+/// hashed a block at a time: the same bytes as hashing each field alone, without a
+/// hasher call per field.
+struct Token {
+    hasher: blake3::Hasher,
+    buf: Vec<u8>,
+}
+
+impl Token {
     const BLOCK: usize = 64 * 1024;
-    let mut hasher = blake3::Hasher::new();
-    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 1024);
-    buf.extend_from_slice(now.to_string().as_bytes());
-    let field = |buf: &mut Vec<u8>, value: Option<&[u8]>| {
-        // A length prefix keeps field boundaries unambiguous; absent differs from empty.
+
+    fn new(now: Timestamp) -> Self {
+        let mut buf = Vec::with_capacity(Self::BLOCK + 1024);
+        buf.extend_from_slice(now.to_string().as_bytes());
+        Self { hasher: blake3::Hasher::new(), buf }
+    }
+
+    /// A length prefix keeps field boundaries unambiguous; absent differs from empty.
+    fn field(&mut self, value: Option<&[u8]>) {
         match value {
             Some(v) => {
-                buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
-                buf.extend_from_slice(v);
+                self.buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                self.buf.extend_from_slice(v);
             }
-            None => buf.extend_from_slice(&u64::MAX.to_le_bytes()),
-        }
-    };
-    let mut epoch = Vec::with_capacity(20);
-    for row in rows {
-        field(&mut buf, Some(row.worker_identity.as_str().as_bytes()));
-        field(&mut buf, row.client_instance_id.as_deref().map(str::as_bytes));
-        field(&mut buf, Some(row.status.as_str().as_bytes()));
-        field(&mut buf, row.last_heartbeat_at.as_deref().map(str::as_bytes));
-        let epoch = row.fencing_epoch.map(|e| {
-            epoch.clear();
-            let _ = write!(epoch, "{e}");
-            epoch.as_slice()
-        });
-        field(&mut buf, epoch);
-        field(&mut buf, row.generation_id.as_ref().map(|g| g.as_str().as_bytes()));
-        if buf.len() >= BLOCK {
-            hasher.update(&buf);
-            buf.clear();
+            None => self.buf.extend_from_slice(&u64::MAX.to_le_bytes()),
         }
     }
-    hasher.update(&buf);
-    format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
+
+    fn row(&mut self, row: &WorkerRow) {
+        use std::io::Write as _;
+        self.field(Some(row.worker_identity.as_str().as_bytes()));
+        self.field(row.client_instance_id.as_deref().map(str::as_bytes));
+        self.field(Some(row.status.as_str().as_bytes()));
+        self.field(row.last_heartbeat_at.as_deref().map(str::as_bytes));
+        let mut digits = [0u8; 20];
+        let epoch = row.fencing_epoch.and_then(|e| {
+            let mut cursor = std::io::Cursor::new(&mut digits[..]);
+            write!(cursor, "{e}").ok()?;
+            let len = usize::try_from(cursor.position()).ok()?;
+            Some(len)
+        });
+        self.field(epoch.map(|len| &digits[..len]));
+        self.field(row.generation_id.as_ref().map(|g| g.as_str().as_bytes()));
+        if self.buf.len() >= Self::BLOCK {
+            self.hasher.update(&self.buf);
+            self.buf.clear();
+        }
+    }
+
+    fn finish(mut self) -> String {
+        self.hasher.update(&self.buf);
+        format!("b3:{}", &self.hasher.finalize().to_hex().as_str()[..32])
+    }
 }
 
 /// The rows ordered by identity, then by content for rows that share an identity, so

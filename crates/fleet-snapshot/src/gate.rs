@@ -49,14 +49,14 @@ pub struct GateVerdict {
 }
 
 /// Judges whether `worker` may mutate, from a snapshot.
-pub fn mutation_gate(snapshot: &FleetSnapshot, worker: &WorkerIdentity) -> GateVerdict {
+pub fn mutation_gate(snapshot: &FleetSnapshot<'_>, worker: &WorkerIdentity) -> GateVerdict {
     let closed = |reason| GateVerdict {
         worker_identity: worker.clone(),
         mutation_allowed: false,
         reasons: vec![reason],
         instance_trust: None,
     };
-    let Some(view) = snapshot.workers.iter().find(|w| &w.worker_identity == worker) else {
+    let Some(view) = snapshot.workers.iter().find(|w| w.worker_identity == worker) else {
         return closed(GateReason::WorkerNotRegistered);
     };
     let mut reasons = Vec::new();
@@ -72,8 +72,8 @@ pub fn mutation_gate(snapshot: &FleetSnapshot, worker: &WorkerIdentity) -> GateV
     }
     for finding in &snapshot.findings {
         let mine = finding.worker_identities.contains(worker);
-        let my_instance =
-            finding.client_instance_id.is_some() && finding.client_instance_id == view.client_instance_id;
+        let my_instance = finding.client_instance_id.is_some()
+            && finding.client_instance_id.as_deref() == view.client_instance_id;
         let reason = match finding.code {
             FindingCode::DuplicateNamespaceWorker if mine => GateReason::DuplicateNamespaceWorker,
             FindingCode::ClientInstanceCollision if my_instance => GateReason::ClientInstanceCollision,
@@ -99,9 +99,8 @@ pub fn mutation_gate(snapshot: &FleetSnapshot, worker: &WorkerIdentity) -> GateV
         worker_identity: worker.clone(),
         mutation_allowed: reasons.is_empty(),
         reasons,
-        instance_trust: trust.or_else(|| {
-            Some(fleet_identity::assess_instance_id(view.client_instance_id.as_deref(), &NoLedger))
-        }),
+        instance_trust: trust
+            .or_else(|| Some(fleet_identity::assess_instance_id(view.client_instance_id, &NoLedger))),
     }
 }
 

@@ -27,16 +27,21 @@ pub struct HeartbeatComparison {
     pub continuous: bool,
 }
 
-fn live(s: &FleetSnapshot) -> std::collections::BTreeMap<&WorkerIdentity, Option<Timestamp>> {
+fn live<'rows>(
+    s: &FleetSnapshot<'rows>,
+) -> std::collections::BTreeMap<&'rows WorkerIdentity, Option<Timestamp>> {
     s.workers
         .iter()
         .filter(|w| w.state == WorkerState::Live)
-        .map(|w| (&w.worker_identity, w.last_heartbeat_at.as_deref().and_then(|t| Timestamp::parse(t).ok())))
+        .map(|w| (w.worker_identity, w.last_heartbeat_at.and_then(|t| Timestamp::parse(t).ok())))
         .collect()
 }
 
 /// Compares heartbeats of `earlier` and `later`.
-pub fn compare_snapshot_heartbeats(earlier: &FleetSnapshot, later: &FleetSnapshot) -> HeartbeatComparison {
+pub fn compare_snapshot_heartbeats(
+    earlier: &FleetSnapshot<'_>,
+    later: &FleetSnapshot<'_>,
+) -> HeartbeatComparison {
     let (before, after) = (live(earlier), live(later));
     let mut out = HeartbeatComparison {
         earlier_at: earlier.snapshot_at,

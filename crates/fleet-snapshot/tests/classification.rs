@@ -78,7 +78,7 @@ impl Case {
         Self { rows, manifest: None, probes: ProbeResults::new(), policy: Policy::default(), now: at(110) }
     }
 
-    fn run(&self) -> FleetSnapshot {
+    fn run(&self) -> FleetSnapshot<'_> {
         let ledger = ledger();
         snapshot(SnapshotInput {
             rows: &self.rows,
@@ -91,7 +91,7 @@ impl Case {
     }
 }
 
-fn codes(s: &FleetSnapshot) -> Vec<FindingCode> {
+fn codes(s: &FleetSnapshot<'_>) -> Vec<FindingCode> {
     let mut c: Vec<FindingCode> = s.findings.iter().map(|f| f.code).collect();
     c.dedup();
     c
@@ -110,7 +110,8 @@ fn id(s: &str) -> WorkerIdentity {
 // Fail-closed table, row 1; rules 1 and 7.
 #[test]
 fn two_instances_of_one_client_type_with_distinct_ids_are_safe() {
-    let s = Case::new(two_launches()).run();
+    let case = Case::new(two_launches());
+    let s = case.run();
     assert!(s.live_fleet_safe, "{:#?}", s.findings);
     assert!(s.findings.is_empty());
     assert_eq!(s.counts.live_worker_count, 10);
@@ -127,7 +128,8 @@ fn live_reuse_of_one_instance_id_by_two_launches_is_a_collision() {
         r.session_id = Some("sess-other".parse().unwrap());
     }
     rows.extend(other);
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     assert!(!s.live_fleet_safe);
     let collision = s.findings_of(FindingCode::ClientInstanceCollision).next().expect("collision");
     assert_eq!(collision.client_instance_id.as_deref(), Some(A));
@@ -142,7 +144,8 @@ fn two_live_workers_in_one_namespace_of_one_instance_are_a_duplicate() {
     let mut extra = worker(A, Namespace::Merger, 99);
     extra.fencing_epoch = Some(2);
     rows.push(extra);
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     assert!(!s.live_fleet_safe);
     let dup: Vec<_> = s.findings_of(FindingCode::DuplicateNamespaceWorker).collect();
     assert_eq!(dup.len(), 1);
@@ -163,7 +166,8 @@ fn a_legacy_registration_without_a_trusted_instance_id_is_unsafe() {
     let mut legacy = worker("legacy-pid-4242", Namespace::Author, 50);
     legacy.session_id = Some("sess-legacy".parse().unwrap());
     rows.push(legacy);
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     assert!(!s.live_fleet_safe);
     let f = s.findings_of(FindingCode::LegacyIncompleteIdentity).next().expect("legacy");
     assert_eq!(f.evidence["instance_claim"], "legacy_placeholder");
@@ -180,7 +184,8 @@ fn a_historical_dead_row_alone_does_not_block() {
     old.status = WorkerStatus::Released;
     old.fencing_epoch = Some(7);
     rows.push(old);
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     assert!(s.live_fleet_safe);
     let f = s.findings_of(FindingCode::HistoricalDead).next().expect("historical");
     assert!(!f.active_blocker);
@@ -195,8 +200,9 @@ fn a_worker_without_an_instance_id_is_never_attached_to_its_neighbours() {
     orphan.client_instance_id = None;
     orphan.session_id = Some("sess-a".parse().unwrap());
     rows.push(orphan);
-    let s = Case::new(rows).run();
-    let a = s.instances.iter().find(|i| i.client_instance_id.as_deref() == Some(A)).unwrap();
+    let case = Case::new(rows);
+    let s = case.run();
+    let a = s.instances.iter().find(|i| i.client_instance_id == Some(A)).unwrap();
     assert_eq!(a.namespaces[&Namespace::Author].len(), 1, "pid 1005 next to pid 1000 joins nothing");
     assert!(s.instances.iter().any(|i| i.client_instance_id.is_none() && i.trust == TrustVerdict::Missing));
     assert!(s.findings_of(FindingCode::DuplicateNamespaceWorker).next().is_none());
@@ -206,7 +212,8 @@ fn a_worker_without_an_instance_id_is_never_attached_to_its_neighbours() {
 fn an_unminted_instance_id_is_its_own_finding() {
     let mut rows = launch(A, 0);
     rows.extend(launch("inst-codex-20260730T120200Z-cccccccccccc", 20));
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     let f: Vec<_> = s.findings_of(FindingCode::UnmintedInstanceId).collect();
     assert_eq!(f.len(), 5);
     let view = s.instances.iter().find(|i| i.trust == TrustVerdict::Unminted).unwrap();
@@ -250,7 +257,8 @@ fn reused_identities_each_have_their_code() {
     let mut twin = rows[0].clone();
     twin.session_id = Some("sess-twin".parse().unwrap());
     rows.push(twin);
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     for code in [
         FindingCode::ReusedWorkerIdentity,
         FindingCode::ReusedSessionIdentity,
@@ -320,24 +328,28 @@ fn the_manifest_reports_missing_and_unmanifested_instances() {
 fn the_gate_names_an_unregistered_or_released_worker() {
     let mut rows = launch(A, 0);
     rows[0].status = WorkerStatus::Released;
-    let s = Case::new(rows).run();
+    let case = Case::new(rows);
+    let s = case.run();
     assert_eq!(mutation_gate(&s, &id("wkr-nobody")).reasons, vec![GateReason::WorkerNotRegistered]);
     assert_eq!(mutation_gate(&s, &id("wkr-author-0000")).reasons, vec![GateReason::WorkerNotActive]);
 }
 
 #[test]
 fn heartbeat_comparison_proves_continuity() {
-    let first = Case::new(launch(A, 0)).run();
+    let first_case = Case::new(launch(A, 0));
+    let first = first_case.run();
     let mut later_rows = launch(A, 0);
     for r in &mut later_rows {
         r.last_heartbeat_at = Some(at(105).to_string());
     }
-    let second = Case::new(later_rows.clone()).run();
+    let second_case = Case::new(later_rows.clone());
+    let second = second_case.run();
     let cmp = compare_snapshot_heartbeats(&first, &second);
     assert!(cmp.continuous);
     assert_eq!(cmp.advanced.len(), 5);
     later_rows[0].last_heartbeat_at = Some(at(100).to_string());
-    let third = Case::new(later_rows).run();
+    let third_case = Case::new(later_rows);
+    let third = third_case.run();
     let cmp = compare_snapshot_heartbeats(&first, &third);
     assert!(!cmp.continuous);
     assert_eq!(cmp.unchanged, vec![id("wkr-author-0000")]);
@@ -345,8 +357,10 @@ fn heartbeat_comparison_proves_continuity() {
 
 #[test]
 fn the_consistency_token_moves_with_time_and_with_heartbeats() {
-    let a = Case::new(launch(A, 0)).run();
-    let b = Case { now: at(111), ..Case::new(launch(A, 0)) }.run();
+    let a_case = Case::new(launch(A, 0));
+    let a = a_case.run();
+    let b_case = Case { now: at(111), ..Case::new(launch(A, 0)) };
+    let b = b_case.run();
     assert_ne!(a.consistency_token, b.consistency_token);
     assert_eq!(a.consistency_token, a.registry_revision);
     let mut rows = launch(A, 0);
@@ -387,19 +401,22 @@ proptest! {
             let j = (seed.wrapping_mul(6364136223846793005).wrapping_add(i as u64) % (i as u64 + 1)) as usize;
             shuffled.swap(i, j);
         }
-        prop_assert_eq!(Case::new(rows).run(), Case::new(shuffled).run());
+        let (case, shuffled_case) = (Case::new(rows), Case::new(shuffled));
+        prop_assert_eq!(case.run(), shuffled_case.run());
     }
 
     #[test]
     fn adding_a_historical_row_never_makes_a_safe_fleet_unsafe(rows in arbitrary_rows(), n in 100u32..200, ns in 0usize..5, released in any::<bool>()) {
-        let before = Case::new(rows.clone()).run();
+        let before_case = Case::new(rows.clone());
+        let before = before_case.run();
         let mut more = rows;
         let mut old = worker(A, Namespace::ALL[ns], n);
         old.worker_identity = WorkerIdentity::new(format!("wkr-historical-{n}")).unwrap();
         old.generation_id = Some(format!("gen-historical-{n}").parse().unwrap());
         old.status = if released { WorkerStatus::Released } else { WorkerStatus::Superseded };
         more.push(old);
-        let after = Case::new(more).run();
+        let after_case = Case::new(more);
+        let after = after_case.run();
         prop_assert!(!before.live_fleet_safe || after.live_fleet_safe);
     }
 
@@ -415,7 +432,8 @@ proptest! {
             rows.push(a);
             rows.push(b);
         }
-        let s = Case::new(rows).run();
+        let case = Case::new(rows);
+        let s = case.run();
         prop_assert!(s.findings.is_empty(), "{:?}", s.findings);
     }
 }
