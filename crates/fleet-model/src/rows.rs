@@ -260,7 +260,29 @@ pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
 /// [`MAX_CLOCK_SKEW`] in the future — a heartbeat from the future vouches for nothing,
 /// or a crashed worker written with one would never expire.
 pub fn heartbeat_lapsed(beat: Timestamp, ttl_s: u32, now: Timestamp) -> bool {
-    now > heartbeat_expiry(beat, ttl_s) || beat > now.saturating_add(MAX_CLOCK_SKEW)
+    HeartbeatJudge::at(now).judge(beat, ttl_s).1
+}
+
+/// [`heartbeat_lapsed`] for many heartbeats at one `now`, with the bound on heartbeats
+/// from the future worked out once.
+#[derive(Debug, Clone, Copy)]
+pub struct HeartbeatJudge {
+    now: Timestamp,
+    latest_believable: Timestamp,
+}
+
+impl HeartbeatJudge {
+    /// The judge at `now`.
+    pub fn at(now: Timestamp) -> Self {
+        Self { now, latest_believable: now.saturating_add(MAX_CLOCK_SKEW) }
+    }
+
+    /// When the heartbeat at `beat` lapses (see [`heartbeat_expiry`]), and whether it
+    /// has (see [`heartbeat_lapsed`]).
+    pub fn judge(&self, beat: Timestamp, ttl_s: u32) -> (Timestamp, bool) {
+        let expiry = heartbeat_expiry(beat, ttl_s);
+        (expiry, self.now > expiry || beat > self.latest_believable)
+    }
 }
 
 /// When a heartbeat at `beat` with a TTL of `ttl_s` seconds lapses.
@@ -292,7 +314,14 @@ pub fn rows_by_identity(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
             ((high, low), row)
         })
         .collect();
-    keyed.sort_by(|(ka, a), (kb, b)| ka.cmp(kb).then_with(|| a.worker_identity.cmp(&b.worker_identity)));
+    // Ties keep input order through the row's place, which the unstable sort (faster
+    // here) would not keep by itself.
+    let place = |row: &WorkerRow| std::ptr::from_ref(row).addr();
+    keyed.sort_unstable_by(|(ka, a), (kb, b)| {
+        ka.cmp(kb)
+            .then_with(|| a.worker_identity.cmp(&b.worker_identity))
+            .then_with(|| place(a).cmp(&place(b)))
+    });
     keyed.into_iter().map(|(_, row)| row).collect()
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use fleet_identity::{
     ClientInstanceId, InstanceClaim, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
 };
-use fleet_model::ProcessVerdict;
+use fleet_model::{HeartbeatJudge, ProcessVerdict};
 use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
 use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 use serde::Serialize;
@@ -143,27 +143,25 @@ impl FleetSnapshot<'_> {
     }
 }
 
-/// Whether a row's heartbeat no longer vouches for it at `now`.
+/// When a row's heartbeat lapses, and whether the row is live, stale or history.
 fn judge(
     row: &WorkerRow,
-    beat: Option<Timestamp>,
     probe: Option<ProcessVerdict>,
-    now: Timestamp,
-) -> WorkerState {
+    heartbeats: &HeartbeatJudge,
+) -> (Option<Timestamp>, WorkerState) {
+    // The registry's TTL rule, on the heartbeat parsed once.
+    let judged = row.heartbeat().zip(row.heartbeat_ttl_s).map(|(beat, ttl)| heartbeats.judge(beat, ttl));
+    let expires_at = judged.map(|(expiry, _)| expiry);
     if row.status != WorkerStatus::Active {
-        return WorkerState::Historical;
+        return (expires_at, WorkerState::Historical);
     }
-    let expired = match (beat, row.heartbeat_ttl_s) {
-        // The registry's TTL rule, on the heartbeat parsed once.
-        (Some(beat), Some(ttl)) => fleet_model::heartbeat_lapsed(beat, ttl, now),
-        // No parsable heartbeat or no TTL: nothing vouches for the row.
-        _ => true,
-    };
+    // No parsable heartbeat or no TTL: nothing vouches for the row.
+    let expired = judged.is_none_or(|(_, lapsed)| lapsed);
     let gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
     if expired || gone || row.ownership_state == Some(OwnershipState::Stale) {
-        WorkerState::Stale
+        (expires_at, WorkerState::Stale)
     } else {
-        WorkerState::Live
+        (expires_at, WorkerState::Live)
     }
 }
 
@@ -199,7 +197,8 @@ impl<'rows: 'v, 'v> Group<'rows, 'v> {
             key,
             claim,
             trust,
-            members: Vec::new(),
+            // A launch has one worker per namespace.
+            members: Vec::with_capacity(Namespace::ALL.len()),
             client_type: None,
             launch,
             launch_disagrees: false,
@@ -259,24 +258,25 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     let mut group_at: FxHashMap<Option<&str>, usize> = FxHashMap::default();
     let mut groups: Vec<Group<'rows, '_>> = Vec::new();
     let mut historical: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
-    let mut reuse = ReuseKeys::default();
+    let mut reuse = ReuseKeys::with_capacity(rows.len());
+    let heartbeats = HeartbeatJudge::at(input.now);
     let mut token = Token::new(input.now);
     for &row in &rows {
         while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
         let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
-        let beat = row.heartbeat();
+        let (expires_at, state) = judge(row, liveness, &heartbeats);
         let view = WorkerView {
             worker_identity: &row.worker_identity,
             client_instance_id: row.client_instance_id.as_deref(),
             namespace: row.namespace,
-            state: judge(row, beat, liveness, input.now),
+            state,
             status: row.status,
             ownership_state: row.ownership_state,
             pid: row.pid,
             host_id: row.host_id.as_ref(),
             generation_id: row.generation_id.as_ref(),
             last_heartbeat_at: row.last_heartbeat_at.as_deref(),
-            expires_at: beat.zip(row.heartbeat_ttl_s).map(|(b, ttl)| fleet_model::heartbeat_expiry(b, ttl)),
+            expires_at,
             liveness,
         };
         token.row(row);
@@ -592,7 +592,6 @@ fn token_key(r: &WorkerRow) -> Option<&str> {
 
 /// The active rows in identity order, and each reuse key of each row hashed while the
 /// row was read: a key's top 32 hash bits above the row's number among `active`.
-#[derive(Default)]
 struct ReuseKeys<'rows> {
     active: Vec<&'rows WorkerRow>,
     /// Two neighbours among `active` share an identity.
@@ -602,6 +601,14 @@ struct ReuseKeys<'rows> {
 }
 
 impl<'rows> ReuseKeys<'rows> {
+    fn with_capacity(rows: usize) -> Self {
+        Self {
+            active: Vec::with_capacity(rows),
+            identity_shared: false,
+            hashed: std::array::from_fn(|_| Vec::with_capacity(rows)),
+        }
+    }
+
     fn push(&mut self, row: &'rows WorkerRow) {
         fn pack(key: Option<impl std::hash::Hash>, at: u64) -> Option<u64> {
             use std::hash::BuildHasher;
@@ -851,19 +858,24 @@ impl Token {
     }
 
     fn row(&mut self, row: &WorkerRow) {
-        use std::io::Write as _;
         self.field(Some(row.worker_identity.as_str().as_bytes()));
         self.field(row.client_instance_id.as_deref().map(str::as_bytes));
         self.field(Some(row.status.as_str().as_bytes()));
         self.field(row.last_heartbeat_at.as_deref().map(str::as_bytes));
+        // The epoch in decimal, written from the right.
         let mut digits = [0u8; 20];
-        let epoch = row.fencing_epoch.and_then(|e| {
-            let mut cursor = std::io::Cursor::new(&mut digits[..]);
-            write!(cursor, "{e}").ok()?;
-            let len = usize::try_from(cursor.position()).ok()?;
-            Some(len)
+        let epoch = row.fencing_epoch.map(|mut e| {
+            let mut at = digits.len();
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (e % 10) as u8;
+                e /= 10;
+                if e == 0 {
+                    break at;
+                }
+            }
         });
-        self.field(epoch.map(|len| &digits[..len]));
+        self.field(epoch.map(|at| &digits[at..]));
         self.field(row.generation_id.as_ref().map(|g| g.as_str().as_bytes()));
         if self.buf.len() >= Self::BLOCK {
             self.hasher.update(&self.buf);
