@@ -178,7 +178,8 @@ fn stdio(c: &mut Criterion) {
             "a healthy fleet plus the server itself"
         );
         eprintln!(
-            "snapshot JSON at {workers} workers: {} bytes, {} findings",
+            "snapshot JSON at {workers} workers: {} bytes, text block {} bytes, {} findings",
+            snap.to_string().len(),
             first["result"]["content"][0]["text"].as_str().map_or(0, str::len),
             snap["findings"].as_array().map_or(0, Vec::len)
         );

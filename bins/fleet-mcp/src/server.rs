@@ -93,8 +93,6 @@ pub struct FleetServer {
     ctx: Arc<Context>,
     /// The registry kept open between calls, with the rows last read.
     fleet: Arc<Mutex<FleetReader>>,
-    /// The last snapshot answer, reused while the fleet it describes is unchanged.
-    answer: Arc<Mutex<Option<Answer>>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -109,52 +107,79 @@ fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallTo
     serde_json::to_value(value).map(ok).map_err(|e| refuse("internal_error", e))
 }
 
-/// A snapshot answer kept between calls: its JSON value, and its text after the three
-/// fields that move with time.
-#[derive(Debug)]
-struct Answer {
-    value: Value,
-    tail: String,
+/// The longest snapshot JSON a text block repeats in full. Claude Code saves a tool
+/// result over 50,000 characters to a file and puts the file's path in the
+/// conversation instead, and refuses one over `MAX_MCP_OUTPUT_TOKENS` (25,000 tokens by
+/// default): its MCP documentation, "MCP output limits". A larger snapshot's text block
+/// is a digest (see [`digest`]); the whole snapshot is the structured content.
+const FULL_TEXT_LIMIT: usize = 50_000;
+
+/// The answer for a snapshot: the whole snapshot as structured content, and as text
+/// while that fits within [`FULL_TEXT_LIMIT`], else the digest.
+fn snapshot_answer(snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
+    let internal = |e: serde_json::Error| refuse("internal_error", e);
+    let value = serde_json::to_value(snap).map_err(internal)?;
+    let text = match text_within(snap, FULL_TEXT_LIMIT) {
+        Some(text) => text,
+        None => digest(snap).map_err(internal)?,
+    };
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(value);
+    Ok(result)
 }
 
-impl Answer {
-    /// The text of the fields that move with time (`snapshot_at` and the token under its
-    /// two names), which serialisation writes first.
-    fn head(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
-        Ok(format!(
-            "{{\"snapshot_at\":{},\"consistency_token\":{},\"registry_revision\":{},",
-            serde_json::to_string(&snap.snapshot_at)?,
-            serde_json::to_string(&snap.consistency_token)?,
-            serde_json::to_string(&snap.registry_revision)?,
-        ))
+/// `value` as JSON text, or `None` once the text passes `limit` bytes: writing stops
+/// there, so a large value costs no more than the limit.
+fn text_within(value: &impl serde::Serialize, limit: usize) -> Option<String> {
+    struct Bounded(Vec<u8>, usize);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > self.1 {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    let mut out = Bounded(Vec::new(), limit);
+    serde_json::to_writer(&mut out, value).ok()?;
+    String::from_utf8(out.0).ok()
+}
 
-    /// The answer for `snap`. Its text is written every time; when everything after the
-    /// time and the token reads as the last answer's did, the kept value is reused with
-    /// those three fields written anew, else the value is built and kept.
-    fn give(last: &mut Option<Answer>, snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
-        let internal = |e: serde_json::Error| refuse("internal_error", e);
-        let text = serde_json::to_string(snap).map_err(internal)?;
-        let head = Self::head(snap).map_err(internal)?;
-        let tail = text.strip_prefix(&head);
-        let value = match (last.as_ref(), tail) {
-            (Some(kept), Some(tail)) if kept.tail == tail => {
-                let mut value = kept.value.clone();
-                value["snapshot_at"] = json!(snap.snapshot_at);
-                value["consistency_token"] = json!(snap.consistency_token);
-                value["registry_revision"] = json!(snap.registry_revision);
-                value
-            }
-            _ => {
-                let value = serde_json::to_value(snap).map_err(internal)?;
-                *last = tail.map(|tail| Answer { value: value.clone(), tail: tail.to_owned() });
-                value
-            }
-        };
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-        result.structured_content = Some(value);
-        Ok(result)
+/// The text block of a snapshot too large to repeat: the verdict, the counts and the
+/// active blockers that fit within [`FULL_TEXT_LIMIT`] (in report order), with how many
+/// instances, workers and findings it leaves to the structured content.
+fn digest(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
+    // Room for everything but the findings, whatever the counts.
+    let mut room = FULL_TEXT_LIMIT - 2_000;
+    let mut shown = Vec::new();
+    for finding in snap.findings.iter().filter(|f| f.active_blocker) {
+        let len = serde_json::to_string(finding)?.len() + 1;
+        if len > room {
+            break;
+        }
+        room -= len;
+        shown.push(finding);
     }
+    serde_json::to_string(&json!({
+        "snapshot_at": snap.snapshot_at,
+        "consistency_token": snap.consistency_token,
+        "registry_revision": snap.registry_revision,
+        "live_fleet_safe": snap.live_fleet_safe,
+        "manifest_supplied": snap.manifest_supplied,
+        "counts": snap.counts,
+        "active_blockers": shown,
+        "omitted": {
+            "instances": snap.instances.len(),
+            "workers": snap.workers.len(),
+            "findings": snap.findings.len() - shown.len(),
+        },
+        "note": "the whole snapshot is this result's structuredContent; this text is a digest, \
+                 bounded for clients that read only text",
+    }))
 }
 
 /// The body of every failure: `{"error": CODE, "detail": {...}}`, with `detail` always an
@@ -274,7 +299,7 @@ impl FleetServer {
             }
         }
         let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone())));
-        Self { ctx: Arc::new(ctx), fleet, answer: Arc::default(), tool_router }
+        Self { ctx: Arc::new(ctx), fleet, tool_router }
     }
 
     /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
@@ -440,14 +465,8 @@ impl FleetServer {
                 .map(|m| Manifest::from_json(&m.to_string()))
                 .transpose()
                 .map_err(|e| refuse("invalid_manifest", e))?;
-            self.with_snapshot(manifest.as_ref(), |snap| {
-                if manifest.is_some() {
-                    return ok_serialized(snap);
-                }
-                let mut last = self.answer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                Answer::give(&mut last, snap)
-            })
-            .map_err(|e| refuse("registry_unavailable", e))?
+            self.with_snapshot(manifest.as_ref(), snapshot_answer)
+                .map_err(|e| refuse("registry_unavailable", e))?
         })()
         .unwrap_or_else(|refusal| refusal)
     }
@@ -635,13 +654,13 @@ mod tests {
     use super::*;
     use crate::profiles::Profile;
 
-    /// The answer for a snapshot of two active workers heartbeating at `beat` seconds,
-    /// judged at `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s), and that snapshot
-    /// as a fresh JSON value.
-    fn answer_at(last: &mut Option<Answer>, beat: i64, now: i64) -> (CallToolResult, Value) {
+    /// The answer for a snapshot of `workers` active workers heartbeating at `beat`
+    /// seconds, judged at `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s), and that
+    /// snapshot as a fresh JSON value.
+    fn answer_of(workers: usize, beat: i64, now: i64) -> (CallToolResult, Value) {
         let at = |s: i64| fleet_identity::Timestamp::from_unix_millis((1_785_412_800 + s) * 1000).unwrap();
-        let rows: Vec<WorkerRow> = ["wkr-a", "wkr-b"]
-            .iter()
+        let rows: Vec<WorkerRow> = (0..workers)
+            .map(|i| format!("wkr-{i:05}"))
             .map(|id| {
                 serde_json::from_value(json!({
                     "worker_identity": id, "namespace": "author", "status": "active",
@@ -659,7 +678,7 @@ mod tests {
             policy: &Policy::default(),
             now: at(now),
         });
-        (Answer::give(last, &snap).unwrap(), serde_json::to_value(&snap).unwrap())
+        (snapshot_answer(&snap).unwrap(), serde_json::to_value(&snap).unwrap())
     }
 
     /// The answer as a client reads it: the structured value, and the text parsed.
@@ -668,24 +687,51 @@ mod tests {
         (result.structured_content.clone().unwrap(), serde_json::from_str(&text).unwrap())
     }
 
-    /// A kept answer is reused only while the fleet is unchanged, and then differs from
-    /// a fresh one in nothing: the time and the token are written anew; once a heartbeat
-    /// lapses the answer is built afresh.
+    /// A fleet that fits is the same JSON as structured content and as text.
     #[test]
-    fn a_kept_snapshot_answer_is_exactly_the_fresh_one() {
-        let mut last = None;
-        let (first, _) = answer_at(&mut last, 100, 110);
-        assert!(last.is_some(), "kept");
-        for now in [115, 140] {
-            let (kept, fresh) = answer_at(&mut last, 100, now);
-            let (value, text) = read(&kept);
+    fn a_snapshot_that_fits_is_whole_in_both_forms() {
+        for (beat, now, stale) in [(100, 110, 0), (100, 140, 2)] {
+            let (answer, fresh) = answer_of(2, beat, now);
+            let (value, text) = read(&answer);
             assert_eq!(value, fresh);
             assert_eq!(text, fresh);
+            assert_eq!(value["counts"]["stale_worker_count"], stale);
         }
-        let (value, _) = read(&first);
-        assert_eq!(value["counts"]["live_worker_count"], 2);
-        let (value, _) = read(&answer_at(&mut last, 100, 140).0);
-        assert_eq!(value["counts"]["stale_worker_count"], 2, "the lapse shows at once");
+    }
+
+    /// Past the limit a text-only client can take, the text block is a bounded digest of
+    /// the verdict, the counts and the blockers that fit; the structured content is
+    /// still the whole snapshot.
+    #[test]
+    fn a_snapshot_too_large_for_text_gets_a_digest_beside_the_whole_structured_content() {
+        // 400 workers whose heartbeats lapsed: every one a stale-worker blocker.
+        let (result, fresh) = answer_of(400, 100, 140);
+        let full = serde_json::to_string(&fresh).unwrap();
+        assert!(full.len() > FULL_TEXT_LIMIT, "the fleet is large enough: {}", full.len());
+        let text = serde_json::to_value(&result.content[0]).unwrap()["text"].as_str().unwrap().to_owned();
+        assert!(text.len() <= FULL_TEXT_LIMIT, "digest of {} characters", text.len());
+        assert_eq!(result.structured_content.as_ref(), Some(&fresh));
+
+        let digest: Value = serde_json::from_str(&text).unwrap();
+        for field in ["snapshot_at", "consistency_token", "live_fleet_safe", "counts"] {
+            assert_eq!(digest[field], fresh[field], "{field}");
+        }
+        let shown = digest["active_blockers"].as_array().unwrap();
+        assert!(!shown.is_empty() && shown.len() < 400, "{} blockers shown", shown.len());
+        let findings = fresh["findings"].as_array().unwrap();
+        let blockers: Vec<&Value> = findings.iter().filter(|f| f["active_blocker"] == true).collect();
+        assert!(blockers.len() >= 400, "every lapsed worker is a blocker");
+        assert_eq!(
+            shown.iter().collect::<Vec<_>>(),
+            blockers[..shown.len()],
+            "the first blockers, in report order"
+        );
+        assert_eq!(
+            digest["omitted"]["findings"],
+            findings.len() - shown.len(),
+            "every finding accounted for"
+        );
+        assert_eq!(digest["omitted"]["workers"], 400);
     }
 
     /// The retire capability withdrawn between apply's entry check and its mutation:
