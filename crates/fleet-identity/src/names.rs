@@ -44,7 +44,13 @@ fn check_token(kind: &'static str, value: &str) -> Result<(), IdentityError> {
     if value.len() > MAX_TOKEN_LEN {
         return Err(IdentityError::TooLong { kind, max: MAX_TOKEN_LEN });
     }
-    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    // In ASCII, whitespace and control characters are the bytes up to ' ' and DEL.
+    let bad = if value.is_ascii() {
+        value.bytes().any(|b| b <= b' ' || b == 0x7f)
+    } else {
+        value.chars().any(|c| c.is_whitespace() || c.is_control())
+    };
+    if bad {
         return Err(IdentityError::Malformed {
             kind,
             value: value.to_owned(),
@@ -130,8 +136,8 @@ fn check_client_type(kind: &'static str, value: &str) -> Result<(), IdentityErro
 
 fn check_hex_id(kind: &'static str, value: &str) -> Result<(), IdentityError> {
     check_token(kind, value)?;
-    let hex = value.chars().filter(|c| *c != '-').collect::<String>();
-    if hex.len() >= 8 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+    let digits = value.bytes().filter(|b| *b != b'-');
+    if value.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit()) && digits.count() >= 8 {
         Ok(())
     } else {
         Err(IdentityError::Malformed {
@@ -456,6 +462,22 @@ mod tests {
         assert!(WorkerIdentity::new("wkr author").is_err());
         assert!(HostId::new("0123456789abcdef0123456789abcdef").is_ok());
         assert!(HostId::new("not-hex-at-all").is_err());
+    }
+
+    proptest::proptest! {
+        /// The byte-wise checks accept exactly what the character-wise definitions do.
+        #[test]
+        fn token_and_hex_checks_match_their_definitions(
+            value in "[ -~\u{0}-\u{1f}\u{7f}\u{a0}\u{2003}é0-9a-f-]{0,40}|[0-9a-fA-Fg\u{b} é-]{0,40}",
+        ) {
+            let token = !value.is_empty()
+                && value.len() <= MAX_TOKEN_LEN
+                && !value.chars().any(|c| c.is_whitespace() || c.is_control());
+            proptest::prop_assert_eq!(check_token("t", &value).is_ok(), token);
+            let hex = value.chars().filter(|c| *c != '-').collect::<String>();
+            let hex_id = token && hex.len() >= 8 && hex.chars().all(|c| c.is_ascii_hexdigit());
+            proptest::prop_assert_eq!(check_hex_id("h", &value).is_ok(), hex_id);
+        }
     }
 
     #[test]
