@@ -300,18 +300,18 @@ pub fn rows_by_identity(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
     if rows.windows(2).all(|w| w[0].worker_identity <= w[1].worker_identity) {
         return rows.iter().collect();
     }
-    // The first 24 bytes as big-endian integers: comparing them compares the bytes.
-    let mut keyed: Vec<((u128, u64), &WorkerRow)> = rows
+    // The first 24 bytes as three big-endian words: comparing them compares the bytes.
+    let mut keyed: Vec<([u64; 3], &WorkerRow)> = rows
         .iter()
         .map(|row| {
-            let mut key = [0u8; 24];
+            let mut bytes = [0u8; 24];
             let id = row.worker_identity.as_str().as_bytes();
-            let n = id.len().min(key.len());
-            key[..n].copy_from_slice(&id[..n]);
-            let (high, low) = key.split_at(16);
-            let high = u128::from_be_bytes(high.try_into().unwrap_or_default());
-            let low = u64::from_be_bytes(low.try_into().unwrap_or_default());
-            ((high, low), row)
+            let n = id.len().min(bytes.len());
+            bytes[..n].copy_from_slice(&id[..n]);
+            let mut words =
+                bytes.chunks_exact(8).map(|w| u64::from_be_bytes(w.try_into().unwrap_or_default()));
+            let key = [(); 3].map(|()| words.next().unwrap_or_default());
+            (key, row)
         })
         .collect();
     // Ties keep input order through the row's place, which the unstable sort (faster

@@ -276,6 +276,37 @@ fn reused_identities_each_have_their_code() {
     );
 }
 
+/// The reuse checks group large fleets with counting passes instead of a comparison
+/// sort: the reuse in `reused_identities_each_have_their_code`, hidden among a thousand
+/// other launches, is reported exactly as it is alone.
+#[test]
+fn reuse_in_a_large_fleet_is_reported_as_in_a_small_one() {
+    let mut rows = two_launches();
+    rows[6].generation_id = rows[1].generation_id.clone();
+    rows[7].pid = rows[2].pid;
+    rows[7].process_start_time = rows[2].process_start_time;
+    rows[9].token_fingerprint = rows[4].token_fingerprint.clone();
+    rows[5].session_id = rows[0].session_id.clone();
+    let reuse = |s: &FleetSnapshot<'_>| -> Vec<fleet_snapshot::Finding> {
+        s.findings.iter().filter(|f| format!("{:?}", f.code).starts_with("Reused")).cloned().collect()
+    };
+    let small_case = Case::new(rows.clone());
+    let small = reuse(&small_case.run());
+    assert_eq!(small.len(), 4, "{small:#?}");
+
+    for launch in 0..1_000u32 {
+        let instance = format!("inst-codex-20260730T120000Z-{launch:012x}");
+        for mut row in self::launch(&instance, 100 + launch * 5) {
+            row.session_id = Some(format!("sess-fill-{launch}").parse().unwrap());
+            rows.push(row);
+        }
+    }
+    let big_case = Case::new(rows);
+    let big = big_case.run();
+    assert!(big.counts.active_worker_count > 4096, "past the counting-pass threshold");
+    assert_eq!(reuse(&big), small);
+}
+
 #[test]
 fn ownership_client_repository_and_revision_findings() {
     let mut rows = launch(A, 0);
