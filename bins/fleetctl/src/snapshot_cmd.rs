@@ -177,7 +177,7 @@ pub(crate) fn render(snap: &FleetSnapshot<'_>, colour: bool) -> String {
         let trust = if instance.trust.is_trusted() { trust } else { p.red(&trust) };
         out.push_str(&format!("\n{name}  {}  {trust}\n", instance.client_type.unwrap_or("-")));
         for ns in Namespace::ALL {
-            let live = instance.namespaces.get(&ns).map(Vec::as_slice).unwrap_or_default();
+            let live = instance.namespaces.get(ns);
             if live.is_empty() {
                 out.push_str(&format!("  {:<11} {}\n", ns.as_str(), p.yellow("no live worker")));
             }

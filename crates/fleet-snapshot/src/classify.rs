@@ -88,13 +88,67 @@ pub struct InstanceView<'rows> {
     /// On the manifest (`null` when no manifest was supplied).
     pub manifested: Option<bool>,
     /// The live workers of each namespace.
-    pub namespaces: BTreeMap<Namespace, Vec<&'rows WorkerIdentity>>,
+    pub namespaces: NamespaceWorkers<'rows>,
     /// Expected namespaces (the manifest's, else all five) with no live worker.
     pub missing_namespaces: Vec<Namespace>,
     /// Active workers of this instance that are stale.
     pub stale_workers: Vec<&'rows WorkerIdentity>,
     /// The active-blocker codes that concern this instance.
     pub blockers: Vec<FindingCode>,
+}
+
+/// The live workers of one instance, by namespace: serialised as an object from each
+/// namespace that has one to its workers (in identity order), as a map of lists would
+/// be, and held as one list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NamespaceWorkers<'rows> {
+    /// Ordered by namespace, then as the rows were.
+    workers: Vec<&'rows WorkerIdentity>,
+    /// Where each namespace's workers end in `workers`, in [`Namespace::ALL`] order
+    /// (which is the namespaces' own order, and their numbering).
+    ends: [usize; Namespace::ALL.len()],
+}
+
+impl<'rows> NamespaceWorkers<'rows> {
+    /// Files `workers` (in identity order) under their namespaces.
+    fn new(workers: impl Iterator<Item = (Namespace, &'rows WorkerIdentity)> + Clone) -> Self {
+        const N: usize = Namespace::ALL.len();
+        let mut counts = [0usize; N];
+        for (ns, _) in workers.clone() {
+            counts[ns as usize] += 1;
+        }
+        let (mut starts, mut ends) = ([0usize; N], [0usize; N]);
+        let mut total = 0;
+        for at in 0..N {
+            starts[at] = total;
+            total += counts[at];
+            ends[at] = total;
+        }
+        let mut sorted: Vec<Option<&'rows WorkerIdentity>> = vec![None; total];
+        for (ns, id) in workers {
+            sorted[starts[ns as usize]] = Some(id);
+            starts[ns as usize] += 1;
+        }
+        Self { workers: sorted.into_iter().flatten().collect(), ends }
+    }
+
+    /// The live workers of `ns`.
+    pub fn get(&self, ns: Namespace) -> &[&'rows WorkerIdentity] {
+        let at = ns as usize;
+        let start = if at == 0 { 0 } else { self.ends[at - 1] };
+        &self.workers[start..self.ends[at]]
+    }
+
+    /// The namespaces with a live worker, each with its workers, in namespace order.
+    pub fn iter(&self) -> impl Iterator<Item = (Namespace, &[&'rows WorkerIdentity])> + '_ {
+        Namespace::ALL.into_iter().map(|ns| (ns, self.get(ns))).filter(|(_, ids)| !ids.is_empty())
+    }
+}
+
+impl Serialize for NamespaceWorkers<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
 }
 
 /// How many of each, by the name of the count.
@@ -830,17 +884,12 @@ fn instance_views<'rows>(
         .map(|group| {
             let entry = group.key.and_then(|k| listed.get(k));
             let expected: &[Namespace] = entry.map_or(&Namespace::ALL, |i| &i.namespaces);
-            let mut namespaces: BTreeMap<Namespace, Vec<&WorkerIdentity>> = BTreeMap::new();
-            let mut stale_workers = Vec::new();
-            for &(row, state) in &group.members {
-                match state {
-                    WorkerState::Live => {
-                        namespaces.entry(row.namespace).or_default().push(&row.worker_identity)
-                    }
-                    WorkerState::Stale => stale_workers.push(&row.worker_identity),
-                    WorkerState::Historical => {}
-                }
-            }
+            let of = |wanted: WorkerState| {
+                group.members.iter().filter(move |(_, state)| *state == wanted).map(|(row, _)| row)
+            };
+            let namespaces =
+                NamespaceWorkers::new(of(WorkerState::Live).map(|row| (row.namespace, &row.worker_identity)));
+            let stale_workers = of(WorkerState::Stale).map(|row| &row.worker_identity).collect();
             InstanceView {
                 client_instance_id: group.key,
                 client_type: group.client_type,
@@ -849,7 +898,7 @@ fn instance_views<'rows>(
                 missing_namespaces: expected
                     .iter()
                     .copied()
-                    .filter(|ns| !namespaces.contains_key(ns))
+                    .filter(|ns| namespaces.get(*ns).is_empty())
                     .collect(),
                 namespaces,
                 stale_workers,
@@ -937,7 +986,19 @@ type LedgerIndex<'a> = FxHashSet<&'a ClientInstanceId>;
 mod tests {
     use proptest::prelude::*;
 
+    use fleet_identity::Namespace;
+
     use super::sort_by_hash;
+
+    /// `NamespaceWorkers` numbers namespaces by their place in `Namespace::ALL` and
+    /// writes them in that order, which must be the order a map of them would have.
+    #[test]
+    fn namespaces_are_numbered_and_listed_in_their_own_order() {
+        for (at, ns) in Namespace::ALL.into_iter().enumerate() {
+            assert_eq!(ns as usize, at, "{ns}");
+        }
+        assert!(Namespace::ALL.is_sorted());
+    }
 
     proptest! {
         /// Large lists take the counting passes, small ones the comparison sort; both

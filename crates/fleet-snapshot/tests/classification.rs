@@ -203,7 +203,7 @@ fn a_worker_without_an_instance_id_is_never_attached_to_its_neighbours() {
     let case = Case::new(rows);
     let s = case.run();
     let a = s.instances.iter().find(|i| i.client_instance_id == Some(A)).unwrap();
-    assert_eq!(a.namespaces[&Namespace::Author].len(), 1, "pid 1005 next to pid 1000 joins nothing");
+    assert_eq!(a.namespaces.get(Namespace::Author).len(), 1, "pid 1005 next to pid 1000 joins nothing");
     assert!(s.instances.iter().any(|i| i.client_instance_id.is_none() && i.trust == TrustVerdict::Missing));
     assert!(s.findings_of(FindingCode::DuplicateNamespaceWorker).next().is_none());
 }
