@@ -107,11 +107,11 @@ fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallTo
     serde_json::to_value(value).map(ok).map_err(|e| refuse("internal_error", e))
 }
 
-/// The longest snapshot JSON a text block repeats in full. Claude Code saves a tool
-/// result over 50,000 characters to a file and puts the file's path in the
-/// conversation instead, and refuses one over `MAX_MCP_OUTPUT_TOKENS` (25,000 tokens by
-/// default): its MCP documentation, "MCP output limits". A larger snapshot's text block
-/// is a digest (see [`digest`]); the whole snapshot is the structured content.
+/// The longest snapshot JSON a text block repeats in full. Claude Code does not put a
+/// tool result over 50,000 characters in the conversation: it saves it to a file and
+/// names the file instead (its MCP documentation, "MCP output limits"), so the model
+/// would meet a 1k-worker fleet as a path to one 443 KB line. A larger snapshot's text
+/// block is a digest (see [`digest`]); the whole snapshot is the structured content.
 const FULL_TEXT_LIMIT: usize = 50_000;
 
 /// The answer for a snapshot: the whole snapshot as structured content, and as text
@@ -177,8 +177,8 @@ fn digest(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
             "workers": snap.workers.len(),
             "findings": snap.findings.len() - shown.len(),
         },
-        "note": "the whole snapshot is this result's structuredContent; this text is a digest, \
-                 bounded for clients that read only text",
+        "note": "this text is a digest, bounded for clients that read only text; the whole \
+                 snapshot is this result's structuredContent, and `fleetctl snapshot --json` prints it",
     }))
 }
 
