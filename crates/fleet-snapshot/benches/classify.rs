@@ -1,4 +1,5 @@
-//! Time to classify 1k, 10k and 100k rows (one core; the snapshot is single-threaded).
+//! Time to classify 1k, 10k and 100k rows (one core; the snapshot is single-threaded),
+//! unordered and in the order a store returns them.
 
 #[path = "support/synthetic.rs"]
 mod synthetic;
@@ -26,6 +27,32 @@ fn classify(c: &mut Criterion) {
                 });
                 assert!(!s.live_fleet_safe);
                 s
+            })
+        });
+    }
+    group.finish();
+
+    // The same fleets in the order a store returns them (by identity), each row's strings
+    // allocated in that order, as reading them from a registry allocates them.
+    let mut group = c.benchmark_group("snapshot_classify_store_order");
+    group.sample_size(20);
+    for rows in [1_000usize, 10_000, 100_000] {
+        let (fleet, ledger, now) = synthetic::fleet(rows);
+        let fleet: Vec<_> = fleet_model::rows_by_identity(&fleet).into_iter().cloned().collect();
+        let probes = ProbeResults::new();
+        let policy = Policy::default();
+        group.throughput(Throughput::Elements(rows as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(rows), &rows, |b, _| {
+            b.iter(|| {
+                snapshot(SnapshotInput {
+                    rows: &fleet,
+                    ledger: &ledger,
+                    manifest: None,
+                    probes: &probes,
+                    policy: &policy,
+                    now,
+                })
+                .live_fleet_safe
             })
         });
     }
