@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Whole-process reads of a 100k-row registry against the read-and-print floor, the
+# commands alternating round by round (on a shared machine whose speed drifts within
+# minutes, running all of one command and then all of the next skews the ratio). Prints
+# each command's median and fastest time and the median of its per-round ratio to the
+# floor. Not part of CI.
+#
+#   scripts/floor-ratio.sh [ROUNDS]     (default 15)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-15}"
+cargo build --release -q -p fleetctl -p fleet-snapshot --example synthetic_export \
+    -p registry-sqlite --example read_and_print
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export FLEET_REGISTRY="$dir/r100k.sqlite3"
+target/release/examples/synthetic_export 100000 > "$dir/fleet.json"
+target/release/fleetctl registry import "$dir/fleet.json" > /dev/null
+python3 - "$rounds" <<'PY'
+import os, statistics, subprocess, sys, time
+
+commands = {
+    "floor (read and print)": ["target/release/examples/read_and_print", os.environ["FLEET_REGISTRY"]],
+    "fleetctl snapshot --json": ["target/release/fleetctl", "snapshot", "--json"],
+    "fleetctl retire plan --json": ["target/release/fleetctl", "retire", "plan", "--json"],
+}
+times = {name: [] for name in commands}
+for round_ in range(int(sys.argv[1]) + 1):  # round 0 warms the page cache
+    for name, argv in commands.items():
+        started = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        if round_:
+            times[name].append(time.perf_counter() - started)
+floor = times["floor (read and print)"]
+for name, runs in times.items():
+    ratios = [run / base for run, base in zip(runs, floor)]
+    print(f"{name}: median {statistics.median(runs) * 1000:.0f} ms, fastest {min(runs) * 1000:.0f} ms, "
+          f"ratio to the floor {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+PY
