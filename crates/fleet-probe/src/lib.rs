@@ -125,17 +125,31 @@ pub fn probe_pid(pid: Pid) -> Liveness {
     }
 }
 
-/// Probes the recorded process `pid` that started at `start_time` on this boot.
+/// Probes the recorded process `pid` that started at `start_time` on this boot: what
+/// [`probe_pid`] and then [`process_start_time`] would say together, from one read of
+/// `/proc/<pid>/stat` instead of two (a snapshot probes every local worker this way).
 pub fn probe_process(pid: Pid, start_time: ProcessStartTime) -> ProcessVerdict {
-    match probe_pid(pid) {
-        Liveness::Gone => ProcessVerdict::Gone,
-        Liveness::Unknown => ProcessVerdict::Unknown,
-        Liveness::Alive => match process_start_time(pid) {
-            Ok(Some(now)) if now == start_time => ProcessVerdict::Alive,
-            Ok(Some(_)) => ProcessVerdict::PidReused,
-            // Signalable but no /proc entry (another pid namespace): cannot compare.
+    let same = |stat: StatLine| match ProcessStartTime::new(stat.start_time) {
+        Ok(now) if now == start_time => ProcessVerdict::Alive,
+        Ok(_) => ProcessVerdict::PidReused,
+        Err(_) => ProcessVerdict::Unknown,
+    };
+    match kill(NixPid::from_raw(pid.as_raw()), None) {
+        Ok(()) => match read_stat(pid) {
+            // A zombie has exited; only its exit status waits for its parent.
+            Ok(Some(stat)) if stat.state == 'Z' || stat.state == 'X' => ProcessVerdict::Gone,
+            Ok(None) => ProcessVerdict::Gone,
+            Ok(Some(stat)) => same(stat),
+            Err(_) => ProcessVerdict::Unknown,
+        },
+        // Alive, but not ours to signal: its start time still tells which incarnation.
+        Err(Errno::EPERM) => match read_stat(pid) {
+            Ok(Some(stat)) => same(stat),
+            // No /proc entry to compare (another pid namespace, a hidden /proc).
             Ok(None) | Err(_) => ProcessVerdict::Unknown,
         },
+        Err(Errno::ESRCH) => ProcessVerdict::Gone,
+        Err(_) => ProcessVerdict::Unknown,
     }
 }
 
