@@ -5,13 +5,16 @@
 mod synthetic;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use fleet_model::WorkerRow;
 use fleet_snapshot::{Policy, ProbeResults, SnapshotInput, snapshot};
 
-fn classify(c: &mut Criterion) {
-    let mut group = c.benchmark_group("snapshot_classify");
+/// One group of the three fleet sizes, each fleet's rows arranged by `arrange` first.
+fn classify_group(c: &mut Criterion, name: &str, arrange: fn(Vec<WorkerRow>) -> Vec<WorkerRow>) {
+    let mut group = c.benchmark_group(name);
     group.sample_size(20);
     for rows in [1_000usize, 10_000, 100_000] {
         let (fleet, ledger, now) = synthetic::fleet(rows);
+        let fleet = arrange(fleet);
         let probes = ProbeResults::new();
         let policy = Policy::default();
         group.throughput(Throughput::Elements(rows as u64));
@@ -31,32 +34,15 @@ fn classify(c: &mut Criterion) {
         });
     }
     group.finish();
+}
 
+fn classify(c: &mut Criterion) {
+    classify_group(c, "snapshot_classify", |fleet| fleet);
     // The same fleets in the order a store returns them (by identity), each row's strings
     // allocated in that order, as reading them from a registry allocates them.
-    let mut group = c.benchmark_group("snapshot_classify_store_order");
-    group.sample_size(20);
-    for rows in [1_000usize, 10_000, 100_000] {
-        let (fleet, ledger, now) = synthetic::fleet(rows);
-        let fleet: Vec<_> = fleet_model::rows_by_identity(&fleet).into_iter().cloned().collect();
-        let probes = ProbeResults::new();
-        let policy = Policy::default();
-        group.throughput(Throughput::Elements(rows as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(rows), &rows, |b, _| {
-            b.iter(|| {
-                snapshot(SnapshotInput {
-                    rows: &fleet,
-                    ledger: &ledger,
-                    manifest: None,
-                    probes: &probes,
-                    policy: &policy,
-                    now,
-                })
-                .live_fleet_safe
-            })
-        });
-    }
-    group.finish();
+    classify_group(c, "snapshot_classify_store_order", |fleet| {
+        fleet_model::rows_by_identity(&fleet).into_iter().cloned().collect()
+    });
 }
 
 criterion_group!(benches, classify);

@@ -245,15 +245,22 @@ fn a_live_probe_never_revives_an_expired_heartbeat() {
     assert_eq!(case.run().counts.stale_worker_count, 5);
 }
 
-#[test]
-fn reused_identities_each_have_their_code() {
+/// Two launches whose second reuses a generation, a whole process, a worker token and
+/// (across instances) a session of the first.
+fn two_launches_sharing_identities() -> Vec<WorkerRow> {
     let mut rows = two_launches();
     rows[6].generation_id = rows[1].generation_id.clone();
     rows[7].pid = rows[2].pid;
     rows[7].process_start_time = rows[2].process_start_time;
-    rows[8].pid = rows[3].pid;
     rows[9].token_fingerprint = rows[4].token_fingerprint.clone();
     rows[5].session_id = rows[0].session_id.clone();
+    rows
+}
+
+#[test]
+fn reused_identities_each_have_their_code() {
+    let mut rows = two_launches_sharing_identities();
+    rows[8].pid = rows[3].pid;
     let mut twin = rows[0].clone();
     twin.session_id = Some("sess-twin".parse().unwrap());
     rows.push(twin);
@@ -277,18 +284,24 @@ fn reused_identities_each_have_their_code() {
 }
 
 /// The reuse checks group large fleets with counting passes instead of a comparison
-/// sort: the reuse in `reused_identities_each_have_their_code`, hidden among a thousand
-/// other launches, is reported exactly as it is alone.
+/// sort: the reuse of `two_launches_sharing_identities`, hidden among a thousand other
+/// launches, is reported exactly as it is alone.
 #[test]
 fn reuse_in_a_large_fleet_is_reported_as_in_a_small_one() {
-    let mut rows = two_launches();
-    rows[6].generation_id = rows[1].generation_id.clone();
-    rows[7].pid = rows[2].pid;
-    rows[7].process_start_time = rows[2].process_start_time;
-    rows[9].token_fingerprint = rows[4].token_fingerprint.clone();
-    rows[5].session_id = rows[0].session_id.clone();
+    let mut rows = two_launches_sharing_identities();
     let reuse = |s: &FleetSnapshot<'_>| -> Vec<fleet_snapshot::Finding> {
-        s.findings.iter().filter(|f| format!("{:?}", f.code).starts_with("Reused")).cloned().collect()
+        let reused = |code| {
+            matches!(
+                code,
+                FindingCode::ReusedWorkerIdentity
+                    | FindingCode::ReusedSessionIdentity
+                    | FindingCode::ReusedGenerationIdentity
+                    | FindingCode::ReusedProcessIdentity
+                    | FindingCode::ReusedPid
+                    | FindingCode::ReusedFencingIdentity
+            )
+        };
+        s.findings.iter().filter(|f| reused(f.code)).cloned().collect()
     };
     let small_case = Case::new(rows.clone());
     let small = reuse(&small_case.run());
