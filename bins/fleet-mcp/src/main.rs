@@ -125,8 +125,10 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
     let served = runtime.block_on(async {
-        let transport = stdio::guard(tokio::io::stdin(), tokio::io::stdout());
+        let bodies = stdio::Bodies::new();
+        let transport = stdio::guard(tokio::io::stdin(), tokio::io::stdout(), bodies.clone());
         let service = server::FleetServer::new(ctx)
+            .with_bodies(bodies)
             .serve(transport)
             .await
             .map_err(|e| Failure::usage(format!("MCP initialization failed: {e}")))?;

@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 
 use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
+use crate::stdio::Bodies;
 
 /// Everything a tool needs to know about this process.
 #[derive(Debug)]
@@ -93,6 +94,8 @@ pub struct FleetServer {
     ctx: Arc<Context>,
     /// The registry kept open between calls, with the rows last read.
     fleet: Arc<Mutex<FleetReader>>,
+    /// Where large bodies go when the server runs behind [`crate::stdio::guard`].
+    bodies: Option<Arc<Bodies>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -102,11 +105,6 @@ fn ok(value: Value) -> CallToolResult {
     CallToolResult::structured(value)
 }
 
-/// A success whose body is a serialisable value.
-fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallToolResult> {
-    serde_json::to_value(value).map(ok).map_err(|e| refuse("internal_error", e))
-}
-
 /// The longest snapshot JSON a text block repeats in full. Claude Code does not put a
 /// tool result over 50,000 characters in the conversation: it saves it to a file and
 /// names the file instead (its MCP documentation, "MCP output limits"), so the model
@@ -114,18 +112,8 @@ fn ok_serialized(value: &impl serde::Serialize) -> Result<CallToolResult, CallTo
 /// block is a digest (see [`digest`]); the whole snapshot is the structured content.
 const FULL_TEXT_LIMIT: usize = 50_000;
 
-/// The answer for a snapshot: the whole snapshot as structured content, and as text
-/// while that fits within [`FULL_TEXT_LIMIT`], else the digest.
-fn snapshot_answer(snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
-    let internal = |e: serde_json::Error| refuse("internal_error", e);
-    let value = serde_json::to_value(snap).map_err(internal)?;
-    let text = match text_within(snap, FULL_TEXT_LIMIT) {
-        Some(text) => text,
-        None => digest(snap).map_err(internal)?,
-    };
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(value);
-    Ok(result)
+fn internal(e: serde_json::Error) -> CallToolResult {
+    refuse("internal_error", e)
 }
 
 /// `value` as JSON text, or `None` once the text passes `limit` bytes: writing stops
@@ -299,7 +287,50 @@ impl FleetServer {
             }
         }
         let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone())));
-        Self { ctx: Arc::new(ctx), fleet, tool_router }
+        Self { ctx: Arc::new(ctx), fleet, bodies: None, tool_router }
+    }
+
+    /// This server behind a [`crate::stdio::guard`] made with `bodies`: large answers
+    /// are written to bytes once and parked there for the guard to write, instead of
+    /// being built as a JSON value tree for the SDK to write.
+    #[must_use]
+    pub fn with_bodies(mut self, bodies: Arc<Bodies>) -> Self {
+        self.bodies = Some(bodies);
+        self
+    }
+
+    /// `body` as structured content: parked for the guard as bytes, or a value tree for
+    /// any other transport.
+    fn structured(&self, body: &impl serde::Serialize) -> Result<Value, serde_json::Error> {
+        match &self.bodies {
+            Some(bodies) => Ok(bodies.park(serde_json::to_vec(body)?)),
+            None => serde_json::to_value(body),
+        }
+    }
+
+    /// The answer for a snapshot: the whole snapshot as structured content, and as text
+    /// while that fits within [`FULL_TEXT_LIMIT`], else the digest.
+    fn snapshot_answer(&self, snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
+        let text = match text_within(snap, FULL_TEXT_LIMIT) {
+            Some(text) => text,
+            None => digest(snap).map_err(internal)?,
+        };
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(self.structured(snap).map_err(internal)?);
+        Ok(result)
+    }
+
+    /// The answer for a retirement plan: the whole plan as structured content and as
+    /// text (apply needs its fingerprints and candidates, whatever its size).
+    fn plan_answer(&self, plan: &impl serde::Serialize) -> Result<CallToolResult, CallToolResult> {
+        let text = serde_json::to_string(plan).map_err(internal)?;
+        let structured = match &self.bodies {
+            Some(bodies) => bodies.park(text.clone().into_bytes()),
+            None => serde_json::to_value(plan).map_err(internal)?,
+        };
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(structured);
+        Ok(result)
     }
 
     /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
@@ -465,7 +496,7 @@ impl FleetServer {
                 .map(|m| Manifest::from_json(&m.to_string()))
                 .transpose()
                 .map_err(|e| refuse("invalid_manifest", e))?;
-            self.with_snapshot(manifest.as_ref(), snapshot_answer)
+            self.with_snapshot(manifest.as_ref(), |snap| self.snapshot_answer(snap))
                 .map_err(|e| refuse("registry_unavailable", e))?
         })()
         .unwrap_or_else(|refusal| refusal)
@@ -489,7 +520,7 @@ impl FleetServer {
                 .map_err(|e| refuse("invalid_arguments", e))?;
             let plan =
                 plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
-            ok_serialized(&plan)
+            self.plan_answer(&plan)
         })()
         .unwrap_or_else(|refusal| refusal)
     }
@@ -654,10 +685,27 @@ mod tests {
     use super::*;
     use crate::profiles::Profile;
 
+    /// A server over no registry: enough to build answers from a snapshot.
+    fn answering(bodies: Option<Arc<Bodies>>) -> FleetServer {
+        let server = FleetServer::new(Context {
+            location: RegistryLocation::Sqlite("/nonexistent/registry.sqlite3".into()),
+            namespace: Namespace::Controller,
+            profile: "controller".into(),
+            profiles: Profiles::new(None),
+            env: Err("none".into()),
+            registration: Err("none".into()),
+        });
+        match bodies {
+            Some(bodies) => server.with_bodies(bodies),
+            None => server,
+        }
+    }
+
     /// The answer for a snapshot of `workers` active workers heartbeating at `beat`
-    /// seconds, judged at `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s), and that
-    /// snapshot as a fresh JSON value.
-    fn answer_of(workers: usize, beat: i64, now: i64) -> (CallToolResult, Value) {
+    /// seconds, judged at `now` seconds (from 2026-07-30T12:00:00Z, TTL 30 s), as a
+    /// client reads it (structured content, and the text block), with or without the
+    /// stdio guard's parked bodies; and that snapshot as a fresh JSON value.
+    fn answer_of(workers: usize, beat: i64, now: i64, parked: bool) -> (Value, String, Value) {
         let at = |s: i64| fleet_identity::Timestamp::from_unix_millis((1_785_412_800 + s) * 1000).unwrap();
         let rows: Vec<WorkerRow> = (0..workers)
             .map(|i| format!("wkr-{i:05}"))
@@ -678,24 +726,27 @@ mod tests {
             policy: &Policy::default(),
             now: at(now),
         });
-        (snapshot_answer(&snap).unwrap(), serde_json::to_value(&snap).unwrap())
+        let bodies = Bodies::new();
+        let result = answering(parked.then(|| bodies.clone())).snapshot_answer(&snap).unwrap();
+        // The line the SDK writes, as the guard sends it on.
+        let line = serde_json::to_vec(&result).unwrap();
+        let line = crate::stdio::spliced(&bodies, &line);
+        let sent: Value = serde_json::from_slice(&line).unwrap();
+        let text = sent["content"][0]["text"].as_str().unwrap().to_owned();
+        (sent["structuredContent"].clone(), text, serde_json::to_value(&snap).unwrap())
     }
 
-    /// The answer as a client reads it: the structured value, and the text parsed.
-    fn read(result: &CallToolResult) -> (Value, Value) {
-        let text = serde_json::to_value(&result.content[0]).unwrap()["text"].as_str().unwrap().to_owned();
-        (result.structured_content.clone().unwrap(), serde_json::from_str(&text).unwrap())
-    }
-
-    /// A fleet that fits is the same JSON as structured content and as text.
+    /// A fleet that fits is the same JSON as structured content and as text, whether
+    /// the body is parked for the guard or built as a value.
     #[test]
     fn a_snapshot_that_fits_is_whole_in_both_forms() {
-        for (beat, now, stale) in [(100, 110, 0), (100, 140, 2)] {
-            let (answer, fresh) = answer_of(2, beat, now);
-            let (value, text) = read(&answer);
-            assert_eq!(value, fresh);
-            assert_eq!(text, fresh);
-            assert_eq!(value["counts"]["stale_worker_count"], stale);
+        for parked in [false, true] {
+            for (beat, now, stale) in [(100, 110, 0), (100, 140, 2)] {
+                let (value, text, fresh) = answer_of(2, beat, now, parked);
+                assert_eq!(value, fresh);
+                assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), fresh);
+                assert_eq!(value["counts"]["stale_worker_count"], stale);
+            }
         }
     }
 
@@ -704,34 +755,35 @@ mod tests {
     /// still the whole snapshot.
     #[test]
     fn a_snapshot_too_large_for_text_gets_a_digest_beside_the_whole_structured_content() {
-        // 400 workers whose heartbeats lapsed: every one a stale-worker blocker.
-        let (result, fresh) = answer_of(400, 100, 140);
-        let full = serde_json::to_string(&fresh).unwrap();
-        assert!(full.len() > FULL_TEXT_LIMIT, "the fleet is large enough: {}", full.len());
-        let text = serde_json::to_value(&result.content[0]).unwrap()["text"].as_str().unwrap().to_owned();
-        assert!(text.len() <= FULL_TEXT_LIMIT, "digest of {} characters", text.len());
-        assert_eq!(result.structured_content.as_ref(), Some(&fresh));
+        for parked in [false, true] {
+            // 400 workers whose heartbeats lapsed: every one a stale-worker blocker.
+            let (value, text, fresh) = answer_of(400, 100, 140, parked);
+            let full = serde_json::to_string(&fresh).unwrap();
+            assert!(full.len() > FULL_TEXT_LIMIT, "the fleet is large enough: {}", full.len());
+            assert!(text.len() <= FULL_TEXT_LIMIT, "digest of {} characters", text.len());
+            assert_eq!(value, fresh);
 
-        let digest: Value = serde_json::from_str(&text).unwrap();
-        for field in ["snapshot_at", "consistency_token", "live_fleet_safe", "counts"] {
-            assert_eq!(digest[field], fresh[field], "{field}");
+            let digest: Value = serde_json::from_str(&text).unwrap();
+            for field in ["snapshot_at", "consistency_token", "live_fleet_safe", "counts"] {
+                assert_eq!(digest[field], fresh[field], "{field}");
+            }
+            let shown = digest["active_blockers"].as_array().unwrap();
+            assert!(!shown.is_empty() && shown.len() < 400, "{} blockers shown", shown.len());
+            let findings = fresh["findings"].as_array().unwrap();
+            let blockers: Vec<&Value> = findings.iter().filter(|f| f["active_blocker"] == true).collect();
+            assert!(blockers.len() >= 400, "every lapsed worker is a blocker");
+            assert_eq!(
+                shown.iter().collect::<Vec<_>>(),
+                blockers[..shown.len()],
+                "the first blockers, in report order"
+            );
+            assert_eq!(
+                digest["omitted"]["findings"],
+                findings.len() - shown.len(),
+                "every finding accounted for"
+            );
+            assert_eq!(digest["omitted"]["workers"], 400);
         }
-        let shown = digest["active_blockers"].as_array().unwrap();
-        assert!(!shown.is_empty() && shown.len() < 400, "{} blockers shown", shown.len());
-        let findings = fresh["findings"].as_array().unwrap();
-        let blockers: Vec<&Value> = findings.iter().filter(|f| f["active_blocker"] == true).collect();
-        assert!(blockers.len() >= 400, "every lapsed worker is a blocker");
-        assert_eq!(
-            shown.iter().collect::<Vec<_>>(),
-            blockers[..shown.len()],
-            "the first blockers, in report order"
-        );
-        assert_eq!(
-            digest["omitted"]["findings"],
-            findings.len() - shown.len(),
-            "every finding accounted for"
-        );
-        assert_eq!(digest["omitted"]["workers"], 400);
     }
 
     /// The retire capability withdrawn between apply's entry check and its mutation:

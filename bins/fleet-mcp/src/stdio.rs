@@ -4,7 +4,13 @@
 //! the SDK: a line that is not JSON gets a parse error (-32700, id null), a request that
 //! carries an id but is not a valid message gets an invalid-request error (-32600) with
 //! that id, and every valid line passes through untouched. Answers and the SDK's own
-//! output go to stdout whole line by whole line, never interleaved.
+//! output go to stdout whole line by whole line, never interleaved. On the way out it
+//! also writes each large body a tool parked with [`Bodies`] in place of its placeholder.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rmcp::model::ClientJsonRpcMessage;
 use serde_json::{Value, json};
@@ -81,9 +87,109 @@ async fn read_line<R: AsyncRead + Unpin>(
     Ok(Some(true))
 }
 
+/// The key of a placeholder object; see [`Bodies`].
+const PLACEHOLDER_KEY: &str = "fleet_mcp_body";
+
+/// A parked body not written within this long belongs to an answer that will never be
+/// sent (its session ended); it is dropped at the next [`Bodies::park`].
+const ABANDONED: Duration = Duration::from_secs(600);
+
+/// JSON bodies that the guard writes verbatim in place of a small placeholder.
+///
+/// The SDK carries a tool's structured content as a `serde_json::Value` tree. For a
+/// 10 000-worker snapshot, building that tree, writing it out and freeing it was most of
+/// the server's work (allocations for some 150 000 map entries and strings). A tool
+/// answering through the guard instead writes its body to bytes once, straight from its
+/// own types, and parks it here; the SDK gets a placeholder object
+/// (`{"fleet_mcp_body": "NONCE-N"}`), and the guard's writer puts the body in its place
+/// as the line goes out. The placeholder is an object, so the SDK treats the result like
+/// any other. Its text can only occur unescaped in an outgoing line as that object
+/// (inside a JSON string its quotes are escaped), and the per-process nonce and
+/// sequence number name exactly one parked body: anything else passes untouched.
+#[derive(Debug)]
+pub struct Bodies {
+    /// `{"fleet_mcp_body":"NONCE-`: the start of every placeholder of this process.
+    prefix: String,
+    nonce: String,
+    next: AtomicU64,
+    parked: Mutex<Vec<Parked>>,
+}
+
+#[derive(Debug)]
+struct Parked {
+    seq: u64,
+    at: Instant,
+    body: Vec<u8>,
+}
+
+impl Bodies {
+    /// A store with a nonce of its own.
+    pub fn new() -> Arc<Self> {
+        // The standard library seeds every `RandomState` from the OS's randomness.
+        let nonce =
+            format!("{:016x}", std::collections::hash_map::RandomState::new().build_hasher().finish());
+        Arc::new(Self {
+            prefix: format!(r#"{{"{PLACEHOLDER_KEY}":"{nonce}-"#),
+            nonce,
+            next: AtomicU64::new(0),
+            parked: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Parks `body` (the JSON text of one value) and returns the placeholder to answer
+    /// with in its place. Only a transport made by [`guard`] with this store replaces it.
+    pub fn park(&self, body: Vec<u8>) -> Value {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        parked.retain(|p| p.at.elapsed() < ABANDONED);
+        parked.push(Parked { seq, at: Instant::now(), body });
+        json!({ PLACEHOLDER_KEY: format!("{}-{seq}", self.nonce) })
+    }
+
+    /// Where `line` holds the placeholder of a parked body: the bytes before it, the
+    /// body (taken from the store), and the bytes after it.
+    fn take<'l>(&self, line: &'l [u8]) -> Option<(&'l [u8], Vec<u8>, &'l [u8])> {
+        let start = memchr::memmem::find(line, self.prefix.as_bytes())?;
+        let rest = &line[start + self.prefix.len()..];
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let tail = rest[digits..].strip_prefix(br#""}"#)?;
+        let seq: u64 = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+        let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = parked.iter().position(|p| p.seq == seq)?;
+        Some((&line[..start], parked.swap_remove(index).body, tail))
+    }
+}
+
+/// `line` with a parked body in place of its placeholder, as [`write_line`] sends it.
+#[cfg(test)]
+pub(crate) fn spliced(bodies: &Bodies, line: &[u8]) -> Vec<u8> {
+    match bodies.take(line) {
+        Some((head, body, tail)) => [head, &body, tail].concat(),
+        None => line.to_vec(),
+    }
+}
+
+/// Writes one outgoing line, with a parked body in place of its placeholder.
+async fn write_line<W: AsyncWrite + Unpin>(
+    output: &mut W,
+    bodies: &Bodies,
+    line: &[u8],
+) -> std::io::Result<()> {
+    match bodies.take(line) {
+        Some((head, body, tail)) => {
+            output.write_all(head).await?;
+            output.write_all(&body).await?;
+            output.write_all(tail).await?;
+        }
+        None => output.write_all(line).await?,
+    }
+    output.flush().await
+}
+
 /// Starts the guard over `input` and `output`; returns the reader and writer the SDK
-/// should use as its transport.
-pub fn guard<R, W>(input: R, output: W) -> (DuplexStream, DuplexStream)
+/// should use as its transport. Bodies parked in `bodies` are written in place of their
+/// placeholders.
+pub fn guard<R, W>(input: R, output: W, bodies: Arc<Bodies>) -> (DuplexStream, DuplexStream)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -134,7 +240,7 @@ where
                     match read {
                         Ok(0) | Err(_) => sdk_open = false,
                         Ok(_) => {
-                            if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+                            if write_line(&mut output, &bodies, &line).await.is_err() {
                                 return;
                             }
                             line.clear();
@@ -183,5 +289,29 @@ mod tests {
             Verdict::Drop
         );
         assert_eq!(judge(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Verdict::Pass);
+    }
+
+    /// A parked body replaces exactly its own placeholder, once; the same text inside a
+    /// string, another process's placeholder or an unknown number pass untouched.
+    #[test]
+    fn a_parked_body_replaces_only_its_own_placeholder_once() {
+        let bodies = Bodies::new();
+        let placeholder = bodies.park(br#"{"big":[1,2,3]}"#.to_vec());
+        let line =
+            serde_json::to_vec(&json!({"id": 1, "result": {"structuredContent": placeholder}})).unwrap();
+        let sent: Value = serde_json::from_slice(&spliced(&bodies, &line)).unwrap();
+        assert_eq!(sent, json!({"id": 1, "result": {"structuredContent": {"big": [1, 2, 3]}}}));
+        assert_eq!(spliced(&bodies, &line), line, "written once, then gone");
+
+        let quoted = bodies.park(b"[]".to_vec());
+        let in_text = serde_json::to_vec(&json!({"text": quoted.to_string()})).unwrap();
+        assert_eq!(spliced(&bodies, &in_text), in_text, "inside a string its quotes are escaped");
+        let other = Bodies::new();
+        let foreign = serde_json::to_vec(&other.park(b"[]".to_vec())).unwrap();
+        assert_eq!(spliced(&bodies, &foreign), foreign, "another nonce");
+        let unknown = serde_json::to_vec(&json!({PLACEHOLDER_KEY: format!("{}-99", bodies.nonce)})).unwrap();
+        assert_eq!(spliced(&bodies, &unknown), unknown, "nothing parked under that number");
+        let placeholder = serde_json::to_vec(&quoted).unwrap();
+        assert_eq!(spliced(&bodies, &placeholder), b"[]", "still parked until its line goes out");
     }
 }
