@@ -96,23 +96,37 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// The text form of a time in years 0 to 9999 (every time a registry holds), written
+    /// digit by digit into a stack buffer: a snapshot or plan writes two per worker, and
+    /// the formatting machinery's padding took most of that time. `None` for other years.
+    fn canonical_text(&self) -> Option<[u8; 24]> {
+        let (date, time) = (self.0.date(), self.0.time());
+        let year = u32::try_from(date.year()).ok().filter(|y| *y <= 9999)?;
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |end: usize, digits: usize, mut n: u32| {
+            for slot in out[end - digits..end].iter_mut().rev() {
+                // A digit: n % 10 < 10.
+                *slot = b'0' + (n % 10) as u8;
+                n /= 10;
+            }
+        };
+        put(4, 4, year);
+        put(7, 2, u32::from(u8::from(date.month())));
+        put(10, 2, u32::from(date.day()));
+        put(13, 2, u32::from(time.hour()));
+        put(16, 2, u32::from(time.minute()));
+        put(19, 2, u32::from(time.second()));
+        put(23, 3, u32::from(time.millisecond()));
+        Some(out)
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (date, time) = (self.0.date(), self.0.time());
-        if (0..=9999).contains(&date.year()) {
-            // The common case, written straight to the formatter without the general
-            // formatter's intermediate string.
-            return write!(
-                f,
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-                date.year(),
-                u8::from(date.month()),
-                date.day(),
-                time.hour(),
-                time.minute(),
-                time.second(),
-                time.millisecond()
-            );
+        if let Some(text) = self.canonical_text() {
+            // Every byte is an ASCII digit or separator.
+            return f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?);
         }
         let text = self
             .0
@@ -133,7 +147,10 @@ impl FromStr for Timestamp {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        match self.canonical_text() {
+            Some(text) => s.serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?),
+            None => s.collect_str(self),
+        }
     }
 }
 
@@ -186,15 +203,7 @@ mod tests {
     #[test]
     fn years_outside_four_digits_still_print() {
         let early = Timestamp::from_unix_millis(-62_198_755_200_000).unwrap();
-        assert_eq!(
-            early.to_string(),
-            early
-                .get()
-                .format(format_description!(
-                    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-                ))
-                .unwrap()
-        );
+        assert_eq!(early.to_string(), general(early));
     }
 
     #[test]
@@ -203,5 +212,30 @@ mod tests {
         let b = Timestamp::parse("2026-07-30T14:00:00.000+02:00").unwrap();
         assert_eq!(a, b);
         assert!(Timestamp::parse("yesterday").is_err());
+    }
+
+    /// The general formatter's text for `at`.
+    fn general(at: Timestamp) -> String {
+        at.get()
+            .format(format_description!(
+                "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+            ))
+            .unwrap()
+    }
+
+    proptest::proptest! {
+        /// The digit-by-digit writer says what the general formatter says, as text and
+        /// as JSON, for any millisecond from year -9999 to 9999 (and reads back from year 0).
+        #[test]
+        fn the_canonical_writer_agrees_with_the_general_formatter(
+            millis in -377_705_116_800_000_i64..253_402_300_800_000,
+        ) {
+            let at = Timestamp::from_unix_millis(millis).unwrap();
+            proptest::prop_assert_eq!(at.to_string(), general(at));
+            proptest::prop_assert_eq!(serde_json::to_string(&at).unwrap(), format!("{:?}", general(at)));
+            if at.get().year() >= 0 {
+                proptest::prop_assert_eq!(Timestamp::parse(&at.to_string()).unwrap(), at);
+            }
+        }
     }
 }
