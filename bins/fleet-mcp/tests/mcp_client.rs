@@ -712,3 +712,88 @@ fn every_malformed_line_with_an_id_is_answered_and_garbage_gets_a_parse_error() 
     assert_eq!(by_id(json!("eight")).unwrap()["error"]["code"], -32600);
     assert!(by_id(json!(9)).unwrap()["result"]["serverInfo"].is_object(), "{answers:?}");
 }
+
+/// `workers` active rows of another host in `launches` of five, heartbeating now, with
+/// every launch in the ledger.
+fn import_healthy_rows(registry: &Path, workers: usize) {
+    let now = fleet_identity::Timestamp::new(time::OffsetDateTime::now_utc()).to_string();
+    let instance = |i: usize| format!("inst-codex-20260730T120000Z-{:012x}", i / 5);
+    let instances: Vec<_> = (0..workers)
+        .step_by(5)
+        .map(|i| json!({"client_instance_id": instance(i), "client_type": "codex", "minted_at": "2026-07-30T12:00:00Z"}))
+        .collect();
+    let rows: Vec<_> = (0..workers)
+        .map(|i| {
+            json!({
+                "worker_identity": format!("wkr-large-{i:05}"), "client_type": "codex",
+                "client_instance_id": instance(i), "namespace": NAMESPACES[i % 5],
+                "generation_id": format!("gen-{i}"), "host_id": "0123456789abcdef0123456789abcdef",
+                "boot_id": "11111111-2222-3333-4444-555555555555", "pid": 1_000_000 + i,
+                "process_start_time": 1 + i, "status": "active", "ownership_state": "owned",
+                "registered_at": "2026-07-30T12:00:00Z", "last_heartbeat_at": now, "heartbeat_ttl_s": 86_400,
+                "session_id": format!("sess-{}", i / 5), "repository": "/srv/repo",
+            })
+        })
+        .collect();
+    let dump = fleet_registry::RegistryDump::from_json(
+        &json!({ "instances": instances, "worker_registrations": rows }).to_string(),
+    )
+    .unwrap();
+    let store = registry_sqlite::SqliteStore::open(registry, fleet_registry::OpenMode::MustExist).unwrap();
+    fleet_registry::Registry::new(store).import(&dump).unwrap();
+}
+
+/// Answers of several megabytes (the snapshot's and the plan's bodies, which the server
+/// writes to bytes once and splices into the outgoing line) reach the client whole,
+/// across many fills of the pipe, and say what the registry holds.
+#[tokio::test]
+async fn answers_of_megabytes_reach_the_client_whole() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    import_healthy_rows(&fleet.registry, 5_000);
+    let client = fleet.connect("controller", Some(&id), None).await;
+    for _ in 0..2 {
+        let snapshot = call(&client, "gitea_snapshot_instance_fleet", json!({})).await;
+        let snap = snapshot.structured_content.clone().unwrap();
+        assert!(snap.to_string().len() > 2 << 20, "larger than the widest pipe");
+        assert_eq!(snap["counts"]["total_rows"], 5_001, "the rows and the server itself");
+        assert_eq!(snap["workers"].as_array().unwrap().len(), 5_001);
+        assert_eq!(snap["live_fleet_safe"], true, "{}", snap["findings"]);
+        assert_eq!(body(&snapshot)["consistency_token"], snap["consistency_token"], "the digest agrees");
+
+        let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
+        let structured = plan.structured_content.clone().unwrap();
+        assert_eq!(structured["assessed_count"], 5_001);
+        assert_eq!(body(&plan), structured, "the text block is the whole plan");
+    }
+    client.cancel().await.unwrap();
+}
+
+/// The server asks for the widest pipe an unprivileged process may have on its stdout,
+/// so a large answer crosses in a few fills rather than one per 64 KiB.
+#[test]
+fn the_server_widens_its_stdout_pipe() {
+    use std::io::{BufRead, Write};
+    let fleet = Fleet::new();
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
+        .args(["--namespace", "controller"])
+        .env("FLEET_REGISTRY", &fleet.registry)
+        .env_remove("GITEA_MCP_CLIENT_INSTANCE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{initialize}").unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let size = nix::fcntl::fcntl(out.get_ref(), nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap();
+    drop(stdin);
+    let _ = child.wait();
+    let max: i32 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
+    assert_eq!(size, max.min(4 << 20), "answered {line}");
+}
