@@ -18,6 +18,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use fleet_runtime::{Failure, RegistryLocation};
 
+/// mimalloc: a snapshot, plan or answer of a large fleet makes hundreds of thousands of
+/// small allocations, which it serves in about half the time of the system allocator
+/// (docs/PERFORMANCE.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const EXAMPLES: &str = "Examples:
   fleetctl demo                                   a guided tour on a throw-away registry
   fleetctl snapshot --gate                        exit 1 unless the fleet is safe to mutate

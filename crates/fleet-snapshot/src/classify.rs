@@ -124,12 +124,16 @@ impl<'rows> NamespaceWorkers<'rows> {
             total += counts[at];
             ends[at] = total;
         }
-        let mut sorted: Vec<Option<&'rows WorkerIdentity>> = vec![None; total];
+        // Every slot is written below; the first worker only fills them until then.
+        let Some((_, first)) = workers.clone().next() else {
+            return Self { workers: Vec::new(), ends };
+        };
+        let mut sorted = vec![first; total];
         for (ns, id) in workers {
-            sorted[starts[ns as usize]] = Some(id);
+            sorted[starts[ns as usize]] = id;
             starts[ns as usize] += 1;
         }
-        Self { workers: sorted.into_iter().flatten().collect(), ends }
+        Self { workers: sorted, ends }
     }
 
     /// The live workers of `ns`.
@@ -227,7 +231,9 @@ struct Group<'rows, 'v> {
     key: Option<&'rows str>,
     claim: InstanceClaim,
     trust: TrustVerdict,
-    members: Vec<(&'rows WorkerRow, WorkerState)>,
+    /// Each member with its state and namespace (kept here, so that building the
+    /// instance's view later need not read the row again).
+    members: Vec<(&'rows WorkerRow, WorkerState, Namespace)>,
     /// The first client type a member reports.
     client_type: Option<&'rows str>,
     /// The launch fields (see [`launch_fields`]) every live member must match: the first
@@ -262,7 +268,7 @@ impl<'rows: 'v, 'v> Group<'rows, 'v> {
     }
 
     fn push(&mut self, row: &'rows WorkerRow, state: WorkerState) {
-        self.members.push((row, state));
+        self.members.push((row, state, row.namespace));
         if self.client_type.is_none() {
             self.client_type = row.client_type.as_ref().map(|c| c.as_str());
         }
@@ -283,7 +289,7 @@ impl<'rows: 'v, 'v> Group<'rows, 'v> {
     }
 
     fn live(&self) -> impl Iterator<Item = &'rows WorkerRow> + '_ {
-        self.members.iter().filter(|(_, state)| *state == WorkerState::Live).map(|(row, _)| *row)
+        self.members.iter().filter(|(_, state, _)| *state == WorkerState::Live).map(|(row, _, _)| *row)
     }
 }
 
@@ -309,8 +315,12 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     let mut probes = input.probes.iter().peekable();
     let mut views = Vec::with_capacity(rows.len());
     let mut findings = Vec::new();
-    let mut group_at: FxHashMap<Option<&str>, usize> = FxHashMap::default();
-    let mut groups: Vec<Group<'rows, '_>> = Vec::new();
+    // Sized for launches of five: growing these tables row by row copied them whole
+    // each time they doubled.
+    let launches = rows.len() / Namespace::ALL.len() + 1;
+    let mut group_at: FxHashMap<Option<&str>, usize> =
+        FxHashMap::with_capacity_and_hasher(launches, Default::default());
+    let mut groups: Vec<Group<'rows, '_>> = Vec::with_capacity(launches);
     let mut historical: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
     let mut reuse = ReuseKeys::with_capacity(rows.len());
     let heartbeats = HeartbeatJudge::at(input.now);
@@ -885,11 +895,14 @@ fn instance_views<'rows>(
             let entry = group.key.and_then(|k| listed.get(k));
             let expected: &[Namespace] = entry.map_or(&Namespace::ALL, |i| &i.namespaces);
             let of = |wanted: WorkerState| {
-                group.members.iter().filter(move |(_, state)| *state == wanted).map(|(row, _)| row)
+                group
+                    .members
+                    .iter()
+                    .filter(move |(_, state, _)| *state == wanted)
+                    .map(|(row, _, ns)| (*ns, &row.worker_identity))
             };
-            let namespaces =
-                NamespaceWorkers::new(of(WorkerState::Live).map(|row| (row.namespace, &row.worker_identity)));
-            let stale_workers = of(WorkerState::Stale).map(|row| &row.worker_identity).collect();
+            let namespaces = NamespaceWorkers::new(of(WorkerState::Live));
+            let stale_workers = of(WorkerState::Stale).map(|(_, id)| id).collect();
             InstanceView {
                 client_instance_id: group.key,
                 client_type: group.client_type,
