@@ -146,6 +146,8 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
     widen_stdout_pipe();
+    // Each snapshot call's probes hold a pidfd per live local worker.
+    fleet_probe::raise_open_file_limit();
     let served = runtime.block_on(async {
         let bodies = stdio::Bodies::new();
         let transport = stdio::guard(tokio::io::stdin(), tokio::io::stdout(), bodies.clone());

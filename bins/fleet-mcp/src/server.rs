@@ -286,7 +286,7 @@ impl FleetServer {
                 tool_router.disable_route(tool);
             }
         }
-        let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone())));
+        let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone()).tracking_processes()));
         Self { ctx: Arc::new(ctx), fleet, bodies: None, tool_router }
     }
 

@@ -797,3 +797,43 @@ fn the_server_widens_its_stdout_pipe() {
     let max: i32 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
     assert_eq!(size, max.min(4 << 20), "answered {line}");
 }
+
+/// The server keeps a pidfd for each local worker it has seen alive and asks it on later
+/// calls: a worker killed between two snapshot calls shows as gone on the second, with
+/// its heartbeat still fresh.
+#[tokio::test]
+async fn a_worker_killed_between_two_snapshots_is_gone_in_the_second() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let mut clients = Vec::new();
+    for ns in NAMESPACES {
+        clients.push(fleet.connect_with_ttl(ns, Some(&id), None, 600).await);
+    }
+    let controller = &clients[3];
+    let view_of = |snap: &Value, worker: &str| {
+        snap["workers"].as_array().unwrap().iter().find(|w| w["worker_identity"] == worker).cloned().unwrap()
+    };
+    let author = workers(&fleet).into_iter().find(|r| r.namespace.as_str() == "author").unwrap();
+    let author_id = author.worker_identity.as_str();
+    let first =
+        call(controller, "gitea_snapshot_instance_fleet", json!({})).await.structured_content.unwrap();
+    assert_eq!(first["counts"]["live_worker_count"], 5, "{first}");
+    assert_eq!(view_of(&first, author_id)["liveness"], "alive");
+
+    let pid = i32::try_from(author.pid.unwrap().get()).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let snap =
+            call(controller, "gitea_snapshot_instance_fleet", json!({})).await.structured_content.unwrap();
+        let view = view_of(&snap, author_id);
+        if view["liveness"] == "gone" {
+            assert_eq!(view["state"], "stale", "{view}");
+            assert_eq!(snap["live_fleet_safe"], false);
+            break;
+        }
+        assert_eq!(view["liveness"], "alive", "{view}");
+        assert!(std::time::Instant::now() < deadline, "the killed worker never read as gone: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -100,7 +100,9 @@ fn watch(
     let interval = std::time::Duration::from_secs_f64(args.interval);
     let mut safe = false;
     // The registry stays open between redraws, and rows are read again only when it moved.
-    let mut fleet = FleetReader::new(location.clone());
+    // A pidfd for each live local worker, beside the registry and the terminal.
+    fleet_probe::raise_open_file_limit();
+    let mut fleet = FleetReader::new(location.clone()).tracking_processes();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         // A registry that cannot be read is shown, and counts as unsafe, until it can.
         let text = match fleet.snapshot(manifest, policy, now()) {

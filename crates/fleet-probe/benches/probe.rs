@@ -1,12 +1,13 @@
 //! Probing a fleet's local processes, as every snapshot on a one-host fleet does: 1 000
-//! live child processes, each judged by `LocalProbe::probe`, beside the floor of reading
-//! each one's `/proc/<pid>/stat` with nothing else.
+//! live child processes, each judged by `LocalProbe::probe` and by a long-lived
+//! `TrackingProbe` (a pidfd per process, as the MCP server keeps), beside the floor of
+//! reading each one's `/proc/<pid>/stat` with nothing else.
 
 use std::process::{Child, Command, Stdio};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fleet_model::LivenessProbe;
-use fleet_probe::{LocalProbe, process_identity};
+use fleet_probe::{LocalProbe, TrackingProbe, process_identity, raise_open_file_limit};
 
 /// Children that outlive the bench unless killed, killed when dropped.
 struct Children(Vec<Child>);
@@ -21,6 +22,7 @@ impl Drop for Children {
 }
 
 fn probe(c: &mut Criterion) {
+    raise_open_file_limit();
     let children = Children(
         (0..1_000)
             .map(|_| Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().expect("spawn sleep"))
@@ -42,6 +44,16 @@ fn probe(c: &mut Criterion) {
             identities.iter().filter(|id| probe.probe(id) == fleet_model::ProcessVerdict::Alive).count()
         })
     });
+    let tracking = TrackingProbe::new().expect("this host");
+    let alive = |probe: &TrackingProbe| {
+        let alive =
+            identities.iter().filter(|id| probe.probe(id) == fleet_model::ProcessVerdict::Alive).count();
+        probe.end_round();
+        alive
+    };
+    assert_eq!(alive(&tracking), 1_000, "every child verified and held");
+    assert_eq!(tracking.held(), 1_000);
+    group.bench_function("tracking_probe/1000", |b| b.iter(|| alive(&tracking)));
     group.bench_function("floor_read_proc_stat/1000", |b| {
         b.iter(|| {
             children.0.iter().filter(|c| std::fs::read(format!("/proc/{}/stat", c.id())).is_ok()).count()

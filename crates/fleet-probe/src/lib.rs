@@ -10,9 +10,12 @@
 
 #![warn(missing_docs)]
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 use fleet_identity::{BootId, HostId, IdentityError, Pid, PidNamespace, ProcessStartTime};
 use fleet_model::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
@@ -236,6 +239,130 @@ impl LivenessProbe for LocalProbe {
             };
         }
         probe_process(process.pid, process.process_start_time)
+    }
+}
+
+/// A [`LocalProbe`] for a long-lived process that probes the same workers again and
+/// again (the MCP server answers every snapshot call by probing every local worker).
+///
+/// Once it has verified a process alive, it holds a pidfd for it: a handle to that very
+/// process, never to a later one that reuses its number, which becomes readable when the
+/// process exits. Later probes of that process ask the pidfd (one `poll`) instead of
+/// signalling it and reading its `/proc/<pid>/stat` (an open, a read and a close). A
+/// process without a pidfd (the kernel has none, or the descriptor limit is reached) is
+/// probed as [`LocalProbe`] does; the answers are the same either way.
+///
+/// Call [`TrackingProbe::end_round`] after each full pass over the fleet: the pidfds of
+/// processes not probed since the previous round (their rows were released or removed)
+/// are closed.
+#[derive(Debug)]
+pub struct TrackingProbe {
+    local: LocalProbe,
+    held: Mutex<HashMap<(Pid, ProcessStartTime), Held>>,
+    /// At most this many pidfds: half the open-file limit, so that the process keeps
+    /// room for its registry, sockets and pipes.
+    max_held: usize,
+}
+
+#[derive(Debug)]
+struct Held {
+    pidfd: OwnedFd,
+    /// Probed since the last [`TrackingProbe::end_round`].
+    seen: bool,
+}
+
+/// Raises this process's soft limit on open files to its hard limit (at most 2^20), so
+/// that a [`TrackingProbe`] can hold a pidfd for every worker of a large fleet. Returns
+/// the limit now in force.
+pub fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let wanted = limit.maximum.unwrap_or(u64::MAX).min(1 << 20);
+    if limit.current.is_some_and(|current| current < wanted)
+        && setrlimit(Resource::Nofile, Rlimit { current: Some(wanted), maximum: limit.maximum }).is_ok()
+    {
+        return wanted;
+    }
+    limit.current.unwrap_or(u64::MAX)
+}
+
+/// Whether the process behind `pidfd` has exited (a pidfd is readable from then on).
+fn has_exited(pidfd: &OwnedFd) -> io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+    poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }))?;
+    let events = fds[0].revents();
+    if events.intersects(PollFlags::ERR | PollFlags::NVAL) {
+        return Err(io::Error::other("the pidfd cannot be polled"));
+    }
+    Ok(events.intersects(PollFlags::IN | PollFlags::HUP))
+}
+
+/// A pidfd for `pid`, held only if it names the process that started at `start_time`
+/// and that process has not exited.
+fn pidfd_for(pid: Pid, start_time: ProcessStartTime) -> Option<OwnedFd> {
+    let raw = rustix::process::Pid::from_raw(pid.as_raw())?;
+    let pidfd = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()).ok()?;
+    // The number may have passed to another process between the probe and the open:
+    // the start time read after the open says whether the descriptor names ours (a
+    // process that began after the probe cannot carry the start time it verified).
+    let ours = probe_process(pid, start_time) == ProcessVerdict::Alive;
+    (ours && !has_exited(&pidfd).unwrap_or(true)).then_some(pidfd)
+}
+
+impl TrackingProbe {
+    /// A probe for the current host, boot and PID namespace.
+    pub fn new() -> Result<Self, ProbeError> {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+        let max_held = usize::try_from(limit / 2).unwrap_or(usize::MAX);
+        Ok(Self { local: LocalProbe::new()?, held: Mutex::new(HashMap::new()), max_held })
+    }
+
+    /// The host this probe speaks for.
+    pub fn host_id(&self) -> &HostId {
+        self.local.host_id()
+    }
+
+    /// How many processes it holds a pidfd for.
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Closes the pidfds of processes not probed since the previous call.
+    pub fn end_round(&self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.retain(|_, h| std::mem::take(&mut h.seen));
+    }
+}
+
+impl LivenessProbe for TrackingProbe {
+    fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
+        let local = &self.local;
+        let trackable = process.host_id == local.host_id
+            && process.pid_namespace == Some(local.pid_namespace)
+            && process.boot_id == local.boot_id;
+        if !trackable {
+            return local.probe(process);
+        }
+        let key = (process.pid, process.process_start_time);
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = held.get_mut(&key) {
+            if let Ok(false) = has_exited(&entry.pidfd) {
+                entry.seen = true;
+                return ProcessVerdict::Alive;
+            }
+            // It exited (or the pidfd cannot tell): the local probe says how, gone or
+            // its number already reused, exactly as it would have without the pidfd.
+            held.remove(&key);
+        }
+        let verdict = local.probe(process);
+        if verdict == ProcessVerdict::Alive
+            && held.len() < self.max_held
+            && let Some(pidfd) = pidfd_for(process.pid, process.process_start_time)
+        {
+            held.insert(key, Held { pidfd, seen: true });
+        }
+        verdict
     }
 }
 

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use fleet_identity::HostId;
 use fleet_identity::{ClientInstanceId, Repository, Timestamp};
-use fleet_probe::LocalProbe;
+use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
@@ -21,8 +22,13 @@ use crate::worker::now;
 /// Probes every active row that this machine can speak for; others stay unprobed.
 pub fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
     let Ok(probe) = LocalProbe::new() else { return ProbeResults::new() };
+    probe_rows(&probe, probe.host_id(), rows)
+}
+
+/// Probes with `probe` every active row of `host`.
+fn probe_rows(probe: &impl LivenessProbe, host: &HostId, rows: &[WorkerRow]) -> ProbeResults {
     rows.iter()
-        .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(probe.host_id()))
+        .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(host))
         .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
         .collect()
 }
@@ -45,23 +51,53 @@ pub fn take_snapshot<T>(
 /// keeps the registry open and the rows it last read, and reads the rows again only when
 /// the store's change marker has moved (or the store cannot tell). Probes and
 /// classification run on every call, because processes die and heartbeats lapse
-/// without any write to the store.
+/// without any write to the store. A reader made [`FleetReader::tracking_processes`]
+/// probes local processes through a [`TrackingProbe`], which asks a pidfd for each
+/// process it has verified alive instead of reading `/proc` again.
 #[derive(Debug)]
 pub struct FleetReader {
     location: RegistryLocation,
     registry: Option<Registry<AnyStore>>,
     /// The rows last read, under the change marker read just before them.
     last: Option<(Option<u128>, RegistryDump)>,
+    /// Whether to keep a [`TrackingProbe`] (else each snapshot probes with a fresh
+    /// [`LocalProbe`], the cheaper choice for a single read).
+    track: bool,
+    /// The tracking probe, once made.
+    tracking: Option<TrackingProbe>,
 }
 
 impl FleetReader {
     /// A reader of the registry at `location`; nothing is opened until the first read.
     pub fn new(location: RegistryLocation) -> Self {
-        Self { location, registry: None, last: None }
+        Self { location, registry: None, last: None, track: false, tracking: None }
+    }
+
+    /// This reader, keeping a [`TrackingProbe`] across snapshots: for a process that
+    /// takes many (a server, `--watch`), each later probe of a live local worker is one
+    /// `poll` of its pidfd. It holds one descriptor per live local worker.
+    #[must_use]
+    pub fn tracking_processes(mut self) -> Self {
+        self.track = true;
+        self
     }
 
     /// Every ledger entry and worker row as the store holds them now.
     pub fn dump(&mut self) -> Result<&RegistryDump, StoreError> {
+        self.read()?;
+        self.rows()
+    }
+
+    /// The rows last read.
+    fn rows(&self) -> Result<&RegistryDump, StoreError> {
+        match &self.last {
+            Some((_, dump)) => Ok(dump),
+            None => Err(StoreError::new(StoreErrorKind::Unavailable, "the registry was not read")),
+        }
+    }
+
+    /// Brings the rows up to date with the store.
+    fn read(&mut self) -> Result<(), StoreError> {
         if self.refresh().is_err() {
             // A failed connection is not reused, and nothing read before is trusted: the
             // registry is opened afresh (it may have been replaced), once.
@@ -71,10 +107,7 @@ impl FleetReader {
                 return Err(e);
             }
         }
-        match &self.last {
-            Some((_, dump)) => Ok(dump),
-            None => Err(StoreError::new(StoreErrorKind::Unavailable, "the registry was not read")),
-        }
+        Ok(())
     }
 
     fn refresh(&mut self) -> Result<(), StoreError> {
@@ -99,8 +132,19 @@ impl FleetReader {
         policy: &Policy,
         at: Timestamp,
     ) -> Result<FleetSnapshot<'_>, StoreError> {
-        let dump = self.dump()?;
-        let probes = probe_local(&dump.worker_registrations);
+        if self.track && self.tracking.is_none() {
+            self.tracking = TrackingProbe::new().ok();
+        }
+        self.read()?;
+        let dump = self.rows()?;
+        let probes = match (&self.tracking, self.track) {
+            (Some(probe), true) => {
+                let probes = probe_rows(probe, probe.host_id(), &dump.worker_registrations);
+                probe.end_round();
+                probes
+            }
+            _ => probe_local(&dump.worker_registrations),
+        };
         Ok(snapshot(SnapshotInput {
             rows: &dump.worker_registrations,
             ledger: &dump.instances,
