@@ -1,5 +1,7 @@
 //! Round trip of `gitea_snapshot_instance_fleet` over stdio against 1k- and 10k-worker
-//! registries, and server start-to-ready time (spawn, register, MCP initialize).
+//! registries (rows of another host), against a 1k-worker registry of live local
+//! processes (every call probes each one), and server start-to-ready time (spawn,
+//! register, MCP initialize).
 //!
 //! The round trip is measured twice: with rmcp's client, and with a bare line client
 //! that writes one JSON-RPC request and reads and parses one response line, as the MCP
@@ -20,7 +22,10 @@ use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::json;
 use tokio::process::Command;
 
-fn healthy_fleet(path: &Path, workers: usize) -> String {
+/// A healthy fleet of `workers` rows in a new registry at `path`; the launch ID of the
+/// server to start. With `local`, row `i` records process `local[i]` of this machine
+/// (so every snapshot probes it); without, the rows name another host.
+fn healthy_fleet(path: &Path, workers: usize, local: &[fleet_registry::ProcessIdentity]) -> String {
     let launch =
         std::process::Command::new(Path::new(env!("CARGO_BIN_EXE_fleet-mcp")).with_file_name("fleet-launch"))
             .args(["mint", "--client", "codex"])
@@ -37,7 +42,7 @@ fn healthy_fleet(path: &Path, workers: usize) -> String {
         .collect();
     let rows: Vec<_> = (0..workers)
         .map(|i| {
-            json!({
+            let mut row = json!({
                 "worker_identity": format!("wkr-bench-{i:05}"), "client_type": "codex",
                 "client_instance_id": format!("inst-codex-20260730T120000Z-{:012x}", i / 5),
                 "namespace": namespaces[i % 5], "generation_id": format!("gen-{i}"),
@@ -45,7 +50,15 @@ fn healthy_fleet(path: &Path, workers: usize) -> String {
                 "pid": 1_000_000 + i, "process_start_time": 1 + i, "status": "active", "ownership_state": "owned",
                 "registered_at": "2026-07-30T12:00:00Z", "last_heartbeat_at": now, "heartbeat_ttl_s": 86_400,
                 "session_id": format!("sess-{}", i / 5), "repository": "/srv/repo",
-            })
+            });
+            if let Some(process) = local.get(i) {
+                row["host_id"] = json!(process.host_id);
+                row["boot_id"] = json!(process.boot_id);
+                row["pid"] = json!(process.pid);
+                row["process_start_time"] = json!(process.process_start_time);
+                row["pid_namespace"] = json!(process.pid_namespace);
+            }
+            row
         })
         .collect();
     let dump =
@@ -64,6 +77,18 @@ async fn connect(registry: &Path, id: &str) -> rmcp::service::RunningService<rmc
     }))
     .expect("spawn");
     ().serve(transport).await.expect("initialize")
+}
+
+/// Child processes killed and reaped when dropped.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// A bare MCP client over the server's pipes: one request line out, one response line in.
@@ -168,7 +193,7 @@ fn stdio(c: &mut Criterion) {
     for workers in [1_000, 10_000] {
         let dir = tempfile::tempdir().expect("tempdir");
         let registry = dir.path().join("registry.sqlite3");
-        let id = healthy_fleet(&registry, workers);
+        let id = healthy_fleet(&registry, workers, &[]);
         let mut bare = LineClient::start(&registry, &id);
         let first = bare.snapshot();
         let snap = &first["result"]["structuredContent"];
@@ -202,6 +227,30 @@ fn stdio(c: &mut Criterion) {
         rt.block_on(client.cancel()).expect("cancel");
         registries.push((dir, registry, id));
     }
+    // A one-host fleet: every row a live process of this machine, probed on every call.
+    let children = Children(
+        (0..1_000)
+            .map(|_| std::process::Command::new("sleep").arg("3600").spawn().expect("spawn sleep"))
+            .collect(),
+    );
+    let local: Vec<_> = children
+        .0
+        .iter()
+        .map(|c| fleet_probe::process_identity(fleet_identity::Pid::new(i64::from(c.id())).expect("pid")))
+        .collect::<Result<_, _>>()
+        .expect("identities");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let registry = dir.path().join("registry.sqlite3");
+    let id = healthy_fleet(&registry, local.len(), &local);
+    let mut bare = LineClient::start(&registry, &id);
+    let first = bare.snapshot();
+    assert_eq!(first["result"]["structuredContent"]["counts"]["live_worker_count"], local.len() + 1);
+    eprint!("local processes: ");
+    percentiles(&mut bare, local.len());
+    group.bench_function("snapshot_round_trip_bare_client/1000_local", |b| b.iter(|| bare.snapshot()));
+    drop(bare);
+    drop(children);
+
     let (_, registry, id) = &registries[0];
     group.bench_function("server_start_to_ready", |b| {
         b.iter(|| {
