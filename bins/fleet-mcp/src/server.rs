@@ -551,34 +551,43 @@ impl FleetServer {
     ))]
     async fn gitea_get_runtime_context(&self) -> CallToolResult {
         let ctx = &self.ctx;
-        let dump = open_registry(&ctx.location, OpenMode::MustExist).and_then(|mut r| r.export());
-        let ids: std::collections::BTreeSet<_> = dump
-            .as_ref()
-            .map(|d| d.instances.iter().map(|i| i.client_instance_id.clone()).collect())
-            .unwrap_or_default();
-        // The registration as the registry holds it now, not as it was at start.
-        let registration = ctx.registration.as_ref().ok().map(|me| {
-            dump.as_ref()
-                .ok()
-                .and_then(|d| d.worker_registrations.iter().find(|r| r.worker_identity == me.worker_identity))
-                .unwrap_or(me)
-        });
         let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
-        let gate =
-            ctx.registration.as_ref().ok().and_then(|me| {
-                self.with_snapshot(None, |snap| mutation_gate(snap, &me.worker_identity)).ok()
+        // The rows the server keeps (read again only when the store moved), so a large
+        // fleet is not exported afresh for one worker's context.
+        let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let read = fleet.dump().map(|dump| {
+            let ledger: std::collections::HashSet<_> =
+                dump.instances.iter().map(|i| &i.client_instance_id).collect();
+            // The registration as the registry holds it now, not as it was at start.
+            let registration = ctx.registration.as_ref().ok().map(|me| {
+                dump.worker_registrations
+                    .iter()
+                    .find(|r| r.worker_identity == me.worker_identity)
+                    .unwrap_or(me)
+                    .clone()
             });
+            (assess_instance_id(instance.as_deref(), &ledger), registration)
+        });
+        let (instance_trust, registration) = match &read {
+            Ok((trust, registration)) => (Some(*trust), registration.clone()),
+            Err(_) => (None, ctx.registration.as_ref().ok().cloned()),
+        };
+        let gate = ctx.registration.as_ref().ok().and_then(|me| {
+            let snap = fleet.snapshot(None, &Policy::default(), now()).ok()?;
+            Some(mutation_gate(&snap, &me.worker_identity))
+        });
+        drop(fleet);
         ok(json!({
             "namespace": ctx.namespace,
             "profile": ctx.profile,
             "client_type": ctx.env.as_ref().ok().map(|e| e.client_type.to_string()),
             "client_instance_id": instance,
-            "instance_trust": dump.is_ok().then(|| assess_instance_id(instance.as_deref(), &ids)),
+            "instance_trust": instance_trust,
             "environment_error": ctx.env.as_ref().err(),
             "registration": registration,
             "registration_error": ctx.registration.as_ref().err(),
-            "registry_available": dump.is_ok(),
-            "registry_error": dump.as_ref().err().map(ToString::to_string),
+            "registry_available": read.is_ok(),
+            "registry_error": read.as_ref().err().map(ToString::to_string),
             "pid": std::process::id(),
             "mutation_gate": gate,
             "tools": self.tool_router.list_all().into_iter().map(|t| t.name).collect::<Vec<_>>(),
