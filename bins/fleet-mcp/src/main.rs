@@ -102,21 +102,6 @@ fn instance_env(client: Option<AgentClient>) -> Result<InstanceEnv, String> {
     })
 }
 
-/// A pipe holds 64 KiB by default, so a 4 MB answer (a 10 000-worker snapshot) crosses
-/// it in some 70 fills, each a sleep and wake-up of the server and the client. Asking for
-/// the largest pipe an unprivileged process may have (`/proc/sys/fs/pipe-max-size`,
-/// 1 MiB by default) cuts that to a handful. Stdout that is not a pipe, or a refused
-/// size, leaves things as they were.
-fn widen_stdout_pipe() {
-    use nix::fcntl::{FcntlArg, fcntl};
-    let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
-        .ok()
-        .and_then(|text| text.trim().parse::<i32>().ok())
-        .unwrap_or(1 << 20)
-        .min(4 << 20);
-    let _ = fcntl(std::io::stdout(), FcntlArg::F_SETPIPE_SZ(max));
-}
-
 fn run(mut cli: Cli) -> Result<(), Failure> {
     fleet_runtime::init_logging(cli.log_format);
     // Client configs forward unset variables as empty strings: those mean "not given".
@@ -145,12 +130,11 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
-    widen_stdout_pipe();
     // Each snapshot call's probes hold a pidfd per live local worker.
     fleet_probe::raise_open_file_limit();
     let served = runtime.block_on(async {
         let bodies = stdio::Bodies::new();
-        let transport = stdio::guard(tokio::io::stdin(), tokio::io::stdout(), bodies.clone());
+        let transport = stdio::guard(tokio::io::stdin(), stdio::GrowingStdout::new(), bodies.clone());
         let service = server::FleetServer::new(ctx)
             .with_bodies(bodies)
             .serve(transport)

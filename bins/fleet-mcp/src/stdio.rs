@@ -160,6 +160,91 @@ impl Bodies {
     }
 }
 
+/// Standard output that grows its pipe to fit a large answer.
+///
+/// A pipe holds 64 KiB by default, so a 4 MB answer (a 10 000-worker snapshot) crossed
+/// it in some 70 fills, each a sleep and a wake-up of server and client. Before a write
+/// larger than the pipe, this asks for a pipe that fits it, up to 1 MiB (or the
+/// system's `/proc/sys/fs/pipe-max-size`, if lower). Only a server that sends such an
+/// answer grows its pipe: every pipe's size counts against its user's allowance
+/// (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default), past which each new pipe
+/// the user makes gets a single page, so five servers per launch must not all take
+/// 1 MiB up front. Stdout that is not a pipe, or a refused size, stays as it is.
+#[derive(Debug)]
+pub struct GrowingStdout {
+    inner: tokio::io::Stdout,
+    /// The pipe's size now, or `usize::MAX` once it cannot or need not grow further.
+    capacity: usize,
+    /// The largest size to ask for.
+    max: usize,
+}
+
+impl GrowingStdout {
+    /// Standard output, not grown yet.
+    pub fn new() -> Self {
+        use nix::fcntl::{FcntlArg, fcntl};
+        let capacity = fcntl(std::io::stdout(), FcntlArg::F_GETPIPE_SZ)
+            .ok()
+            .and_then(|size| usize::try_from(size).ok())
+            .unwrap_or(usize::MAX);
+        let max = std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+            .ok()
+            .and_then(|text| text.trim().parse::<usize>().ok())
+            .map_or(1 << 20, |max| max.min(1 << 20));
+        Self { inner: tokio::io::stdout(), capacity, max }
+    }
+
+    /// Grows the pipe to fit a write of `len` bytes, as far as it may.
+    fn fit(&mut self, len: usize) {
+        use nix::fcntl::{FcntlArg, fcntl};
+        if len <= self.capacity {
+            return;
+        }
+        let wanted = len.next_power_of_two().min(self.max);
+        let grown = i32::try_from(wanted)
+            .ok()
+            .and_then(|size| fcntl(std::io::stdout(), FcntlArg::F_SETPIPE_SZ(size)).ok())
+            .and_then(|size| usize::try_from(size).ok());
+        self.capacity = match grown {
+            Some(size) if size < self.max => size,
+            // At the largest size it may have, or refused: never asked again.
+            _ => usize::MAX,
+        };
+    }
+}
+
+impl Default for GrowingStdout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AsyncWrite for GrowingStdout {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        this.fit(buf.len());
+        std::pin::Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// `line` with a parked body in place of its placeholder, as [`write_line`] sends it.
 #[cfg(test)]
 pub(crate) fn spliced(bodies: &Bodies, line: &[u8]) -> Vec<u8> {

@@ -769,12 +769,14 @@ async fn answers_of_megabytes_reach_the_client_whole() {
     client.cancel().await.unwrap();
 }
 
-/// The server asks for the widest pipe an unprivileged process may have on its stdout,
-/// so a large answer crosses in a few fills rather than one per 64 KiB.
+/// The server grows its stdout pipe only when an answer needs it: small answers leave
+/// the pipe as the client made it (every pipe counts against its user's allowance), and
+/// a snapshot of megabytes gets the largest pipe an unprivileged process may have.
 #[test]
-fn the_server_widens_its_stdout_pipe() {
+fn the_server_grows_its_stdout_pipe_only_for_a_large_answer() {
     use std::io::{BufRead, Write};
     let fleet = Fleet::new();
+    fleet.mint();
     let mut child = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
         .args(["--namespace", "controller"])
         .env("FLEET_REGISTRY", &fleet.registry)
@@ -785,17 +787,37 @@ fn the_server_widens_its_stdout_pipe() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let pipe_size = |out: &std::io::BufReader<std::process::ChildStdout>| {
+        nix::fcntl::fcntl(out.get_ref(), nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap()
+    };
+    let made = pipe_size(&out);
+    let mut line = String::new();
+    let mut ask = |stdin: &mut std::process::ChildStdin, out: &mut std::io::BufReader<_>, request: Value| {
+        writeln!(stdin, "{request}").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        line.len()
+    };
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    writeln!(stdin, "{initialize}").unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let size = nix::fcntl::fcntl(out.get_ref(), nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap();
+    ask(&mut stdin, &mut out, initialize);
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
+    let snapshot = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "gitea_snapshot_instance_fleet", "arguments": {}}})
+    };
+    let small = ask(&mut stdin, &mut out, snapshot(2));
+    assert!(small < 64 << 10, "a small fleet's answer: {small} bytes");
+    assert_eq!(pipe_size(&out), made, "small answers leave the pipe alone");
+
+    import_healthy_rows(&fleet.registry, 3_000);
+    let large = ask(&mut stdin, &mut out, snapshot(3));
+    assert!(large > 1 << 20, "a large fleet's answer: {large} bytes");
+    let max: i32 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
+    assert_eq!(pipe_size(&out), max.min(1 << 20), "grown for the large answer");
     drop(stdin);
     let _ = child.wait();
-    let max: i32 = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
-    assert_eq!(size, max.min(4 << 20), "answered {line}");
 }
 
 /// The server keeps a pidfd for each local worker it has seen alive and asks it on later
