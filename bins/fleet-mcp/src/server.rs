@@ -281,12 +281,17 @@ impl FleetServer {
         let mut tool_router = Self::tool_router();
         // A namespace lists only the tools its role may call: the fleet-wide tools are
         // for the controller and the reconciler.
-        if !matches!(ctx.namespace, Namespace::Controller | Namespace::Reconciler) {
+        let fleet_role = matches!(ctx.namespace, Namespace::Controller | Namespace::Reconciler);
+        if !fleet_role {
             for tool in FLEET_TOOLS {
                 tool_router.disable_route(tool);
             }
         }
-        let fleet = Arc::new(Mutex::new(FleetReader::new(ctx.location.clone()).tracking_processes()));
+        // The roles that take snapshot after snapshot keep a pidfd per live local worker;
+        // the others (a runtime context now and then) probe afresh and hold none.
+        let reader = FleetReader::new(ctx.location.clone());
+        let reader = if fleet_role { reader.tracking_processes() } else { reader };
+        let fleet = Arc::new(Mutex::new(reader));
         Self { ctx: Arc::new(ctx), fleet, bodies: None, tool_router }
     }
 
