@@ -132,11 +132,14 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
     // Each snapshot call's probes hold a pidfd per live local worker.
     fleet_probe::raise_open_file_limit();
+    let bodies = stdio::Bodies::new();
+    // Kept here, outside the runtime, until the runtime is gone: the last copy of the
+    // server holds the registry, and a PostgreSQL client can close only outside it.
+    let server = server::FleetServer::new(ctx).with_bodies(bodies.clone());
     let served = runtime.block_on(async {
-        let bodies = stdio::Bodies::new();
-        let transport = stdio::guard(tokio::io::stdin(), stdio::GrowingStdout::new(), bodies.clone());
-        let service = server::FleetServer::new(ctx)
-            .with_bodies(bodies)
+        let transport = stdio::guard(tokio::io::stdin(), stdio::GrowingStdout::new(), bodies);
+        let service = server
+            .clone()
             .serve(transport)
             .await
             .map_err(|e| Failure::usage(format!("MCP initialization failed: {e}")))?;
@@ -165,5 +168,6 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         fleet_runtime::warn(format_args!("fleet-mcp: could not release the registration: {e}"));
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    drop(server);
     served
 }

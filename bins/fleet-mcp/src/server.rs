@@ -170,6 +170,15 @@ fn digest(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
     }))
 }
 
+/// Runs a tool's body, which reads or writes the registry with blocking calls, with this
+/// async worker thread handed over to the runtime meanwhile. The PostgreSQL client
+/// drives a runtime of its own, which cannot start on a thread that is driving this one
+/// (it panicked there, and the call was never answered); blocking in place also keeps a
+/// slow store from stalling the server's other tasks (pings, the stdio guard).
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(work)
+}
+
 /// The body of every failure: `{"error": CODE, "detail": {...}}`, with `detail` always an
 /// object a client can read fields from.
 fn refusal(reason: &str, detail: Value) -> CallToolResult {
@@ -475,86 +484,8 @@ impl FleetServer {
         }
     }
 
-    fn registry(&self) -> Result<fleet_registry::Registry<fleet_runtime::AnyStore>, CallToolResult> {
-        open_registry(&self.ctx.location, OpenMode::MustExist).map_err(|e| refuse("registry_unavailable", e))
-    }
-}
-
-#[tool_router]
-impl FleetServer {
-    /// Read-only snapshot of the instance fleet: live instances, their five namespace
-    /// workers, and every active blocker with its evidence. Controller and reconciler only.
-    #[tool(output_schema = schemas::snapshot(), annotations(
-        read_only_hint = true,
-        destructive_hint = false,
-        idempotent_hint = true,
-        open_world_hint = false
-    ))]
-    async fn gitea_snapshot_instance_fleet(
-        &self,
-        Parameters(p): Parameters<SnapshotParams>,
-    ) -> CallToolResult {
-        (|| {
-            self.authorize(READ, Reach::Fleet)?;
-            let manifest = p
-                .expected_manifest
-                .map(|m| Manifest::from_json(&m.to_string()))
-                .transpose()
-                .map_err(|e| refuse("invalid_manifest", e))?;
-            self.with_snapshot(manifest.as_ref(), |snap| self.snapshot_answer(snap))
-                .map_err(|e| refuse("registry_unavailable", e))?
-        })()
-        .unwrap_or_else(|refusal| refusal)
-    }
-
-    /// Dry-run plan of stale worker retirement: candidates, preserved rows with reasons,
-    /// and the fingerprints apply needs. Writes nothing. Controller and reconciler only.
-    #[tool(output_schema = schemas::plan(), annotations(
-        read_only_hint = true,
-        destructive_hint = false,
-        idempotent_hint = true,
-        open_world_hint = false
-    ))]
-    async fn gitea_plan_stale_worker_retirement(
-        &self,
-        Parameters(p): Parameters<PlanParams>,
-    ) -> CallToolResult {
-        (|| {
-            self.authorize(READ, Reach::Fleet)?;
-            let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
-                .map_err(|e| refuse("invalid_arguments", e))?;
-            let plan =
-                plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
-            self.plan_answer(&plan)
-        })()
-        .unwrap_or_else(|refusal| refusal)
-    }
-
-    /// Retire the planned stale workers, compare-and-swap protected: refused unless the
-    /// registry and candidate set are exactly as planned. Requires
-    /// gitea.worker_registry.retire, which no profile holds by default.
-    #[tool(output_schema = schemas::apply(), annotations(
-        read_only_hint = false,
-        destructive_hint = true,
-        idempotent_hint = true,
-        open_world_hint = false
-    ))]
-    async fn gitea_apply_stale_worker_retirement(
-        &self,
-        Parameters(p): Parameters<ApplyParams>,
-    ) -> CallToolResult {
-        finish(self.apply_body(p))
-    }
-
-    /// This process's identities, registration and mutation gate verdict (single-process
-    /// view, not fleet-wide).
-    #[tool(output_schema = schemas::runtime_context(), annotations(
-        read_only_hint = true,
-        destructive_hint = false,
-        idempotent_hint = true,
-        open_world_hint = false
-    ))]
-    async fn gitea_get_runtime_context(&self) -> CallToolResult {
+    /// The body of `gitea_get_runtime_context`.
+    fn runtime_context(&self) -> CallToolResult {
         let ctx = &self.ctx;
         let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
         // The rows the server keeps (read again only when the store moved), so a large
@@ -599,6 +530,89 @@ impl FleetServer {
         }))
     }
 
+    fn registry(&self) -> Result<fleet_registry::Registry<fleet_runtime::AnyStore>, CallToolResult> {
+        open_registry(&self.ctx.location, OpenMode::MustExist).map_err(|e| refuse("registry_unavailable", e))
+    }
+}
+
+#[tool_router]
+impl FleetServer {
+    /// Read-only snapshot of the instance fleet: live instances, their five namespace
+    /// workers, and every active blocker with its evidence. Controller and reconciler only.
+    #[tool(output_schema = schemas::snapshot(), annotations(
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_snapshot_instance_fleet(
+        &self,
+        Parameters(p): Parameters<SnapshotParams>,
+    ) -> CallToolResult {
+        blocking(|| {
+            self.authorize(READ, Reach::Fleet)?;
+            let manifest = p
+                .expected_manifest
+                .map(|m| Manifest::from_json(&m.to_string()))
+                .transpose()
+                .map_err(|e| refuse("invalid_manifest", e))?;
+            self.with_snapshot(manifest.as_ref(), |snap| self.snapshot_answer(snap))
+                .map_err(|e| refuse("registry_unavailable", e))?
+        })
+        .unwrap_or_else(|refusal| refusal)
+    }
+
+    /// Dry-run plan of stale worker retirement: candidates, preserved rows with reasons,
+    /// and the fingerprints apply needs. Writes nothing. Controller and reconciler only.
+    #[tool(output_schema = schemas::plan(), annotations(
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_plan_stale_worker_retirement(
+        &self,
+        Parameters(p): Parameters<PlanParams>,
+    ) -> CallToolResult {
+        blocking(|| {
+            self.authorize(READ, Reach::Fleet)?;
+            let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
+                .map_err(|e| refuse("invalid_arguments", e))?;
+            let plan =
+                plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
+            self.plan_answer(&plan)
+        })
+        .unwrap_or_else(|refusal| refusal)
+    }
+
+    /// Retire the planned stale workers, compare-and-swap protected: refused unless the
+    /// registry and candidate set are exactly as planned. Requires
+    /// gitea.worker_registry.retire, which no profile holds by default.
+    #[tool(output_schema = schemas::apply(), annotations(
+        read_only_hint = false,
+        destructive_hint = true,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_apply_stale_worker_retirement(
+        &self,
+        Parameters(p): Parameters<ApplyParams>,
+    ) -> CallToolResult {
+        finish(blocking(|| self.apply_body(p)))
+    }
+
+    /// This process's identities, registration and mutation gate verdict (single-process
+    /// view, not fleet-wide).
+    #[tool(output_schema = schemas::runtime_context(), annotations(
+        read_only_hint = true,
+        destructive_hint = false,
+        idempotent_hint = true,
+        open_world_hint = false
+    ))]
+    async fn gitea_get_runtime_context(&self) -> CallToolResult {
+        blocking(|| self.runtime_context())
+    }
+
     /// Acquire the workflow lease workflow:NAME for this worker. While it is live, stale
     /// retirement never touches this worker.
     #[tool(output_schema = schemas::lease(), annotations(
@@ -611,7 +625,7 @@ impl FleetServer {
         &self,
         Parameters(p): Parameters<LeaseAcquireParams>,
     ) -> CallToolResult {
-        finish((|| {
+        finish(blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let owner = self.me()?.worker_identity.to_string();
             let (key, ttl) = (Self::lease_key(&p.workflow)?, ttl(p.ttl_s)?);
@@ -623,7 +637,7 @@ impl FleetServer {
                 &[],
                 &AuditContext::default(),
             ))
-        })())
+        }))
     }
 
     /// Renew this worker's workflow lease; refused with stale_epoch once taken over.
@@ -637,11 +651,11 @@ impl FleetServer {
         &self,
         Parameters(p): Parameters<LeaseHolderParams>,
     ) -> CallToolResult {
-        finish((|| {
+        finish(blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder, ttl) = (Self::lease_key(&p.workflow)?, self.holder(&p)?, ttl(p.ttl_s)?);
             Self::lease_result(self.registry()?.renew_lease(&key, &holder, ttl, &AuditContext::default()))
-        })())
+        }))
     }
 
     /// Release this worker's workflow lease.
@@ -655,11 +669,11 @@ impl FleetServer {
         &self,
         Parameters(p): Parameters<LeaseHolderParams>,
     ) -> CallToolResult {
-        finish((|| {
+        finish(blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder) = (Self::lease_key(&p.workflow)?, self.holder(&p)?);
             Self::lease_result(self.registry()?.release_lease(&key, &holder, &AuditContext::default()))
-        })())
+        }))
     }
 }
 

@@ -27,6 +27,8 @@ const TOOLS: [&str; 7] = [
 struct Fleet {
     dir: tempfile::TempDir,
     registry: PathBuf,
+    /// What `FLEET_REGISTRY` says: the SQLite file above, or a PostgreSQL URL.
+    location: String,
 }
 
 type Client = RunningService<RoleClient, ()>;
@@ -35,7 +37,13 @@ impl Fleet {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let registry = dir.path().join("registry.sqlite3");
-        Self { dir, registry }
+        let location = registry.to_string_lossy().into_owned();
+        Self { dir, registry, location }
+    }
+
+    /// A fleet whose registry is the PostgreSQL database at `url`.
+    fn on_postgres(url: &str) -> Self {
+        Self { location: url.to_owned(), ..Self::new() }
     }
 
     fn bin(name: &str) -> PathBuf {
@@ -45,7 +53,7 @@ impl Fleet {
     fn mint(&self) -> String {
         let out = StdCommand::new(Self::bin("fleet-launch"))
             .args(["mint", "--client", "codex"])
-            .env("FLEET_REGISTRY", &self.registry)
+            .env("FLEET_REGISTRY", &self.location)
             .output()
             .expect("fleet-launch is built by `cargo test --workspace`");
         assert!(out.status.success());
@@ -83,7 +91,7 @@ impl Fleet {
         let transport =
             TokioChildProcess::new(Command::new(env!("CARGO_BIN_EXE_fleet-mcp")).configure(|cmd| {
                 cmd.args(["--namespace", ns, "--ttl", &ttl])
-                    .env("FLEET_REGISTRY", &self.registry)
+                    .env("FLEET_REGISTRY", &self.location)
                     .env("GITEA_MCP_CLIENT", "codex")
                     .env_remove("GITEA_MCP_PROFILE")
                     .env_remove("FLEET_PROFILES")
@@ -104,7 +112,11 @@ impl Fleet {
 async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
     let params = CallToolRequestParams::new(tool.to_owned())
         .with_arguments(args.as_object().cloned().unwrap_or_default());
-    client.call_tool(params).await.expect("a tool failure is a result, never a protocol error")
+    // A server that dies inside a call never answers: fail instead of waiting forever.
+    tokio::time::timeout(Duration::from_secs(30), client.call_tool(params))
+        .await
+        .unwrap_or_else(|_| panic!("{tool} never answered"))
+        .expect("a tool failure is a result, never a protocol error")
 }
 
 fn body(result: &CallToolResult) -> Value {
@@ -153,7 +165,51 @@ async fn tools_are_listed_with_schemas_and_truthful_annotations() {
 
 #[tokio::test]
 async fn each_tool_answers_a_controller() {
-    let fleet = Fleet::new();
+    each_tool_answers(&Fleet::new()).await;
+}
+
+/// The same on a PostgreSQL registry (`FLEET_TEST_POSTGRES_URL`; CI sets it). The
+/// PostgreSQL client runs a runtime of its own, which cannot start on one of the
+/// server's async worker threads: every call that reached the registry panicked there
+/// and never answered.
+#[tokio::test]
+async fn each_tool_answers_a_controller_on_postgres() {
+    let Ok(base) = std::env::var("FLEET_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = format!("fleet_mcp_{}", std::process::id());
+    let admin = |sql: String| {
+        let base = base.clone();
+        // The blocking client, on a thread of its own, as the server must use it.
+        std::thread::spawn(move || postgres::Client::connect(&base, postgres::NoTls)?.batch_execute(&sql))
+            .join()
+            .unwrap()
+    };
+    admin(format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
+        .expect("the test PostgreSQL server");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    each_tool_answers(&Fleet::on_postgres(&format!("{base}{sep}options=-csearch_path%3D{schema}"))).await;
+    // The server shut down cleanly, outside its runtime, and released its registration.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let active = format!("SELECT count(*) FROM {schema}.worker_registrations WHERE status = 'active'");
+    let count_active = || {
+        let (base, active) = (base.clone(), active.clone());
+        std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+            client.query_one(&active, &[]).unwrap().get::<_, i64>(0)
+        })
+        .join()
+        .unwrap()
+    };
+    while count_active() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the controller never released its registration");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    admin(format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+}
+
+async fn each_tool_answers(fleet: &Fleet) {
     let id = fleet.mint();
     let profiles = fleet.profiles("leases.json", false);
     let client = fleet.connect("controller", Some(&id), Some(&profiles)).await;
