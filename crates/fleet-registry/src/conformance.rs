@@ -354,6 +354,40 @@ pub fn pruning_removes_only_old_terminal_rows<S: Store>(store: S) {
     assert_eq!(left, vec![active.row.worker_identity.clone()]);
 }
 
+/// A store's change marker, where it has one, stands still while nothing is committed
+/// and moves with every committed change to the rows a reader keeps: a ledger entry, a
+/// registration, a heartbeat, a release and a pruned row.
+pub fn the_change_marker_moves_with_every_commit<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let Some(mut last) = registry.store_mut().change_marker().expect("marker") else {
+        return; // This store cannot tell; its readers read every time.
+    };
+    let mut moved = |registry: &mut Registry<S>, what: &str, expected: bool| {
+        let now = registry.store_mut().change_marker().expect("marker").expect("a marker once");
+        assert_eq!(now != last, expected, "{what}");
+        last = now;
+    };
+    moved(&mut registry, "nothing committed", false);
+    registry.record_instance(&ledger_entry()).expect("record");
+    moved(&mut registry, "a ledger entry", true);
+    let probe = ScriptedProbe::default();
+    let reg = registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register");
+    moved(&mut registry, "a registration", true);
+    registry.workers().expect("read");
+    moved(&mut registry, "a read", false);
+    registry.heartbeat(&credential(&reg, "gen-a", 1), at(7)).expect("heartbeat");
+    moved(&mut registry, "a heartbeat", true);
+    registry.heartbeat(&credential(&reg, "gen-a", 9), at(8)).expect_err("forged");
+    moved(&mut registry, "a refused heartbeat", false);
+    registry.release(&credential(&reg, "gen-a", 1), at(10)).expect("release");
+    moved(&mut registry, "a release", true);
+    let everything = registry.workers().expect("read");
+    assert_eq!(registry.prune(&everything).expect("prune").len(), 1);
+    moved(&mut registry, "a pruned row", true);
+}
+
 /// A connector policy that allows everything, for tests of the lease rules behind it.
 #[derive(Debug)]
 pub struct AllowAll;
@@ -764,7 +798,8 @@ macro_rules! registry_conformance {
                 initialization_runs_once_per_version,
                 apply_retires_only_what_the_plan_and_the_probe_prove,
                 grants_are_issued_and_validated_against_the_stored_lease,
-                pruning_removes_only_old_terminal_rows
+                pruning_removes_only_old_terminal_rows,
+                the_change_marker_moves_with_every_commit
             );
 
             #[test]

@@ -115,6 +115,8 @@ pub struct PostgresStore {
     client: Client,
     /// The heartbeat statement, prepared on first use for this connection.
     heartbeat: Option<postgres::Statement>,
+    /// The change-marker query, prepared on first use for this connection.
+    marker: Option<postgres::Statement>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -209,7 +211,7 @@ impl PostgresStore {
                 .map_err(map_error)?;
         }
         migrate(&mut client)?;
-        Ok(Self { client, heartbeat: None })
+        Ok(Self { client, heartbeat: None, marker: None })
     }
 }
 
@@ -491,6 +493,38 @@ impl Store for PostgresStore {
         let value = f(&mut PgTx { tx: &mut tx })?;
         tx.commit().map_err(map_error)?;
         Ok(value)
+    }
+
+    /// PostgreSQL keeps no commit counter a client can read, so the marker is a digest
+    /// of every row version of the two tables a reader keeps: each committed insert or
+    /// update leaves a tuple with a new `(ctid, xmin)`, and a delete takes one away, so
+    /// the digest moves with every commit and stands still otherwise (one statement, one
+    /// snapshot). It reads only system columns: a few milliseconds for 10 000 rows,
+    /// against some 60 for reading them whole.
+    fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
+        let statement = match &self.marker {
+            Some(statement) => statement.clone(),
+            None => {
+                let versions = |table: &str| {
+                    format!(
+                        "(SELECT count(*) FROM {table}), \
+                         (SELECT sum(hashtextextended(ctid::text || xmin::text, 0)) FROM {table})"
+                    )
+                };
+                let sql = format!(
+                    "SELECT md5(concat_ws(' ', {}, {}))",
+                    versions("worker_registrations"),
+                    versions("instances")
+                );
+                let statement = self.client.prepare(&sql).map_err(map_error)?;
+                self.marker = Some(statement.clone());
+                statement
+            }
+        };
+        let digest: String = self.client.query_one(&statement, &[]).map_err(map_error)?.get(0);
+        u128::from_str_radix(&digest, 16).map(Some).map_err(|e| {
+            StoreError::new(StoreErrorKind::Unavailable, format!("change marker {digest:?}: {e}"))
+        })
     }
 
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {

@@ -46,6 +46,10 @@ impl Store for Scratch {
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
         self.store.touch_heartbeat(who, now)
     }
+
+    fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
+        self.store.change_marker()
+    }
 }
 
 fn fresh() -> Scratch {
