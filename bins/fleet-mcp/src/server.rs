@@ -89,6 +89,9 @@ pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(),
 }
 
 /// The MCP server of one namespace worker: its tools, their checks, and the fleet reader.
+///
+/// Serve it on a multi-threaded tokio runtime: its tools read the registry with blocking
+/// calls inside `block_in_place`, which a current-thread runtime does not allow.
 #[derive(Debug, Clone)]
 pub struct FleetServer {
     ctx: Arc<Context>,
