@@ -178,35 +178,64 @@ async fn each_tool_answers_a_controller_on_postgres() {
         eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
         return;
     };
-    let schema = format!("fleet_mcp_{}", std::process::id());
-    let admin = |sql: String| {
-        let base = base.clone();
-        // The blocking client, on a thread of its own, as the server must use it.
-        std::thread::spawn(move || postgres::Client::connect(&base, postgres::NoTls)?.batch_execute(&sql))
-            .join()
-            .unwrap()
-    };
-    admin(format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
-        .expect("the test PostgreSQL server");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    each_tool_answers(&Fleet::on_postgres(&format!("{base}{sep}options=-csearch_path%3D{schema}"))).await;
+    let schema = PgSchema::create(&base, format!("fleet_mcp_{}", std::process::id()));
+    each_tool_answers(&Fleet::on_postgres(&schema.url())).await;
     // The server shut down cleanly, outside its runtime, and released its registration.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let active = format!("SELECT count(*) FROM {schema}.worker_registrations WHERE status = 'active'");
-    let count_active = || {
-        let (base, active) = (base.clone(), active.clone());
-        std::thread::spawn(move || {
-            let mut client = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-            client.query_one(&active, &[]).unwrap().get::<_, i64>(0)
-        })
-        .join()
-        .unwrap()
-    };
-    while count_active() > 0 {
+    while schema
+        .count(&format!("SELECT count(*) FROM {}.worker_registrations WHERE status = 'active'", schema.name))
+        > 0
+    {
         assert!(std::time::Instant::now() < deadline, "the controller never released its registration");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    admin(format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+}
+
+/// A schema of the test PostgreSQL server, dropped with this value (a failed test
+/// leaves nothing behind). Its client runs on a thread of its own: the blocking
+/// PostgreSQL client cannot run on a thread that drives an async runtime.
+struct PgSchema {
+    base: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn create(base: &str, name: String) -> Self {
+        let schema = Self { base: base.to_owned(), name };
+        schema.run(format!("DROP SCHEMA IF EXISTS {0} CASCADE; CREATE SCHEMA {0}", schema.name)).unwrap();
+        schema
+    }
+
+    /// The registry URL that selects this schema.
+    fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-csearch_path%3D{}", self.base, self.name)
+    }
+
+    fn client(base: &str) -> postgres::Client {
+        postgres::Client::connect(base, postgres::NoTls).expect("the test PostgreSQL server")
+    }
+
+    fn run(&self, sql: String) -> Result<(), postgres::Error> {
+        let base = self.base.clone();
+        let ran = std::thread::spawn(move || {
+            postgres::Client::connect(&base, postgres::NoTls).and_then(|mut c| c.batch_execute(&sql))
+        })
+        .join();
+        ran.unwrap_or_else(|_| panic!("the PostgreSQL client thread panicked"))
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        let (base, sql) = (self.base.clone(), sql.to_owned());
+        std::thread::spawn(move || Self::client(&base).query_one(&sql, &[]).unwrap().get(0)).join().unwrap()
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        // Best effort: a failed test must still report its own failure.
+        let _ = self.run(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+    }
 }
 
 async fn each_tool_answers(fleet: &Fleet) {
