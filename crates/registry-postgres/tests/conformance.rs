@@ -61,3 +61,35 @@ fn fresh() -> Scratch {
 }
 
 fleet_registry::registry_conformance!(skip_unless = crate::url().is_some(), crate::fresh());
+
+/// A value written behind the registry's back that does not validate is reported as
+/// corruption naming the row and the column, for every kind of column.
+#[test]
+fn a_corrupt_value_in_a_row_is_reported_with_its_column() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    for (column, value) in [
+        ("pid", "-5"),
+        ("heartbeat_ttl_s", "-1"),
+        ("fencing_epoch", "-1"),
+        ("namespace", "'wizard'"),
+        ("registered_at", "'yesterday'"),
+        ("host_id", "'not hex'"),
+    ] {
+        let scratch = fresh();
+        let mut client = postgres::Client::connect(&scratch.url, postgres::NoTls).unwrap();
+        client.batch_execute(&format!("SET search_path TO {}", scratch.schema)).unwrap();
+        client
+            .batch_execute(
+                "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \
+                 VALUES ('w1', 'author', 'active', '2026-07-30T12:00:00.000Z')",
+            )
+            .unwrap();
+        client.batch_execute(&format!("UPDATE worker_registrations SET {column} = {value}")).unwrap();
+        let err = fleet_registry::Registry::new(scratch).workers().unwrap_err();
+        assert_eq!(err.kind(), fleet_registry::StoreErrorKind::Corrupt, "{column}: {err}");
+        assert!(err.to_string().contains("w1") && err.to_string().contains(column), "{column}: {err}");
+    }
+}
