@@ -173,6 +173,29 @@ fn digest(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
     }))
 }
 
+/// The text block of a plan too large to repeat: its fingerprints and candidate
+/// identities (all apply needs, however many), its counts, and how many per-row
+/// assessments it leaves to the structured content.
+fn plan_digest(plan: &fleet_retirement::Plan) -> Result<String, serde_json::Error> {
+    serde_json::to_string(&json!({
+        "outcome": plan.outcome,
+        "registry_fingerprint": plan.registry_fingerprint,
+        "candidate_fingerprint": plan.candidate_fingerprint,
+        "candidate_worker_identities": plan.candidate_worker_identities,
+        "preserved_reason_counts": plan.preserved_reason_counts,
+        "assessed_count": plan.assessed_count,
+        "candidate_count": plan.candidate_count,
+        "preserved_count": plan.preserved_count,
+        "protected_active_workflow_owners": plan.protected_active_workflow_owners,
+        "canonical_repository": plan.canonical_repository,
+        "mutation_performed": plan.mutation_performed,
+        "read_only": plan.read_only,
+        "omitted": { "candidates": plan.candidates.len(), "preserved": plan.preserved.len() },
+        "note": "this text is a digest for clients that read only text: all that apply needs, without each \
+                 row's evidence; the whole plan is this result's structuredContent, and `fleetctl retire plan --json` prints it",
+    }))
+}
+
 /// Runs a tool's body, which reads or writes the registry with blocking calls, with this
 /// async worker thread handed over to the runtime meanwhile. The PostgreSQL client
 /// drives a runtime of its own, which cannot start on a thread that is driving this one
@@ -337,12 +360,15 @@ impl FleetServer {
         Ok(result)
     }
 
-    /// The answer for a retirement plan: the whole plan as structured content and as
-    /// text (apply needs its fingerprints and candidates, whatever its size).
-    fn plan_answer(&self, plan: &impl serde::Serialize) -> Result<CallToolResult, CallToolResult> {
-        let text = serde_json::to_string(plan).map_err(internal)?;
+    /// The answer for a retirement plan: the whole plan as structured content, and as
+    /// text while that fits within [`FULL_TEXT_LIMIT`], else [`plan_digest`]: everything
+    /// apply needs, without the per-row assessments.
+    fn plan_answer(&self, plan: &fleet_retirement::Plan) -> Result<CallToolResult, CallToolResult> {
+        let full = serde_json::to_string(plan).map_err(internal)?;
+        let text =
+            if full.len() <= FULL_TEXT_LIMIT { full.clone() } else { plan_digest(plan).map_err(internal)? };
         let structured = match &self.bodies {
-            Some(bodies) => bodies.park(text.clone().into_bytes()),
+            Some(bodies) => bodies.park(full.into_bytes()),
             None => serde_json::to_value(plan).map_err(internal)?,
         };
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
