@@ -46,6 +46,7 @@ fn probe(c: &mut Criterion) {
     });
     let tracking = TrackingProbe::new().expect("this host");
     let alive = |probe: &TrackingProbe| {
+        probe.begin_round();
         let alive =
             identities.iter().filter(|id| probe.probe(id) == fleet_model::ProcessVerdict::Alive).count();
         probe.end_round();

@@ -252,9 +252,10 @@ impl LivenessProbe for LocalProbe {
 /// process without a pidfd (the kernel has none, or the descriptor limit is reached) is
 /// probed as [`LocalProbe`] does; the answers are the same either way.
 ///
-/// Call [`TrackingProbe::end_round`] after each full pass over the fleet: the pidfds of
-/// processes not probed since the previous round (their rows were released or removed)
-/// are closed.
+/// A pass over the fleet is a round: [`TrackingProbe::begin_round`] polls every held
+/// pidfd in one system call, and [`TrackingProbe::end_round`] closes the pidfds of
+/// processes not probed since the previous round (their rows were released or removed).
+/// Without `begin_round`, each probe polls its own pidfd.
 #[derive(Debug)]
 pub struct TrackingProbe {
     local: LocalProbe,
@@ -269,6 +270,9 @@ struct Held {
     pidfd: OwnedFd,
     /// Probed since the last [`TrackingProbe::end_round`].
     seen: bool,
+    /// Whether it had exited when [`TrackingProbe::begin_round`] last polled every
+    /// pidfd at once; taken by the next probe of it.
+    polled: Option<bool>,
 }
 
 /// Raises this process's soft limit on open files to its hard limit (at most 2^20), so
@@ -328,6 +332,32 @@ impl TrackingProbe {
         self.held.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
+    /// Asks every held pidfd at once, in one `poll`, whether its process has exited; the
+    /// next probe of each process in this round uses that answer instead of a `poll` of
+    /// its own. A round's verdicts are then as of this call.
+    pub fn begin_round(&self) {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let answers: Option<Vec<Option<bool>>> = {
+            let mut fds: Vec<PollFd<'_>> =
+                held.values().map(|h| PollFd::new(&h.pidfd, PollFlags::IN)).collect();
+            poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })).ok().map(|_| {
+                fds.iter()
+                    .map(|fd| {
+                        let events = fd.revents();
+                        // An unpollable pidfd is left to the probe's own poll.
+                        (!events.intersects(PollFlags::ERR | PollFlags::NVAL))
+                            .then(|| events.intersects(PollFlags::IN | PollFlags::HUP))
+                    })
+                    .collect()
+            })
+        };
+        // The map is unchanged since the values were listed, so the order is the same.
+        for (entry, answer) in held.values_mut().zip(answers.into_iter().flatten()) {
+            entry.polled = answer;
+        }
+    }
+
     /// Closes the pidfds of processes not probed since the previous call.
     pub fn end_round(&self) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -347,7 +377,11 @@ impl LivenessProbe for TrackingProbe {
         let key = (process.pid, process.process_start_time);
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(entry) = held.get_mut(&key) {
-            if let Ok(false) = has_exited(&entry.pidfd) {
+            let exited = match entry.polled.take() {
+                Some(exited) => Ok(exited),
+                None => has_exited(&entry.pidfd),
+            };
+            if let Ok(false) = exited {
                 entry.seen = true;
                 return ProcessVerdict::Alive;
             }
@@ -360,7 +394,7 @@ impl LivenessProbe for TrackingProbe {
             && held.len() < self.max_held
             && let Some(pidfd) = pidfd_for(process.pid, process.process_start_time)
         {
-            held.insert(key, Held { pidfd, seen: true });
+            held.insert(key, Held { pidfd, seen: true, polled: None });
         }
         verdict
     }

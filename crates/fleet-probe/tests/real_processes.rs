@@ -136,3 +136,30 @@ fn a_round_without_a_process_closes_its_pidfd() {
         child.wait().unwrap();
     }
 }
+
+/// In a round, every held pidfd is polled once at its start and each probe answers as
+/// of that poll; the next round sees the exit.
+#[test]
+fn a_round_answers_as_of_its_one_poll() {
+    let (mut child, pid) = sleeper();
+    let identity = fleet_probe::process_identity(pid).unwrap();
+    let (local, tracking) = (LocalProbe::new().unwrap(), TrackingProbe::new().unwrap());
+    assert_eq!(tracking.probe(&identity), ProcessVerdict::Alive);
+    tracking.end_round();
+
+    tracking.begin_round();
+    child.kill().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while local.probe(&identity) != ProcessVerdict::Gone {
+        assert!(std::time::Instant::now() < deadline, "the killed child never read as gone");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(tracking.probe(&identity), ProcessVerdict::Alive, "alive when the round began");
+    tracking.end_round();
+
+    tracking.begin_round();
+    assert_eq!(tracking.probe(&identity), ProcessVerdict::Gone);
+    assert_eq!(tracking.held(), 0);
+    tracking.end_round();
+    child.wait().unwrap();
+}

@@ -139,6 +139,7 @@ impl FleetReader {
         let dump = self.rows()?;
         let probes = match (&self.tracking, self.track) {
             (Some(probe), true) => {
+                probe.begin_round();
                 let probes = probe_rows(probe, probe.host_id(), &dump.worker_registrations);
                 probe.end_round();
                 probes
