@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+pub mod columns;
 mod error;
 mod gateway;
 mod leases;

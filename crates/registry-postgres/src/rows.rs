@@ -5,6 +5,7 @@
 use std::sync::OnceLock;
 
 use fleet_lease::{LEASE_COLUMNS, LeaseRecord};
+use fleet_registry::columns::{self, RowColumns};
 use fleet_registry::{AuditEntry, InstanceRecord, StoreError, WorkerRow};
 use postgres::Row;
 use postgres::types::ToSql;
@@ -160,108 +161,25 @@ fn key_of(object: &Map<String, Value>, column: &str) -> String {
     object.get(column).and_then(Value::as_str).unwrap_or("?").to_owned()
 }
 
-/// Reads typed columns of one row, naming the row and column of a value that does not
-/// validate (the same checks as the SQLite backend's reader, and as an import's).
-struct Reader<'r> {
-    row: &'r Row,
-    columns: &'r [&'r str],
-}
+/// One row's columns as PostgreSQL returns them (text, and `BIGINT` for integers).
+struct Columns<'r>(&'r Row);
 
-impl Reader<'_> {
-    fn corrupt(&self, idx: usize, detail: impl std::fmt::Display) -> StoreError {
-        // The key is read only when there is an error to report.
-        let key = self.row.try_get::<_, Option<&str>>(0).ok().flatten().unwrap_or("?");
-        StoreError::corrupt(format!("registry row {key} has an invalid {}: {detail}", self.columns[idx]))
+impl RowColumns for Columns<'_> {
+    fn text(&self, idx: usize) -> Result<Option<&str>, String> {
+        self.0.try_get(idx).map_err(|e| e.to_string())
     }
 
-    fn raw_str(&self, idx: usize) -> Result<Option<&str>, StoreError> {
-        self.row.try_get(idx).map_err(|e| self.corrupt(idx, e))
-    }
-
-    fn raw_text(&self, idx: usize) -> Result<Option<String>, StoreError> {
-        Ok(self.raw_str(idx)?.map(str::to_owned))
-    }
-
-    fn parsed<T>(&self, idx: usize) -> Result<Option<T>, StoreError>
-    where
-        T: std::str::FromStr,
-        T::Err: std::fmt::Display,
-    {
-        self.raw_str(idx)?.map(|s| s.parse::<T>().map_err(|e| self.corrupt(idx, e))).transpose()
-    }
-
-    fn required<T>(&self, idx: usize) -> Result<T, StoreError>
-    where
-        T: std::str::FromStr,
-        T::Err: std::fmt::Display,
-    {
-        self.parsed(idx)?.ok_or_else(|| self.corrupt(idx, "missing"))
-    }
-
-    /// A `BIGINT` column as `T`, through `T`'s own checked conversion.
-    fn integer<T>(&self, idx: usize) -> Result<Option<T>, StoreError>
-    where
-        T: TryFrom<i64>,
-        T::Error: std::fmt::Display,
-    {
-        let value: Option<i64> = self.row.try_get(idx).map_err(|e| self.corrupt(idx, e))?;
-        value.map(|n| T::try_from(n).map_err(|e| self.corrupt(idx, format!("{n}: {e}")))).transpose()
-    }
-}
-
-/// An integer read into a type without a checked conversion of its own: in range or
-/// refused.
-struct InRange<T>(T);
-
-impl<T: TryFrom<i64>> TryFrom<i64> for InRange<T> {
-    type Error = &'static str;
-    fn try_from(n: i64) -> Result<Self, Self::Error> {
-        T::try_from(n).map(Self).map_err(|_| "out of range")
+    fn integer(&self, idx: usize) -> Result<Option<i64>, String> {
+        self.0.try_get(idx).map_err(|e| e.to_string())
     }
 }
 
 pub(crate) fn read_worker(row: &Row) -> Result<WorkerRow, StoreError> {
-    let r = Reader { row, columns: &WORKER_COLUMNS };
-    let int = |idx| r.integer::<InRange<i64>>(idx).map(|v| v.map(|v| v.0));
-    Ok(WorkerRow {
-        worker_identity: r.required(0)?,
-        client_type: r.parsed(1)?,
-        client_instance_id: r.raw_text(2)?,
-        instance_provenance: r.raw_text(3)?,
-        fleet_run_id: r.parsed(4)?,
-        namespace: r.required(5)?,
-        profile: r.parsed(6)?,
-        session_id: r.parsed(7)?,
-        generation_id: r.parsed(8)?,
-        host_id: r.parsed(9)?,
-        boot_id: r.parsed(10)?,
-        pid: int(11)?.map(fleet_identity::Pid::new).transpose().map_err(|e| r.corrupt(11, e))?,
-        process_start_time: r.integer(12)?,
-        repository: r.parsed(13)?,
-        status: r.required(14)?,
-        ownership_state: r.parsed(15)?,
-        registered_at: r.required(16)?,
-        last_heartbeat_at: r.raw_text(17)?,
-        heartbeat_ttl_s: r.integer::<InRange<u32>>(18)?.map(|v| v.0),
-        fencing_epoch: r.integer::<InRange<u64>>(19)?.map(|v| v.0),
-        token_fingerprint: r.raw_text(20)?,
-        code_revision: r.raw_text(21)?,
-        config_revision: r.raw_text(22)?,
-        profile_revision: r.raw_text(23)?,
-        schema_revision: r.raw_text(24)?,
-        retired_at: r.parsed(25)?,
-        retired_by: r.raw_text(26)?,
-        retirement_reason: r.raw_text(27)?,
-        pid_namespace: r.integer(28)?,
-    })
+    columns::read_worker(&Columns(row))
 }
 
 pub(crate) fn read_instance(row: &Row) -> Result<InstanceRecord, StoreError> {
-    let columns = ["client_instance_id", "client_type", "fleet_run_id", "minted_at", "host_id"];
-    let object = object(row, &columns, &[])?;
-    let key = key_of(&object, "client_instance_id");
-    serde_json::from_value(Value::Object(object))
-        .map_err(|e| StoreError::corrupt(format!("ledger entry {key} is invalid: {e}")))
+    columns::read_instance(&Columns(row))
 }
 
 pub(crate) fn read_lease(row: &Row) -> Result<LeaseRecord, StoreError> {

@@ -1,10 +1,9 @@
 //! The mapping between [`WorkerRow`] / [`InstanceRecord`] and SQL columns. A value in
 //! the file that does not validate is reported as corruption, naming row and column.
 
-use std::str::FromStr;
 use std::sync::OnceLock;
 
-use fleet_identity::Timestamp;
+use fleet_registry::columns::{self, RowColumns};
 use fleet_registry::{InstanceRecord, StoreError, WorkerRow};
 use rusqlite::Row;
 use rusqlite::types::Value;
@@ -91,126 +90,36 @@ pub(crate) fn values(row: &WorkerRow) -> Vec<Value> {
     ]
 }
 
-/// Reads columns of one row, turning invalid values into a corruption error.
-struct Reader<'r, 's> {
-    row: &'r Row<'s>,
-    /// The column that names the row in an error (its first).
-    columns: &'static [&'static str],
-}
+/// One row's columns as SQLite holds them.
+struct Columns<'r, 's>(&'r Row<'s>);
 
-impl Reader<'_, '_> {
-    fn corrupt(&self, column: &str, detail: impl std::fmt::Display) -> StoreError {
-        // The key is read only when there is an error to report.
-        let key = self.row.get_ref(0).ok().and_then(|v| v.as_str().ok()).unwrap_or("?").to_owned();
-        StoreError::corrupt(format!("registry row {key} has an invalid {column}: {detail}"))
-    }
-
+impl RowColumns for Columns<'_, '_> {
     /// The text in column `idx`, borrowed from SQLite's buffer.
-    fn raw_str(&self, idx: usize) -> Result<Option<&str>, StoreError> {
-        let value = self.row.get_ref(idx).map_err(|e| self.corrupt(self.columns[idx], e))?;
-        value.as_str_or_null().map_err(|e| self.corrupt(self.columns[idx], e))
+    fn text(&self, idx: usize) -> Result<Option<&str>, String> {
+        let value = self.0.get_ref(idx).map_err(|e| e.to_string())?;
+        value.as_str_or_null().map_err(|e| e.to_string())
     }
 
-    fn raw_text(&self, idx: usize) -> Result<Option<String>, StoreError> {
-        Ok(self.raw_str(idx)?.map(str::to_owned))
-    }
-
-    fn parsed<T>(&self, idx: usize) -> Result<Option<T>, StoreError>
-    where
-        T: FromStr,
-        T::Err: std::fmt::Display,
-    {
-        self.raw_str(idx)?.map(|s| s.parse::<T>().map_err(|e| self.corrupt(self.columns[idx], e))).transpose()
-    }
-
-    fn required<T>(&self, idx: usize) -> Result<T, StoreError>
-    where
-        T: FromStr,
-        T::Err: std::fmt::Display,
-    {
-        self.parsed(idx)?.ok_or_else(|| self.corrupt(self.columns[idx], "missing"))
-    }
-
-    fn integer<T: TryFrom<i64>>(&self, idx: usize) -> Result<Option<T>, StoreError> {
+    fn integer(&self, idx: usize) -> Result<Option<i64>, String> {
         // A REAL such as 900.0 reads back as its integer value.
-        let column = self.columns[idx];
-        let value: Option<Value> = self.row.get(idx).map_err(|e| self.corrupt(column, e))?;
-        let n = match value {
-            None | Some(Value::Null) => return Ok(None),
-            Some(Value::Integer(n)) => n,
+        let value: Option<Value> = self.0.get(idx).map_err(|e| e.to_string())?;
+        match value {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Integer(n)) => Ok(Some(n)),
             Some(Value::Real(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
                 #[allow(clippy::cast_possible_truncation)]
                 let n = f as i64;
-                n
+                Ok(Some(n))
             }
-            Some(other) => return Err(self.corrupt(column, format!("{other:?} is not an integer"))),
-        };
-        T::try_from(n).map(Some).map_err(|_| self.corrupt(column, format!("{n} is out of range")))
+            Some(other) => Err(format!("{other:?} is not an integer")),
+        }
     }
 }
 
 pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, StoreError>> {
-    let r = Reader { row, columns: &COLUMNS };
-    Ok((|| {
-        Ok(WorkerRow {
-            worker_identity: r.required(0)?,
-            client_type: r.parsed(1)?,
-            client_instance_id: r.raw_text(2)?,
-            instance_provenance: r.raw_text(3)?,
-            fleet_run_id: r.parsed(4)?,
-            namespace: r.required(5)?,
-            profile: r.parsed(6)?,
-            session_id: r.parsed(7)?,
-            generation_id: r.parsed(8)?,
-            host_id: r.parsed(9)?,
-            boot_id: r.parsed(10)?,
-            pid: r
-                .integer::<i64>(11)?
-                .map(fleet_identity::Pid::new)
-                .transpose()
-                .map_err(|e| r.corrupt("pid", e))?,
-            process_start_time: r
-                .integer::<i64>(12)?
-                .map(fleet_identity::ProcessStartTime::try_from)
-                .transpose()
-                .map_err(|e| r.corrupt("process_start_time", e))?,
-            repository: r.parsed(13)?,
-            status: r.required(14)?,
-            ownership_state: r.parsed(15)?,
-            registered_at: r.required::<Timestamp>(16)?,
-            last_heartbeat_at: r.raw_text(17)?,
-            heartbeat_ttl_s: r.integer(18)?,
-            fencing_epoch: r.integer(19)?,
-            token_fingerprint: r.raw_text(20)?,
-            code_revision: r.raw_text(21)?,
-            config_revision: r.raw_text(22)?,
-            profile_revision: r.raw_text(23)?,
-            schema_revision: r.raw_text(24)?,
-            retired_at: r.parsed(25)?,
-            retired_by: r.raw_text(26)?,
-            retirement_reason: r.raw_text(27)?,
-            pid_namespace: r
-                .integer::<i64>(28)?
-                .map(fleet_identity::PidNamespace::try_from)
-                .transpose()
-                .map_err(|e| r.corrupt("pid_namespace", e))?,
-        })
-    })())
+    Ok(columns::read_worker(&Columns(row)))
 }
 
-/// The columns of [`INSTANCE_LIST`], by index.
-const INSTANCE_COLUMNS: [&str; 5] =
-    ["client_instance_id", "client_type", "fleet_run_id", "minted_at", "host_id"];
-
 pub(crate) fn read_instance(row: &Row<'_>) -> rusqlite::Result<Result<InstanceRecord, StoreError>> {
-    let r = Reader { row, columns: &INSTANCE_COLUMNS };
-    Ok((|| {
-        Ok(InstanceRecord {
-            client_instance_id: r.required(0)?,
-            client_type: r.required(1)?,
-            fleet_run_id: r.parsed(2)?,
-            minted_at: r.required(3)?,
-            host_id: r.parsed(4)?,
-        })
-    })())
+    Ok(columns::read_instance(&Columns(row)))
 }
