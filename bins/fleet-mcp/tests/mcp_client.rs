@@ -41,6 +41,21 @@ impl Fleet {
         Self { dir, registry, location }
     }
 
+    /// An unregistered controller server on pipes, for a client that writes its own
+    /// JSON-RPC lines.
+    fn raw_controller(&self) -> std::process::Child {
+        StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
+            .args(["--namespace", "controller"])
+            .env("FLEET_REGISTRY", &self.location)
+            .env_remove("GITEA_MCP_CLIENT_INSTANCE")
+            .env_remove("FLEET_PROFILES")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     /// A fleet whose registry is the PostgreSQL database at `url`.
     fn on_postgres(url: &str) -> Self {
         Self { location: url.to_owned(), ..Self::new() }
@@ -761,16 +776,7 @@ async fn apply_refuses_an_empty_request_and_an_unreadable_lease_table() {
 fn every_malformed_line_with_an_id_is_answered_and_garbage_gets_a_parse_error() {
     use std::io::{BufRead, Write};
     let fleet = Fleet::new();
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
-        .args(["--namespace", "controller"])
-        .env("FLEET_REGISTRY", &fleet.registry)
-        .env_remove("GITEA_MCP_CLIENT_INSTANCE")
-        .env_remove("FLEET_PROFILES")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = fleet.raw_controller();
     let mut stdin = child.stdin.take().unwrap();
     let lines = [
         "this is not json",
@@ -875,15 +881,7 @@ fn the_server_grows_its_stdout_pipe_only_for_a_large_answer() {
     use std::io::{BufRead, Write};
     let fleet = Fleet::new();
     fleet.mint();
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
-        .args(["--namespace", "controller"])
-        .env("FLEET_REGISTRY", &fleet.registry)
-        .env_remove("GITEA_MCP_CLIENT_INSTANCE")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = fleet.raw_controller();
     let mut stdin = child.stdin.take().unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let pipe_size = |out: &std::io::BufReader<std::process::ChildStdout>| {
