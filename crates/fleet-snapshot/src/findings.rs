@@ -80,6 +80,20 @@ impl FindingCode {
         self != FindingCode::HistoricalDead
     }
 
+    /// Whether the finding is one identity reused across workers (worker, session,
+    /// generation, process, pid or fencing identity).
+    pub fn is_reused_identity(self) -> bool {
+        matches!(
+            self,
+            FindingCode::ReusedWorkerIdentity
+                | FindingCode::ReusedSessionIdentity
+                | FindingCode::ReusedGenerationIdentity
+                | FindingCode::ReusedProcessIdentity
+                | FindingCode::ReusedPid
+                | FindingCode::ReusedFencingIdentity
+        )
+    }
+
     /// The code as JSON spells it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -77,16 +77,7 @@ pub fn mutation_gate(snapshot: &FleetSnapshot<'_>, worker: &WorkerIdentity) -> G
         let reason = match finding.code {
             FindingCode::DuplicateNamespaceWorker if mine => GateReason::DuplicateNamespaceWorker,
             FindingCode::ClientInstanceCollision if my_instance => GateReason::ClientInstanceCollision,
-            FindingCode::ReusedWorkerIdentity
-            | FindingCode::ReusedSessionIdentity
-            | FindingCode::ReusedGenerationIdentity
-            | FindingCode::ReusedProcessIdentity
-            | FindingCode::ReusedPid
-            | FindingCode::ReusedFencingIdentity
-                if mine =>
-            {
-                GateReason::ReusedIdentity
-            }
+            code if code.is_reused_identity() && mine => GateReason::ReusedIdentity,
             FindingCode::LegacyIncompleteIdentity if mine => GateReason::IncompleteIdentity,
             FindingCode::Unmanifested if mine => GateReason::UnmanifestedInstance,
             _ => continue,

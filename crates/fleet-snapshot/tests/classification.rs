@@ -290,18 +290,7 @@ fn reused_identities_each_have_their_code() {
 fn reuse_in_a_large_fleet_is_reported_as_in_a_small_one() {
     let mut rows = two_launches_sharing_identities();
     let reuse = |s: &FleetSnapshot<'_>| -> Vec<fleet_snapshot::Finding> {
-        let reused = |code| {
-            matches!(
-                code,
-                FindingCode::ReusedWorkerIdentity
-                    | FindingCode::ReusedSessionIdentity
-                    | FindingCode::ReusedGenerationIdentity
-                    | FindingCode::ReusedProcessIdentity
-                    | FindingCode::ReusedPid
-                    | FindingCode::ReusedFencingIdentity
-            )
-        };
-        s.findings.iter().filter(|f| reused(f.code)).cloned().collect()
+        s.findings.iter().filter(|f| f.code.is_reused_identity()).cloned().collect()
     };
     let small_case = Case::new(rows.clone());
     let small = reuse(&small_case.run());
