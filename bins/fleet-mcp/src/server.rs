@@ -119,27 +119,6 @@ fn internal(e: serde_json::Error) -> CallToolResult {
     refuse("internal_error", e)
 }
 
-/// `value` as JSON text, or `None` once the text passes `limit` bytes: writing stops
-/// there, so a large value costs no more than the limit.
-fn text_within(value: &impl serde::Serialize, limit: usize) -> Option<String> {
-    struct Bounded(Vec<u8>, usize);
-    impl std::io::Write for Bounded {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            if self.0.len() + buf.len() > self.1 {
-                return Err(std::io::ErrorKind::FileTooLarge.into());
-            }
-            self.0.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut out = Bounded(Vec::new(), limit);
-    serde_json::to_writer(&mut out, value).ok()?;
-    String::from_utf8(out.0).ok()
-}
-
 /// The text block of a snapshot too large to repeat: the verdict, the counts and the
 /// active blockers that fit within [`FULL_TEXT_LIMIT`] (in report order), with how many
 /// instances, workers and findings it leaves to the structured content.
@@ -330,41 +309,34 @@ impl FleetServer {
         self
     }
 
-    /// `body` as structured content: parked for the guard as bytes, or a value tree for
-    /// any other transport.
-    fn structured(&self, body: &impl serde::Serialize) -> Result<Value, serde_json::Error> {
-        match &self.bodies {
-            Some(bodies) => Ok(bodies.park(serde_json::to_vec(body)?)),
-            None => serde_json::to_value(body),
-        }
-    }
-
-    /// The answer for a snapshot: the whole snapshot as structured content, and as text
-    /// while that fits within [`FULL_TEXT_LIMIT`], else the digest.
-    fn snapshot_answer(&self, snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
-        let text = match text_within(snap, FULL_TEXT_LIMIT) {
-            Some(text) => text,
-            None => digest(snap).map_err(internal)?,
-        };
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-        result.structured_content = Some(self.structured(snap).map_err(internal)?);
-        Ok(result)
-    }
-
-    /// The answer for a retirement plan: the whole plan as structured content, and as
-    /// text while that fits within [`FULL_TEXT_LIMIT`], else [`plan_digest`]: everything
-    /// apply needs, without the per-row assessments.
-    fn plan_answer(&self, plan: &fleet_retirement::Plan) -> Result<CallToolResult, CallToolResult> {
-        let full = serde_json::to_string(plan).map_err(internal)?;
-        let text =
-            if full.len() <= FULL_TEXT_LIMIT { full.clone() } else { plan_digest(plan).map_err(internal)? };
+    /// The answer whose structured content is `body`: its JSON is written once, used as
+    /// the text block while it fits within [`FULL_TEXT_LIMIT`] (else `digest` is), and
+    /// parked for the guard as bytes, or built as a value tree for any other transport.
+    fn answer(
+        &self,
+        body: &impl serde::Serialize,
+        digest: impl FnOnce() -> Result<String, serde_json::Error>,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let full = serde_json::to_string(body).map_err(internal)?;
+        let text = if full.len() <= FULL_TEXT_LIMIT { full.clone() } else { digest().map_err(internal)? };
         let structured = match &self.bodies {
             Some(bodies) => bodies.park(full.into_bytes()),
-            None => serde_json::to_value(plan).map_err(internal)?,
+            None => serde_json::to_value(body).map_err(internal)?,
         };
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(structured);
         Ok(result)
+    }
+
+    /// The answer for a snapshot; past the limit its text is [`digest`].
+    fn snapshot_answer(&self, snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
+        self.answer(snap, || digest(snap))
+    }
+
+    /// The answer for a retirement plan; past the limit its text is [`plan_digest`]:
+    /// everything apply needs, without the per-row assessments.
+    fn plan_answer(&self, plan: &fleet_retirement::Plan) -> Result<CallToolResult, CallToolResult> {
+        self.answer(plan, || plan_digest(plan))
     }
 
     /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
