@@ -137,14 +137,14 @@ impl FleetReader {
         }
         self.read()?;
         let dump = self.rows()?;
-        let probes = match (&self.tracking, self.track) {
-            (Some(probe), true) => {
+        let probes = match &self.tracking {
+            Some(probe) => {
                 probe.begin_round();
                 let probes = probe_rows(probe, probe.host_id(), &dump.worker_registrations);
                 probe.end_round();
                 probes
             }
-            _ => probe_local(&dump.worker_registrations),
+            None => probe_local(&dump.worker_registrations),
         };
         Ok(snapshot(SnapshotInput {
             rows: &dump.worker_registrations,
