@@ -11,6 +11,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::findings::{Finding, FindingCode};
+use crate::keys::{Arena, KeyTable, Span};
 use crate::manifest::Manifest;
 
 /// Liveness probe results, by worker. Rows without an entry were not probed (another
@@ -225,10 +226,11 @@ fn judge(
 
 /// The active rows that claim one instance ID, with what the ID claims, read and judged
 /// against the ledger once for all of them, and what its rows agree on, gathered as
-/// each row is read. The launch fields live at least as long as the row and the ledger
-/// they came from (`'v`).
-struct Group<'rows, 'v> {
+/// each row is read.
+struct Group<'rows> {
     key: Option<&'rows str>,
+    /// The key's number in the snapshot's [`KeyTable`].
+    instance: usize,
     claim: InstanceClaim,
     trust: TrustVerdict,
     /// Each member with its state and namespace (kept here, so that building the
@@ -237,8 +239,9 @@ struct Group<'rows, 'v> {
     /// The first client type a member reports.
     client_type: Option<&'rows str>,
     /// The launch fields (see [`launch_fields`]) every live member must match: the first
-    /// live value of each, or for the host the ledger's, when it records one.
-    launch: [Option<&'v str>; 5],
+    /// live value of each, or for the host the ledger's, when it records one; copied
+    /// into the snapshot's arena of launch values (see [`crate::keys`]).
+    launch: [Option<Span>; 5],
     /// Some live member's launch field differs from `launch`.
     launch_disagrees: bool,
     /// The namespaces with a live member, as bits.
@@ -247,14 +250,21 @@ struct Group<'rows, 'v> {
     duplicate_namespace: bool,
 }
 
-impl<'rows: 'v, 'v> Group<'rows, 'v> {
-    fn new(key: Option<&'rows str>, ledger: &LedgerIndex<'_>, ledger_host: Option<&'v str>) -> Self {
+impl<'rows> Group<'rows> {
+    fn new(
+        key: Option<&'rows str>,
+        instance: usize,
+        ledger: &LedgerIndex<'_>,
+        ledger_host: Option<&str>,
+        values: &mut Arena,
+    ) -> Self {
         let claim = InstanceClaim::read(key);
         let trust = claim.trust(ledger);
         let mut launch = [None; 5];
-        launch[HOST] = ledger_host;
+        launch[HOST] = ledger_host.map(|host| values.put(host));
         Self {
             key,
+            instance,
             claim,
             trust,
             // A launch has one worker per namespace.
@@ -267,7 +277,7 @@ impl<'rows: 'v, 'v> Group<'rows, 'v> {
         }
     }
 
-    fn push(&mut self, row: &'rows WorkerRow, state: WorkerState) {
+    fn push(&mut self, row: &'rows WorkerRow, state: WorkerState, values: &mut Arena) {
         self.members.push((row, state, row.namespace));
         if self.client_type.is_none() {
             self.client_type = row.client_type.as_ref().map(|c| c.as_str());
@@ -278,8 +288,8 @@ impl<'rows: 'v, 'v> Group<'rows, 'v> {
         // Rows without a field do not vote.
         for (agreed, (_, value)) in self.launch.iter_mut().zip(launch_fields(row)) {
             match (*agreed, value) {
-                (None, value) => *agreed = value,
-                (Some(agreed), Some(value)) if agreed != value => self.launch_disagrees = true,
+                (None, value) => *agreed = value.map(|v| values.put(v)),
+                (Some(agreed), Some(value)) if values.get(agreed) != value => self.launch_disagrees = true,
                 _ => {}
             }
         }
@@ -291,6 +301,14 @@ impl<'rows: 'v, 'v> Group<'rows, 'v> {
     fn live(&self) -> impl Iterator<Item = &'rows WorkerRow> + '_ {
         self.members.iter().filter(|(_, state, _)| *state == WorkerState::Live).map(|(row, _, _)| *row)
     }
+}
+
+/// What the pass files under one instance ID: where its group is, when it has an
+/// active row, and its historical rows.
+#[derive(Default)]
+struct Filed<'rows> {
+    group: Option<usize>,
+    historical: Vec<&'rows WorkerRow>,
 }
 
 /// Takes the snapshot.
@@ -318,10 +336,11 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     // Sized for launches of five: growing these tables row by row copied them whole
     // each time they doubled.
     let launches = rows.len() / Namespace::ALL.len() + 1;
-    let mut group_at: FxHashMap<Option<&str>, usize> =
-        FxHashMap::with_capacity_and_hasher(launches, Default::default());
-    let mut groups: Vec<Group<'rows, '_>> = Vec::with_capacity(launches);
-    let mut historical: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
+    // About the length of a minted instance ID, and of the five launch values.
+    let mut instances = KeyTable::with_capacity(launches, 48);
+    let mut values = Arena::with_capacity(launches * 128);
+    let mut filed: Vec<Filed<'rows>> = Vec::with_capacity(launches);
+    let mut groups: Vec<Group<'rows>> = Vec::with_capacity(launches);
     let mut reuse = ReuseKeys::with_capacity(rows.len());
     let heartbeats = HeartbeatJudge::at(input.now);
     let mut token = Token::new(input.now);
@@ -345,24 +364,38 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
         };
         token.row(row);
         let key = view.client_instance_id;
+        let (instance, new) = instances.number(key);
+        if new {
+            filed.push(Filed::default());
+        }
+        let filed = &mut filed[instance];
         if view.state == WorkerState::Historical {
-            historical.entry(key).or_default().push(row);
+            filed.historical.push(row);
         } else {
-            let at = *group_at.entry(key).or_insert_with(|| {
+            let at = *filed.group.get_or_insert_with(|| {
                 let ledger_host = key.and_then(|k| ledger_hosts.get(k)).map(|h| h.as_str());
-                groups.push(Group::new(key, &ledger, ledger_host));
+                groups.push(Group::new(key, instance, &ledger, ledger_host, &mut values));
                 groups.len() - 1
             });
             let group = &mut groups[at];
-            group.push(row, view.state);
+            group.push(row, view.state, &mut values);
             row_findings(row, &view, group, input.policy, expected_revision, &mut findings);
-            reuse.push(row);
+            reuse.push(row, instance);
         }
         views.push(view);
     }
 
-    historical_findings(historical, &mut findings);
-    groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    // Instances in ID order: their historical findings, and their groups (found in about
+    // that order when instance IDs and worker identities both begin with a time).
+    let mut rank = vec![0; filed.len()];
+    for (place, at) in instances.in_key_order().into_iter().enumerate() {
+        rank[at] = place;
+        if !filed[at].historical.is_empty() {
+            findings.push(historical_finding(instances.key(at), &filed[at].historical));
+        }
+    }
+    drop(filed);
+    groups.sort_unstable_by_key(|g| rank[g.instance]);
     let groups = Groups(groups);
     for group in &groups.0 {
         instance_findings(group, &ledger_hosts, &mut findings);
@@ -406,7 +439,7 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
 fn row_findings(
     row: &WorkerRow,
     view: &WorkerView<'_>,
-    group: &Group<'_, '_>,
+    group: &Group<'_>,
     policy: &Policy,
     expected_revision: Option<&str>,
     out: &mut Vec<Finding>,
@@ -519,37 +552,30 @@ fn row_findings(
     }
 }
 
-/// One finding per instance over its released, superseded and retired rows.
-fn historical_findings(by_instance: BTreeMap<Option<&str>, Vec<&WorkerRow>>, out: &mut Vec<Finding>) {
-    for (instance, rows) in by_instance {
-        let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
-        for row in &rows {
-            *statuses.entry(row.status.as_str()).or_default() += 1;
-        }
-        out.push(
-            Finding::new(
-                FindingCode::HistoricalDead,
-                format!("{} released, superseded or retired rows", rows.len()),
-            )
-            .instance(instance)
-            .workers(rows.iter().map(|r| &r.worker_identity))
-            .evidence("statuses", statuses),
-        );
+/// The finding over one instance's released, superseded and retired rows.
+fn historical_finding(instance: Option<&str>, rows: &[&WorkerRow]) -> Finding {
+    let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
+    for row in rows {
+        *statuses.entry(row.status.as_str()).or_default() += 1;
     }
+    Finding::new(FindingCode::HistoricalDead, format!("{} released, superseded or retired rows", rows.len()))
+        .instance(instance)
+        .workers(rows.iter().map(|r| &r.worker_identity))
+        .evidence("statuses", statuses)
 }
 
 /// The groups, ordered by instance ID.
-struct Groups<'rows, 'v>(Vec<Group<'rows, 'v>>);
+struct Groups<'rows>(Vec<Group<'rows>>);
 
-impl<'rows, 'v> Groups<'rows, 'v> {
-    fn get(&self, key: Option<&str>) -> Option<&Group<'rows, 'v>> {
+impl<'rows> Groups<'rows> {
+    fn get(&self, key: Option<&str>) -> Option<&Group<'rows>> {
         let at = self.0.binary_search_by(|g| g.key.cmp(&key)).ok()?;
         Some(&self.0[at])
     }
 }
 
 fn instance_findings(
-    group: &Group<'_, '_>,
+    group: &Group<'_>,
     ledger_hosts: &FxHashMap<&str, &fleet_identity::HostId>,
     out: &mut Vec<Finding>,
 ) {
@@ -658,6 +684,9 @@ fn token_key(r: &WorkerRow) -> Option<&str> {
 /// row was read: a key's top 32 hash bits above the row's number among `active`.
 struct ReuseKeys<'rows> {
     active: Vec<&'rows WorkerRow>,
+    /// The number of each active row's instance ID (see [`KeyTable`]): comparing these
+    /// tells rows of two instances apart without reading their IDs again.
+    instances: Vec<usize>,
     /// Two neighbours among `active` share an identity.
     identity_shared: bool,
     /// session, generation, process, pid, slot, token.
@@ -668,12 +697,13 @@ impl<'rows> ReuseKeys<'rows> {
     fn with_capacity(rows: usize) -> Self {
         Self {
             active: Vec::with_capacity(rows),
+            instances: Vec::with_capacity(rows),
             identity_shared: false,
             hashed: std::array::from_fn(|_| Vec::with_capacity(rows)),
         }
     }
 
-    fn push(&mut self, row: &'rows WorkerRow) {
+    fn push(&mut self, row: &'rows WorkerRow, instance: usize) {
         fn pack(key: Option<impl std::hash::Hash>, at: u64) -> Option<u64> {
             use std::hash::BuildHasher;
             key.map(|k| (FxBuildHasher.hash_one(k) & !u64::from(u32::MAX)) | at)
@@ -684,6 +714,7 @@ impl<'rows> ReuseKeys<'rows> {
         self.identity_shared |=
             self.active.last().is_some_and(|last| last.worker_identity == row.worker_identity);
         self.active.push(row);
+        self.instances.push(instance);
         let keys = [
             pack(session_key(row), at),
             pack(generation_key(row), at),
@@ -698,10 +729,11 @@ impl<'rows> ReuseKeys<'rows> {
     }
 
     fn report(self, out: &mut Vec<Finding>) {
-        // Any two rows under one key are a finding, whatever else they hold; `ptr::eq`
-        // tells a row from itself.
-        let always = |a: &WorkerRow, b: &WorkerRow| !std::ptr::eq(a, b);
+        // Rows are compared by their numbers among `active`. Any two rows under one key
+        // are a finding, whatever else they hold.
+        let always = |a: usize, b: usize| a != b;
         let active = self.active.as_slice();
+        let instances = self.instances.as_slice();
         // Only active rows are compared: history never makes a live fleet unsafe.
         if self.identity_shared {
             let runs = active.chunk_by(|a, b| a.worker_identity == b.worker_identity);
@@ -715,7 +747,7 @@ impl<'rows> ReuseKeys<'rows> {
             active,
             session,
             session_key,
-            |a, b| a.client_instance_id != b.client_instance_id,
+            |a, b| instances[a] != instances[b],
             FindingCode::ReusedSessionIdentity,
             "session across instances",
             out,
@@ -735,7 +767,7 @@ impl<'rows> ReuseKeys<'rows> {
             active,
             pid,
             pid_key,
-            |a, b| a.process_start_time != b.process_start_time,
+            |a, b| active[a].process_start_time != active[b].process_start_time,
             FindingCode::ReusedPid,
             "pid number with different start times",
             out,
@@ -746,7 +778,8 @@ impl<'rows> ReuseKeys<'rows> {
     }
 }
 
-/// Groups `rows` by `key` and reports each group with two rows that `differ`.
+/// Groups `rows` by `key` and reports each group with two rows that `differ` (asked of
+/// their places in `rows`).
 ///
 /// `hashed` holds each keyed row's key hash and number (see [`ReuseKeys`]). Sorted, runs
 /// of equal hashes in which a row differs from the first are marked; only marked rows
@@ -757,7 +790,7 @@ fn report_shared<'rows, K: Ord + Serialize>(
     rows: &[&'rows WorkerRow],
     mut hashed: Vec<u64>,
     key: impl Fn(&'rows WorkerRow) -> Option<K>,
-    differ: impl Fn(&WorkerRow, &WorkerRow) -> bool,
+    differ: impl Fn(usize, usize) -> bool,
     code: FindingCode,
     what: &str,
     out: &mut Vec<Finding>,
@@ -767,8 +800,8 @@ fn report_shared<'rows, K: Ord + Serialize>(
         let at = |packed: u64| usize::try_from(packed & u64::from(u32::MAX)).unwrap_or(usize::MAX);
         let mut marked = Vec::new();
         for run in hashed.chunk_by(|a, b| a >> 32 == b >> 32).filter(|run| run.len() > 1) {
-            let first = rows[at(run[0])];
-            if run.iter().any(|&h| differ(first, rows[at(h)])) {
+            let first = at(run[0]);
+            if run.iter().any(|&h| differ(first, at(h))) {
                 marked.extend(run.iter().map(|&h| at(h)));
             }
         }
@@ -781,12 +814,12 @@ fn report_shared<'rows, K: Ord + Serialize>(
     if marked.is_empty() {
         return;
     }
-    let mut run: Vec<(K, &WorkerRow)> =
-        marked.into_iter().filter_map(|i| Some((key(rows[i])?, rows[i]))).collect();
+    let mut run: Vec<(K, usize)> = marked.into_iter().filter_map(|i| Some((key(rows[i])?, i))).collect();
     run.sort_by(|a, b| a.0.cmp(&b.0));
     for group in run.chunk_by(|a, b| a.0 == b.0) {
-        let rows: Vec<&WorkerRow> = group.iter().map(|(_, r)| *r).collect();
-        if rows.iter().any(|r| differ(rows[0], r)) {
+        let first = group[0].1;
+        if group.iter().any(|&(_, i)| differ(first, i)) {
+            let rows: Vec<&WorkerRow> = group.iter().map(|&(_, i)| rows[i]).collect();
             report_group(code, what, &group[0].0, &rows, out);
         }
     }
@@ -840,7 +873,7 @@ fn report_group(
     );
 }
 
-fn manifest_findings(manifest: &Manifest, groups: &Groups<'_, '_>, out: &mut Vec<Finding>) {
+fn manifest_findings(manifest: &Manifest, groups: &Groups<'_>, out: &mut Vec<Finding>) {
     let listed: FxHashSet<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
     for expected in &manifest.instances {
         let id = expected.client_instance_id.as_str();
@@ -875,7 +908,7 @@ fn manifest_findings(manifest: &Manifest, groups: &Groups<'_, '_>, out: &mut Vec
 }
 
 fn instance_views<'rows>(
-    groups: &Groups<'rows, '_>,
+    groups: &Groups<'rows>,
     manifest: Option<&Manifest>,
     findings: &[Finding],
 ) -> Vec<InstanceView<'rows>> {

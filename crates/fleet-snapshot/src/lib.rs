@@ -39,6 +39,7 @@ mod classify;
 mod findings;
 mod gate;
 mod heartbeats;
+mod keys;
 mod manifest;
 
 pub use classify::{
