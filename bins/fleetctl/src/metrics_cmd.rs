@@ -57,13 +57,13 @@ pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
     m.family("fleet_workers", "gauge", "Registry rows by instance, namespace, status and state.");
     let mut workers: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
     for view in &snap.workers {
-        let instance = view.client_instance_id.unwrap_or_default().to_owned();
+        let instance = view.client_instance_id().unwrap_or_default().to_owned();
         let state = serde_json::to_value(view.state)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
         *workers
-            .entry((instance, view.namespace.to_string(), view.status.to_string(), state))
+            .entry((instance, view.row.namespace.to_string(), view.row.status.to_string(), state))
             .or_default() += 1;
     }
     for ((instance, namespace, status, state), n) in &workers {

@@ -169,7 +169,7 @@ pub(crate) fn render(snap: &FleetSnapshot<'_>, colour: bool) -> String {
         snap.snapshot_at
     );
     let workers: BTreeMap<&str, &fleet_snapshot::WorkerView<'_>> =
-        snap.workers.iter().map(|w| (w.worker_identity.as_str(), w)).collect();
+        snap.workers.iter().map(|w| (w.worker_identity().as_str(), w)).collect();
     for instance in &snap.instances {
         let name = instance.client_instance_id.unwrap_or("(no instance id)");
         let trust = serde_json::to_value(instance.trust)
@@ -184,14 +184,15 @@ pub(crate) fn render(snap: &FleetSnapshot<'_>, colour: bool) -> String {
                 out.push_str(&format!("  {:<11} {}\n", ns.as_str(), p.yellow("no live worker")));
             }
             for id in live {
-                let pid = workers.get(id.as_str()).and_then(|w| w.pid).map_or("-".into(), |p| p.to_string());
+                let pid =
+                    workers.get(id.as_str()).and_then(|w| w.row.pid).map_or("-".into(), |p| p.to_string());
                 let line = format!("  {:<11} {id}  pid {pid}", ns.as_str());
                 out.push_str(&if live.len() > 1 { p.red(&line) } else { line });
                 out.push('\n');
             }
         }
         for id in &instance.stale_workers {
-            let ns = workers.get(id.as_str()).map_or("-", |w| w.namespace.as_str());
+            let ns = workers.get(id.as_str()).map_or("-", |w| w.row.namespace.as_str());
             out.push_str(&format!("  {:<11} {}\n", ns, p.yellow(&format!("{id}  stale"))));
         }
         if !instance.blockers.is_empty() {

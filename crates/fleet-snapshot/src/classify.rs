@@ -58,23 +58,55 @@ pub enum WorkerState {
     Historical,
 }
 
-/// One row as the snapshot sees it: the row's own fields, borrowed from the rows the
-/// snapshot was taken of, its state, and the probe's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[allow(missing_docs)]
+/// One row as the snapshot sees it: the row, borrowed from the rows the snapshot was
+/// taken of, with what the snapshot judged of it.
+///
+/// Serialised as one object: the row's `worker_identity`, `client_instance_id`,
+/// `namespace`, then `state`, the row's `status`, `ownership_state`, `pid`, `host_id`,
+/// `generation_id` and `last_heartbeat_at`, then `expires_at` and `liveness`.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WorkerView<'rows> {
-    pub worker_identity: &'rows WorkerIdentity,
-    pub client_instance_id: Option<&'rows str>,
-    pub namespace: Namespace,
+    /// The row.
+    pub row: &'rows WorkerRow,
+    /// Live, stale or historical.
     pub state: WorkerState,
-    pub status: WorkerStatus,
-    pub ownership_state: Option<OwnershipState>,
-    pub pid: Option<fleet_identity::Pid>,
-    pub host_id: Option<&'rows fleet_identity::HostId>,
-    pub generation_id: Option<&'rows fleet_identity::GenerationId>,
-    pub last_heartbeat_at: Option<&'rows str>,
+    /// When the row's heartbeat lapses (`None` without a parsable heartbeat and a TTL).
     pub expires_at: Option<Timestamp>,
+    /// The probe's verdict on the row's process (`None` when it was not probed).
     pub liveness: Option<ProcessVerdict>,
+}
+
+impl<'rows> WorkerView<'rows> {
+    /// The row's worker identity.
+    pub fn worker_identity(&self) -> &'rows WorkerIdentity {
+        &self.row.worker_identity
+    }
+
+    /// The instance ID the row claims, as it spells it.
+    pub fn client_instance_id(&self) -> Option<&'rows str> {
+        self.row.client_instance_id.as_deref()
+    }
+}
+
+impl Serialize for WorkerView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let row = self.row;
+        let mut out = s.serialize_struct("WorkerView", 12)?;
+        out.serialize_field("worker_identity", &row.worker_identity)?;
+        out.serialize_field("client_instance_id", &row.client_instance_id)?;
+        out.serialize_field("namespace", &row.namespace)?;
+        out.serialize_field("state", &self.state)?;
+        out.serialize_field("status", &row.status)?;
+        out.serialize_field("ownership_state", &row.ownership_state)?;
+        out.serialize_field("pid", &row.pid)?;
+        out.serialize_field("host_id", &row.host_id)?;
+        out.serialize_field("generation_id", &row.generation_id)?;
+        out.serialize_field("last_heartbeat_at", &row.last_heartbeat_at)?;
+        out.serialize_field("expires_at", &self.expires_at)?;
+        out.serialize_field("liveness", &self.liveness)?;
+        out.end()
+    }
 }
 
 /// One instance: the active workers that claim its ID.
@@ -348,22 +380,9 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
         while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
         let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
         let (expires_at, state) = judge(row, liveness, &heartbeats);
-        let view = WorkerView {
-            worker_identity: &row.worker_identity,
-            client_instance_id: row.client_instance_id.as_deref(),
-            namespace: row.namespace,
-            state,
-            status: row.status,
-            ownership_state: row.ownership_state,
-            pid: row.pid,
-            host_id: row.host_id.as_ref(),
-            generation_id: row.generation_id.as_ref(),
-            last_heartbeat_at: row.last_heartbeat_at.as_deref(),
-            expires_at,
-            liveness,
-        };
+        let view = WorkerView { row, state, expires_at, liveness };
         token.row(row);
-        let key = view.client_instance_id;
+        let key = view.client_instance_id();
         let (instance, new) = instances.number(key);
         if new {
             filed.push(Filed::default());

@@ -56,7 +56,7 @@ pub fn mutation_gate(snapshot: &FleetSnapshot<'_>, worker: &WorkerIdentity) -> G
         reasons: vec![reason],
         instance_trust: None,
     };
-    let Some(view) = snapshot.workers.iter().find(|w| w.worker_identity == worker) else {
+    let Some(view) = snapshot.workers.iter().find(|w| w.worker_identity() == worker) else {
         return closed(GateReason::WorkerNotRegistered);
     };
     let mut reasons = Vec::new();
@@ -65,15 +65,18 @@ pub fn mutation_gate(snapshot: &FleetSnapshot<'_>, worker: &WorkerIdentity) -> G
         WorkerState::Stale => reasons.push(GateReason::WorkerStale),
         WorkerState::Live => {}
     }
-    let trust =
-        snapshot.instances.iter().find(|i| i.client_instance_id == view.client_instance_id).map(|i| i.trust);
+    let trust = snapshot
+        .instances
+        .iter()
+        .find(|i| i.client_instance_id == view.client_instance_id())
+        .map(|i| i.trust);
     if trust != Some(TrustVerdict::Trusted) {
         reasons.push(GateReason::UntrustedInstanceIdentity);
     }
     for finding in &snapshot.findings {
         let mine = finding.worker_identities.contains(worker);
         let my_instance = finding.client_instance_id.is_some()
-            && finding.client_instance_id.as_deref() == view.client_instance_id;
+            && finding.client_instance_id.as_deref() == view.client_instance_id();
         let reason = match finding.code {
             FindingCode::DuplicateNamespaceWorker if mine => GateReason::DuplicateNamespaceWorker,
             FindingCode::ClientInstanceCollision if my_instance => GateReason::ClientInstanceCollision,
@@ -91,7 +94,7 @@ pub fn mutation_gate(snapshot: &FleetSnapshot<'_>, worker: &WorkerIdentity) -> G
         mutation_allowed: reasons.is_empty(),
         reasons,
         instance_trust: trust
-            .or_else(|| Some(fleet_identity::assess_instance_id(view.client_instance_id, &NoLedger))),
+            .or_else(|| Some(fleet_identity::assess_instance_id(view.client_instance_id(), &NoLedger))),
     }
 }
 

@@ -33,7 +33,7 @@ fn live<'rows>(
     s.workers
         .iter()
         .filter(|w| w.state == WorkerState::Live)
-        .map(|w| (w.worker_identity, w.last_heartbeat_at.and_then(|t| Timestamp::parse(t).ok())))
+        .map(|w| (w.worker_identity(), w.row.heartbeat()))
         .collect()
 }
 
