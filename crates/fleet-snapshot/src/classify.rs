@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{
-    ClientInstanceId, InstanceClaim, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
+    ClientInstanceId, InstanceClaim, Ledger, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity,
 };
 use fleet_model::{HeartbeatJudge, ProcessVerdict};
 use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
@@ -346,12 +346,7 @@ struct Filed<'rows> {
 /// Takes the snapshot.
 pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> {
     let rows = ordered(input.rows);
-    let ledger: LedgerIndex<'_> = input.ledger.iter().map(|i| &i.client_instance_id).collect();
-    let ledger_hosts: FxHashMap<&str, &fleet_identity::HostId> = input
-        .ledger
-        .iter()
-        .filter_map(|i| Some((i.client_instance_id.as_str(), i.host_id.as_ref()?)))
-        .collect();
+    let ledger = LedgerIndex::new(input.ledger);
     let expected_revision = input
         .manifest
         .and_then(|m| m.code_revision.as_deref())
@@ -392,7 +387,7 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
             filed.historical.push(row);
         } else {
             let at = *filed.group.get_or_insert_with(|| {
-                let ledger_host = key.and_then(|k| ledger_hosts.get(k)).map(|h| h.as_str());
+                let ledger_host = key.and_then(|k| ledger.host(k)).map(|h| h.as_str());
                 groups.push(Group::new(key, instance, &ledger, ledger_host, &mut values));
                 groups.len() - 1
             });
@@ -417,7 +412,7 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     groups.sort_unstable_by_key(|g| rank[g.instance]);
     let groups = Groups(groups);
     for group in &groups.0 {
-        instance_findings(group, &ledger_hosts, &mut findings);
+        instance_findings(group, &ledger, &mut findings);
     }
     reuse.report(&mut findings);
     if let Some(manifest) = input.manifest {
@@ -573,14 +568,23 @@ fn row_findings(
 
 /// The finding over one instance's released, superseded and retired rows.
 fn historical_finding(instance: Option<&str>, rows: &[&WorkerRow]) -> Finding {
-    let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
+    // How many rows of each status, by name: counted in a small list (one instance has
+    // few rows and fewer statuses), written as the map a BTreeMap would serialise to.
+    let mut counts: Vec<(&str, usize)> = Vec::with_capacity(1);
     for row in rows {
-        *statuses.entry(row.status.as_str()).or_default() += 1;
+        let status = row.status.as_str();
+        match counts.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((status, 1)),
+        }
     }
+    counts.sort_unstable();
+    let statuses: serde_json::Map<String, serde_json::Value> =
+        counts.into_iter().map(|(status, n)| (status.to_owned(), n.into())).collect();
     Finding::new(FindingCode::HistoricalDead, format!("{} released, superseded or retired rows", rows.len()))
         .instance(instance)
         .workers(rows.iter().map(|r| &r.worker_identity))
-        .evidence("statuses", statuses)
+        .evidence_value("statuses", statuses.into())
 }
 
 /// The groups, ordered by instance ID.
@@ -593,11 +597,7 @@ impl<'rows> Groups<'rows> {
     }
 }
 
-fn instance_findings(
-    group: &Group<'_>,
-    ledger_hosts: &FxHashMap<&str, &fleet_identity::HostId>,
-    out: &mut Vec<Finding>,
-) {
+fn instance_findings(group: &Group<'_>, ledger: &LedgerIndex<'_>, out: &mut Vec<Finding>) {
     // Most launches have one live worker per namespace and agree on who launched them:
     // the pass that gathered the group settled that without building anything here.
     if !group.duplicate_namespace && !group.launch_disagrees {
@@ -637,8 +637,8 @@ fn instance_findings(
             }
         }
     }
-    if let Some(host) = ledger_hosts.get(id)
-        && live.iter().any(|r| r.host_id.as_ref().is_some_and(|h| h != *host))
+    if let Some(host) = ledger.host(id)
+        && live.iter().any(|r| r.host_id.as_ref().is_some_and(|h| h != host))
     {
         conflicts.entry("host_id").or_default().insert(host.as_str());
     }
@@ -1044,8 +1044,43 @@ fn ordered(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
     out
 }
 
-/// The ledger as a hash set of borrowed IDs.
-type LedgerIndex<'a> = FxHashSet<&'a ClientInstanceId>;
+/// The launcher's ledger: its IDs numbered in a [`KeyTable`], so that looking one up
+/// compares copies kept together rather than the records' own strings, and the host
+/// each ID's record names.
+struct LedgerIndex<'a> {
+    ids: KeyTable,
+    hosts: Vec<Option<&'a fleet_identity::HostId>>,
+}
+
+impl<'a> LedgerIndex<'a> {
+    fn new(ledger: &'a [InstanceRecord]) -> Self {
+        let mut ids = KeyTable::with_capacity(ledger.len(), 48);
+        let mut hosts = Vec::with_capacity(ledger.len());
+        for record in ledger {
+            let (at, new) = ids.number(Some(record.client_instance_id.as_str()));
+            if new {
+                hosts.push(None);
+            }
+            // An ID recorded twice takes the host of its last record that names one.
+            if let Some(host) = &record.host_id {
+                hosts[at] = Some(host);
+            }
+        }
+        Self { ids, hosts }
+    }
+
+    /// The host the ledger records for the instance ID spelled `id`.
+    fn host(&self, id: &str) -> Option<&'a fleet_identity::HostId> {
+        self.ids.find(Some(id)).and_then(|at| self.hosts[at])
+    }
+}
+
+impl Ledger for LedgerIndex<'_> {
+    fn holds(&self, id: &ClientInstanceId) -> bool {
+        // IDs are equal exactly when their text is: the rest is parsed from it.
+        self.ids.find(Some(id.as_str())).is_some()
+    }
+}
 
 #[cfg(test)]
 mod tests {

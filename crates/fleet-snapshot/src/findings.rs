@@ -140,7 +140,7 @@ pub struct Finding {
     /// The workers involved, sorted.
     pub worker_identities: Vec<WorkerIdentity>,
     /// The evidence that triggered it, keyed by field name.
-    pub evidence: BTreeMap<String, serde_json::Value>,
+    pub evidence: BTreeMap<&'static str, serde_json::Value>,
     /// One sentence for a person.
     pub detail: String,
 }
@@ -176,8 +176,13 @@ impl Finding {
         self
     }
 
-    pub(crate) fn evidence(mut self, key: &str, value: impl Serialize) -> Self {
-        self.evidence.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(serde_json::Value::Null));
+    pub(crate) fn evidence(self, key: &'static str, value: impl Serialize) -> Self {
+        self.evidence_value(key, serde_json::to_value(value).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// [`Finding::evidence`] already in JSON form.
+    pub(crate) fn evidence_value(mut self, key: &'static str, value: serde_json::Value) -> Self {
+        self.evidence.insert(key, value);
         self
     }
 

@@ -83,6 +83,11 @@ impl KeyTable {
         }
     }
 
+    /// The number of `key`, when it has one.
+    pub(crate) fn find(&self, key: Option<&str>) -> Option<usize> {
+        self.table.find(hash(key), |&at| self.key(at) == key).copied()
+    }
+
     /// The key numbered `at`.
     pub(crate) fn key(&self, at: usize) -> Option<&str> {
         self.keys[at].map(|span| self.arena.get(span))
@@ -123,8 +128,10 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(table.key(at), key);
+                prop_assert_eq!(table.find(key), Some(at));
             }
             let ordered: Vec<Option<&str>> = table.in_key_order().into_iter().map(|at| table.key(at)).collect();
+            prop_assert_eq!(table.find(Some("absent")), None);
             seen.sort();
             prop_assert_eq!(ordered, seen);
         }
