@@ -345,7 +345,26 @@ struct Filed<'rows> {
 
 /// Takes the snapshot.
 pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> {
-    let rows = ordered(input.rows);
+    // Stores return rows in identity order. The pass takes them as given and checks the
+    // order as it first reads each identity (checking it beforehand read every identity
+    // twice); rows out of order, or sharing an identity (ordered then by content), are
+    // sorted and the pass taken again.
+    let as_given: Vec<&WorkerRow> = input.rows.iter().collect();
+    if let Some(snapshot) = take(input, &as_given, true) {
+        return snapshot;
+    }
+    let ordered = ordered(input.rows);
+    take(input, &ordered, false).unwrap_or_else(|| unreachable!("only a checked order is refused"))
+}
+
+/// The snapshot of `rows`, which are in [`ordered`] order; or with `check_order`, `None`
+/// as soon as a row does not follow the one before it in strictly increasing identity
+/// order.
+fn take<'rows>(
+    input: SnapshotInput<'rows, '_>,
+    rows: &[&'rows WorkerRow],
+    check_order: bool,
+) -> Option<FleetSnapshot<'rows>> {
     let ledger = LedgerIndex::new(input.ledger);
     let expected_revision = input
         .manifest
@@ -375,7 +394,14 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     let mut reuse = ReuseKeys::with_capacity(rows.len());
     let heartbeats = HeartbeatJudge::at(input.now);
     let mut token = Token::new(input.now);
-    for &row in &rows {
+    let mut previous: Option<&WorkerIdentity> = None;
+    for &row in rows {
+        if check_order {
+            if previous.is_some_and(|p| *p >= row.worker_identity) {
+                return None;
+            }
+            previous = Some(&row.worker_identity);
+        }
         while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
         let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
         let (expires_at, state) = judge(row, liveness, &heartbeats);
@@ -443,7 +469,7 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     }
     counts.active_worker_count = counts.live_worker_count + counts.stale_worker_count;
     let token = token.finish();
-    FleetSnapshot {
+    Some(FleetSnapshot {
         snapshot_at: input.now,
         consistency_token: token.clone(),
         registry_revision: token,
@@ -453,7 +479,7 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
         instances,
         workers: views,
         findings,
-    }
+    })
 }
 
 fn row_findings(

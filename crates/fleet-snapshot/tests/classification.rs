@@ -438,6 +438,27 @@ proptest! {
         prop_assert_eq!(case.run(), shuffled_case.run());
     }
 
+    /// Rows that share an identity are ordered by their content, also when the rows
+    /// come already in identity order (the pass that takes them as given must not keep
+    /// their input order).
+    #[test]
+    fn rows_sharing_an_identity_give_one_snapshot_in_any_order(rows in arbitrary_rows(), shared in 1usize..4) {
+        let mut rows = rows;
+        for (i, row) in rows.iter_mut().enumerate() {
+            row.worker_identity = WorkerIdentity::new(format!("wkr-shared-{}", i % shared)).unwrap();
+        }
+        let mut sorted = rows.clone();
+        sorted.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+        let mut ties_reversed = sorted.clone();
+        for run in ties_reversed.chunk_by_mut(|a, b| a.worker_identity == b.worker_identity) {
+            run.reverse();
+        }
+        let (given, sorted, ties_reversed) = (Case::new(rows), Case::new(sorted), Case::new(ties_reversed));
+        let expected = given.run();
+        prop_assert_eq!(&sorted.run(), &expected);
+        prop_assert_eq!(&ties_reversed.run(), &expected);
+    }
+
     #[test]
     fn adding_a_historical_row_never_makes_a_safe_fleet_unsafe(rows in arbitrary_rows(), n in 100u32..200, ns in 0usize..5, released in any::<bool>()) {
         let before_case = Case::new(rows.clone());
