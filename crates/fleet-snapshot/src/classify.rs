@@ -349,12 +349,12 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     // order as it first reads each identity (checking it beforehand read every identity
     // twice); rows out of order, or sharing an identity (ordered then by content), are
     // sorted and the pass taken again.
-    let as_given: Vec<&WorkerRow> = input.rows.iter().collect();
-    if let Some(snapshot) = take(input, &as_given, true) {
+    if let Some(snapshot) = take(input, input.rows.iter(), true) {
         return snapshot;
     }
     let ordered = ordered(input.rows);
-    take(input, &ordered, false).unwrap_or_else(|| unreachable!("only a checked order is refused"))
+    take(input, ordered.iter().copied(), false)
+        .unwrap_or_else(|| unreachable!("only a checked order is refused"))
 }
 
 /// The snapshot of `rows`, which are in [`ordered`] order; or with `check_order`, `None`
@@ -362,7 +362,7 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
 /// order.
 fn take<'rows>(
     input: SnapshotInput<'rows, '_>,
-    rows: &[&'rows WorkerRow],
+    rows: impl ExactSizeIterator<Item = &'rows WorkerRow>,
     check_order: bool,
 ) -> Option<FleetSnapshot<'rows>> {
     let ledger = LedgerIndex::new(input.ledger);
@@ -395,7 +395,7 @@ fn take<'rows>(
     let heartbeats = HeartbeatJudge::at(input.now);
     let mut token = Token::new(input.now);
     let mut previous: Option<&WorkerIdentity> = None;
-    for &row in rows {
+    for row in rows {
         if check_order {
             if previous.is_some_and(|p| *p >= row.worker_identity) {
                 return None;
@@ -601,7 +601,7 @@ fn row_findings(
 /// The finding over one instance's released, superseded and retired rows.
 fn historical_finding(instance: Option<&str>, rows: &[&WorkerRow]) -> Finding {
     // How many rows of each status, by name: counted in a small list (one instance has
-    // few rows and fewer statuses), written as the map a BTreeMap would serialise to.
+    // few rows and fewer statuses), then written into the JSON map.
     let mut counts: Vec<(&str, usize)> = Vec::with_capacity(1);
     for row in rows {
         let status = row.status.as_str();
@@ -610,9 +610,12 @@ fn historical_finding(instance: Option<&str>, rows: &[&WorkerRow]) -> Finding {
             None => counts.push((status, 1)),
         }
     }
+    // In name order, also where serde_json keeps maps in insertion order.
     counts.sort_unstable();
-    let statuses: serde_json::Map<String, serde_json::Value> =
-        counts.into_iter().map(|(status, n)| (status.to_owned(), n.into())).collect();
+    let mut statuses = serde_json::Map::new();
+    for (status, n) in counts {
+        statuses.insert(status.to_owned(), n.into());
+    }
     Finding::new(FindingCode::HistoricalDead, format!("{} released, superseded or retired rows", rows.len()))
         .instance(instance)
         .workers(rows.iter().map(|r| &r.worker_identity))
