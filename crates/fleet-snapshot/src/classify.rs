@@ -835,14 +835,15 @@ impl<'rows> ReuseKeys<'rows> {
 /// Groups `rows` by `key` and reports each group with two rows that `differ` (asked of
 /// their places in `rows`).
 ///
-/// `hashed` holds each keyed row's key hash and number (see [`ReuseKeys`]). Sorted, runs
-/// of equal hashes in which a row differs from the first are marked; only marked rows
+/// `hashed` holds each keyed row's key hash and number (see [`ReuseKeys`]). Of those
+/// whose hash may repeat ([`sharing_candidates`]), sorted, runs of equal hashes in which
+/// a row differs from the first are marked; only marked rows
 /// are then grouped by the keys themselves, so a hash collision can never merge two
 /// groups, and a fleet without reuse pays one sort. Equality is transitive, so "some row
 /// differs from the first" is "two rows differ".
 fn report_shared<'rows, K: Ord + Serialize>(
     rows: &[&'rows WorkerRow],
-    mut hashed: Vec<u64>,
+    hashed: Vec<u64>,
     key: impl Fn(&'rows WorkerRow) -> Option<K>,
     differ: impl Fn(usize, usize) -> bool,
     code: FindingCode,
@@ -850,7 +851,7 @@ fn report_shared<'rows, K: Ord + Serialize>(
     out: &mut Vec<Finding>,
 ) {
     let marked: Vec<usize> = if u32::try_from(rows.len()).is_ok() {
-        sort_by_hash(&mut hashed);
+        let hashed = sharing_candidates(hashed);
         let at = |packed: u64| usize::try_from(packed & u64::from(u32::MAX)).unwrap_or(usize::MAX);
         let mut marked = Vec::new();
         for run in hashed.chunk_by(|a, b| a >> 32 == b >> 32).filter(|run| run.len() > 1) {
@@ -877,6 +878,35 @@ fn report_shared<'rows, K: Ord + Serialize>(
             report_group(code, what, &group[0].0, &rows, out);
         }
     }
+}
+
+/// The packed reuse entries (see [`ReuseKeys`]) whose hash another entry may share, in
+/// hash order: every entry that shares its hash, and perhaps a few that do not.
+///
+/// Most keys (generations, processes, tokens) are unique in a healthy fleet, and
+/// sorting them all only to find no neighbours cost more than anything else the reuse
+/// checks do. One pass marks, a bit per hash prefix, the prefixes seen twice (a table of
+/// about sixteen bits per entry, so few unique prefixes collide); only entries under
+/// such a prefix are kept and sorted.
+fn sharing_candidates(mut entries: Vec<u64>) -> Vec<u64> {
+    if entries.len() < 4096 {
+        entries.sort_unstable();
+        return entries;
+    }
+    // 2^bits prefixes for n entries: bits = log2(n) + 4, so about 16 prefixes an entry,
+    // up to two tables of 8 MiB (past four million entries, prefixes collide more).
+    let bits = (usize::BITS - entries.len().leading_zeros() + 4).min(26);
+    let prefix = |entry: u64| (entry >> (64 - bits)) as usize;
+    let words = (1usize << bits) / 64;
+    let (mut seen, mut again) = (vec![0u64; words], vec![0u64; words]);
+    for &entry in &entries {
+        let (word, bit) = (prefix(entry) / 64, 1u64 << (prefix(entry) % 64));
+        again[word] |= seen[word] & bit;
+        seen[word] |= bit;
+    }
+    entries.retain(|&entry| again[prefix(entry) / 64] & (1u64 << (prefix(entry) % 64)) != 0);
+    sort_by_hash(&mut entries);
+    entries
 }
 
 /// Orders packed reuse entries (see [`ReuseKeys`]) so that equal hashes are neighbours:
@@ -1123,7 +1153,9 @@ mod tests {
 
     use fleet_identity::Namespace;
 
-    use super::sort_by_hash;
+    use std::collections::{HashMap, HashSet};
+
+    use super::{sharing_candidates, sort_by_hash};
 
     /// `NamespaceWorkers` numbers namespaces by their place in `Namespace::ALL` and
     /// writes them in that order, which must be the order a map of them would have.
@@ -1155,6 +1187,35 @@ mod tests {
             a.sort_unstable();
             b.sort_unstable();
             prop_assert_eq!(a, b);
+        }
+
+        /// Every entry whose hash another entry shares is a candidate, and candidates
+        /// come in hash order; large lists (past the bit table's threshold) included.
+        #[test]
+        fn every_entry_sharing_its_hash_is_a_candidate(
+            hashes in prop::collection::vec(any::<u32>(), 0..9000),
+            repeats in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>()), 0..20),
+        ) {
+            let mut hashes = hashes;
+            // Random hashes seldom repeat: copy some over others.
+            for (from, to) in repeats {
+                if !hashes.is_empty() {
+                    let value = hashes[from.index(hashes.len())];
+                    let at = to.index(hashes.len());
+                    hashes[at] = value;
+                }
+            }
+            let entries: Vec<u64> = hashes.iter().zip(0u64..).map(|(h, at)| (u64::from(*h) << 32) | at).collect();
+            let candidates = sharing_candidates(entries.clone());
+            prop_assert!(candidates.windows(2).all(|w| w[0] >> 32 <= w[1] >> 32));
+            let mut count: HashMap<u32, usize> = HashMap::new();
+            for h in &hashes {
+                *count.entry(*h).or_default() += 1;
+            }
+            let candidates: HashSet<u64> = candidates.into_iter().collect();
+            for (entry, h) in entries.iter().zip(&hashes) {
+                prop_assert!(count[h] == 1 || candidates.contains(entry), "{entry:#x} shares its hash");
+            }
         }
     }
 }
