@@ -45,7 +45,7 @@ mod manifest;
 pub use classify::{
     Counts, InstanceView, Policy, ProbeResults, SnapshotInput, WorkerState, WorkerView, snapshot,
 };
-pub use findings::{Finding, FindingCode};
+pub use findings::{Evidence, Finding, FindingCode};
 pub use gate::{GateReason, GateVerdict, mutation_gate};
 pub use heartbeats::{HeartbeatComparison, compare_snapshot_heartbeats};
 pub use manifest::{Manifest, ManifestError, ManifestInstance};
