@@ -245,3 +245,27 @@ impl Finding {
         (self.code, &self.client_instance_id, self.namespace, &self.worker_identities, &self.detail)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Finding, FindingCode};
+
+    /// Evidence serialises as an object in key order whatever the order it was given
+    /// in, a key given twice keeps its last value, and an absent key reads as null.
+    #[test]
+    fn evidence_is_one_object_in_key_order() {
+        let f = Finding::new(FindingCode::StaleWorker, "x")
+            .evidence("pid", 7)
+            .evidence("expires_at", "then")
+            .evidence("liveness", "gone")
+            .evidence("pid", 8);
+        assert_eq!(
+            serde_json::to_string(&f.evidence).unwrap(),
+            r#"{"expires_at":"then","liveness":"gone","pid":8}"#
+        );
+        assert_eq!(f.evidence.len(), 3);
+        assert_eq!(f.evidence["pid"], 8);
+        assert!(f.evidence["absent"].is_null());
+        assert_eq!(f.evidence.get("absent"), None);
+    }
+}
