@@ -349,11 +349,12 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
     // order as it first reads each identity (checking it beforehand read every identity
     // twice); rows out of order, or sharing an identity (ordered then by content), are
     // sorted and the pass taken again.
-    if let Some(snapshot) = take(input, input.rows.iter(), true) {
+    let ledger = LedgerIndex::new(input.ledger);
+    if let Some(snapshot) = take(input, &ledger, input.rows.iter(), true) {
         return snapshot;
     }
     let ordered = ordered(input.rows);
-    take(input, ordered.iter().copied(), false)
+    take(input, &ledger, ordered.iter().copied(), false)
         .unwrap_or_else(|| unreachable!("only a checked order is refused"))
 }
 
@@ -362,10 +363,10 @@ pub fn snapshot<'rows>(input: SnapshotInput<'rows, '_>) -> FleetSnapshot<'rows> 
 /// order.
 fn take<'rows>(
     input: SnapshotInput<'rows, '_>,
+    ledger: &LedgerIndex<'_>,
     rows: impl ExactSizeIterator<Item = &'rows WorkerRow>,
     check_order: bool,
 ) -> Option<FleetSnapshot<'rows>> {
-    let ledger = LedgerIndex::new(input.ledger);
     let expected_revision = input
         .manifest
         .and_then(|m| m.code_revision.as_deref())
@@ -420,7 +421,7 @@ fn take<'rows>(
         } else {
             let at = *filed.group.get_or_insert_with(|| {
                 let ledger_host = key.and_then(|k| ledger.host(k)).map(|h| h.as_str());
-                groups.push(Group::new(key, instance, &ledger, ledger_host, &mut values));
+                groups.push(Group::new(key, instance, ledger, ledger_host, &mut values));
                 groups.len() - 1
             });
             let group = &mut groups[at];
@@ -444,7 +445,7 @@ fn take<'rows>(
     groups.sort_unstable_by_key(|g| rank[g.instance]);
     let groups = Groups(groups);
     for group in &groups.0 {
-        instance_findings(group, &ledger, &mut findings);
+        instance_findings(group, ledger, &mut findings);
     }
     reuse.report(&mut findings);
     if let Some(manifest) = input.manifest {
