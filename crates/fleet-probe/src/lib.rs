@@ -290,16 +290,20 @@ pub fn raise_open_file_limit() -> u64 {
     limit.current.unwrap_or(u64::MAX)
 }
 
-/// Whether the process behind `pidfd` has exited (a pidfd is readable from then on).
+/// What a pidfd's poll events say: whether its process has exited (a pidfd is readable
+/// from then on), or `None` when the pidfd cannot be polled.
+fn exited(events: rustix::event::PollFlags) -> Option<bool> {
+    use rustix::event::PollFlags;
+    (!events.intersects(PollFlags::ERR | PollFlags::NVAL))
+        .then(|| events.intersects(PollFlags::IN | PollFlags::HUP))
+}
+
+/// Whether the process behind `pidfd` has exited.
 fn has_exited(pidfd: &OwnedFd) -> io::Result<bool> {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
     poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }))?;
-    let events = fds[0].revents();
-    if events.intersects(PollFlags::ERR | PollFlags::NVAL) {
-        return Err(io::Error::other("the pidfd cannot be polled"));
-    }
-    Ok(events.intersects(PollFlags::IN | PollFlags::HUP))
+    exited(fds[0].revents()).ok_or_else(|| io::Error::other("the pidfd cannot be polled"))
 }
 
 /// A pidfd for `pid`, held only if it names the process that started at `start_time`
@@ -341,16 +345,10 @@ impl TrackingProbe {
         let answers: Option<Vec<Option<bool>>> = {
             let mut fds: Vec<PollFd<'_>> =
                 held.values().map(|h| PollFd::new(&h.pidfd, PollFlags::IN)).collect();
-            poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })).ok().map(|_| {
-                fds.iter()
-                    .map(|fd| {
-                        let events = fd.revents();
-                        // An unpollable pidfd is left to the probe's own poll.
-                        (!events.intersects(PollFlags::ERR | PollFlags::NVAL))
-                            .then(|| events.intersects(PollFlags::IN | PollFlags::HUP))
-                    })
-                    .collect()
-            })
+            // An unpollable pidfd (`None`) is left to the probe's own poll.
+            poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }))
+                .ok()
+                .map(|_| fds.iter().map(|fd| exited(fd.revents())).collect())
         };
         // The map is unchanged since the values were listed, so the order is the same.
         for (entry, answer) in held.values_mut().zip(answers.into_iter().flatten()) {
