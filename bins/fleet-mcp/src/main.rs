@@ -137,7 +137,9 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     // server holds the registry, and a PostgreSQL client can close only outside it.
     let server = server::FleetServer::new(ctx).with_bodies(bodies.clone());
     let served = runtime.block_on(async {
-        let transport = stdio::guard(tokio::io::stdin(), stdio::GrowingStdout::new(), bodies);
+        let stdout = stdio::GrowingStdout::new()
+            .map_err(|e| Failure::store(format!("cannot write to standard output: {e}")))?;
+        let transport = stdio::guard(tokio::io::stdin(), stdout, bodies);
         let service = server
             .clone()
             .serve(transport)

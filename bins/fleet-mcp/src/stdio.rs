@@ -170,9 +170,13 @@ impl Bodies {
 /// (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default), past which each new pipe
 /// the user makes gets a single page, so five servers per launch must not all take
 /// 1 MiB up front. Stdout that is not a pipe, or a refused size, stays as it is.
+///
+/// It writes through its own descriptor for standard output as a plain file: the
+/// standard library's `Stdout` is line-buffered, and searched each 4 MB answer for its
+/// last newline before passing it on (4% of a 10 000-worker snapshot call).
 #[derive(Debug)]
 pub struct GrowingStdout {
-    inner: tokio::io::Stdout,
+    inner: tokio::fs::File,
     /// The pipe's size now, or `usize::MAX` once it cannot or need not grow further.
     capacity: usize,
     /// The largest size to ask for.
@@ -181,8 +185,13 @@ pub struct GrowingStdout {
 
 impl GrowingStdout {
     /// Standard output, not grown yet.
-    pub fn new() -> Self {
+    ///
+    /// # Errors
+    /// When standard output is closed (its descriptor cannot be duplicated).
+    pub fn new() -> std::io::Result<Self> {
         use nix::fcntl::{FcntlArg, fcntl};
+        use std::os::fd::AsFd as _;
+        let file = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
         let capacity = fcntl(std::io::stdout(), FcntlArg::F_GETPIPE_SZ)
             .ok()
             .and_then(|size| usize::try_from(size).ok())
@@ -191,7 +200,7 @@ impl GrowingStdout {
             .ok()
             .and_then(|text| text.trim().parse::<usize>().ok())
             .map_or(1 << 20, |max| max.min(1 << 20));
-        Self { inner: tokio::io::stdout(), capacity, max }
+        Ok(Self { inner: tokio::fs::File::from_std(file), capacity, max })
     }
 
     /// Grows the pipe to fit a write of `len` bytes, as far as it may.
@@ -210,12 +219,6 @@ impl GrowingStdout {
             // At the largest size it may have, or refused: never asked again.
             _ => usize::MAX,
         };
-    }
-}
-
-impl Default for GrowingStdout {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
