@@ -10,7 +10,8 @@ use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, StoreError, Worke
 
 use fleet_registry::OpenMode;
 use fleet_runtime::{
-    FleetReader, InstanceEnv, RegistryLocation, now, open_registry, plan_retirement, retirement_context,
+    FleetReader, InstanceEnv, JsonSnapshot, RegistryLocation, now, open_registry, plan_retirement,
+    retirement_context,
 };
 use fleet_snapshot::{FindingCode, FleetSnapshot, Manifest, Policy, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -317,20 +318,40 @@ impl FleetServer {
         body: &impl serde::Serialize,
         digest: impl FnOnce() -> Result<String, serde_json::Error>,
     ) -> Result<CallToolResult, CallToolResult> {
-        let full = serde_json::to_string(body).map_err(internal)?;
-        let text = if full.len() <= FULL_TEXT_LIMIT { full.clone() } else { digest().map_err(internal)? };
+        let full = serde_json::to_vec(body).map_err(internal)?;
+        self.answer_json(full, || serde_json::to_value(body), digest)
+    }
+
+    /// [`FleetServer::answer`] for a body already written as the JSON text `full`;
+    /// `value` builds the same body as a value tree.
+    fn answer_json(
+        &self,
+        full: Vec<u8>,
+        value: impl FnOnce() -> Result<Value, serde_json::Error>,
+        digest: impl FnOnce() -> Result<String, serde_json::Error>,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let text = if full.len() <= FULL_TEXT_LIMIT {
+            String::from_utf8(full.clone()).map_err(|e| refuse("internal_error", e))?
+        } else {
+            digest().map_err(internal)?
+        };
         let structured = match &self.bodies {
-            Some(bodies) => bodies.park(full.into_bytes()),
-            None => serde_json::to_value(body).map_err(internal)?,
+            Some(bodies) => bodies.park(full),
+            None => value().map_err(internal)?,
         };
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(structured);
         Ok(result)
     }
 
-    /// The answer for a snapshot; past the limit its text is [`digest`].
-    fn snapshot_answer(&self, snap: &FleetSnapshot<'_>) -> Result<CallToolResult, CallToolResult> {
-        self.answer(snap, || digest(snap))
+    /// The answer for a snapshot written as the JSON text `full`; past the limit its
+    /// text is [`digest`].
+    fn snapshot_answer(
+        &self,
+        snap: &FleetSnapshot<'_>,
+        full: Vec<u8>,
+    ) -> Result<CallToolResult, CallToolResult> {
+        self.answer_json(full, || serde_json::to_value(snap), || digest(snap))
     }
 
     /// The answer for a retirement plan; past the limit its text is [`plan_digest`]:
@@ -340,16 +361,16 @@ impl FleetServer {
     }
 
     /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
-    /// store moved).
+    /// store moved, worker JSON kept from the last snapshot written).
     fn with_snapshot<T>(
         &self,
         manifest: Option<&Manifest>,
-        read: impl FnOnce(&FleetSnapshot<'_>) -> T,
+        read: impl FnOnce(&mut JsonSnapshot<'_>) -> T,
     ) -> Result<T, StoreError> {
         // A panic elsewhere while the lock was held leaves nothing half-written that a
         // read could trust: the reader re-checks the store's marker on every call.
         let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(read(&fleet.snapshot(manifest, &Policy::default(), now())?))
+        Ok(read(&mut fleet.json_snapshot(manifest, &Policy::default(), now())?))
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -402,7 +423,8 @@ impl FleetServer {
         let me = self.me()?;
         let mine = me.client_instance_id.as_deref();
         let (gate, cohort_not_unique) = self
-            .with_snapshot(None, |snap| {
+            .with_snapshot(None, |taken| {
+                let snap = &taken.snapshot;
                 let mut duplicates = snap.findings_of(FindingCode::DuplicateNamespaceWorker);
                 let mine_duplicated = duplicates.any(|f| f.client_instance_id.as_deref() == mine);
                 (mutation_gate(snap, &me.worker_identity), mine_duplicated)
@@ -562,8 +584,12 @@ impl FleetServer {
                 .map(|m| Manifest::from_json(&m.to_string()))
                 .transpose()
                 .map_err(|e| refuse("invalid_manifest", e))?;
-            self.with_snapshot(manifest.as_ref(), |snap| self.snapshot_answer(snap))
-                .map_err(|e| refuse("registry_unavailable", e))?
+            self.with_snapshot(manifest.as_ref(), |taken| {
+                let mut full = Vec::new();
+                taken.write_json(&mut full).map_err(internal)?;
+                self.snapshot_answer(&taken.snapshot, full)
+            })
+            .map_err(|e| refuse("registry_unavailable", e))?
         })
         .unwrap_or_else(|refusal| refusal)
     }
@@ -761,7 +787,9 @@ mod tests {
             now: at(now),
         });
         let bodies = Bodies::new();
-        let result = answering(parked.then(|| bodies.clone())).snapshot_answer(&snap).unwrap();
+        let result = answering(parked.then(|| bodies.clone()))
+            .snapshot_answer(&snap, serde_json::to_vec(&snap).unwrap())
+            .unwrap();
         // The line the SDK writes, as the guard sends it on.
         let line = serde_json::to_vec(&result).unwrap();
         let line = crate::stdio::spliced(&bodies, &line);

@@ -18,6 +18,7 @@ use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInpu
 use crate::exit::Failure;
 use crate::location::{AnyStore, RegistryLocation, open_registry};
 use crate::worker::now;
+use crate::worker_json::WorkerJson;
 
 /// Probes every active row that this machine can speak for; others stay unprobed.
 pub fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
@@ -53,7 +54,8 @@ pub fn take_snapshot<T>(
 /// classification run on every call, because processes die and heartbeats lapse
 /// without any write to the store. A reader made [`FleetReader::tracking_processes`]
 /// probes local processes through a [`TrackingProbe`], which asks a pidfd for each
-/// process it has verified alive instead of reading `/proc` again.
+/// process it has verified alive instead of reading `/proc` again. It also keeps each
+/// worker's JSON from the last [`FleetReader::json_snapshot`] written, for the next.
 #[derive(Debug)]
 pub struct FleetReader {
     location: RegistryLocation,
@@ -65,12 +67,43 @@ pub struct FleetReader {
     track: bool,
     /// The tracking probe, once made.
     tracking: Option<TrackingProbe>,
+    /// Each worker's JSON, for the rows in `last`.
+    json: WorkerJson,
+}
+
+/// A snapshot taken by a [`FleetReader`], with what it needs to write the snapshot as
+/// JSON: [`JsonSnapshot::write_json`] writes each worker judged as at the last write
+/// from the bytes it wrote then (while the reader's rows stayed the same).
+#[derive(Debug)]
+pub struct JsonSnapshot<'r> {
+    /// The snapshot.
+    pub snapshot: FleetSnapshot<'r>,
+    rows: &'r [WorkerRow],
+    json: &'r mut WorkerJson,
+}
+
+impl JsonSnapshot<'_> {
+    /// Appends the snapshot to `out` as JSON, the same bytes as
+    /// `serde_json::to_writer(out, &self.snapshot)`.
+    ///
+    /// # Errors
+    /// As `serde_json::to_writer`.
+    pub fn write_json(&mut self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        self.json.write(self.rows, &self.snapshot, out)
+    }
 }
 
 impl FleetReader {
     /// A reader of the registry at `location`; nothing is opened until the first read.
     pub fn new(location: RegistryLocation) -> Self {
-        Self { location, registry: None, last: None, track: false, tracking: None }
+        Self {
+            location,
+            registry: None,
+            last: None,
+            track: false,
+            tracking: None,
+            json: WorkerJson::default(),
+        }
     }
 
     /// This reader, keeping a [`TrackingProbe`] across snapshots: for a process that
@@ -90,10 +123,7 @@ impl FleetReader {
 
     /// The rows last read.
     fn rows(&self) -> Result<&RegistryDump, StoreError> {
-        match &self.last {
-            Some((_, dump)) => Ok(dump),
-            None => Err(StoreError::new(StoreErrorKind::Unavailable, "the registry was not read")),
-        }
+        self.last.as_ref().map(|(_, dump)| dump).ok_or_else(not_read)
     }
 
     /// Brings the rows up to date with the store.
@@ -118,7 +148,10 @@ impl FleetReader {
         let marker = registry.store_mut().change_marker()?;
         let unchanged = matches!((marker, &self.last), (Some(now), Some((Some(then), _))) if now == *then);
         if !unchanged {
-            self.last = Some((marker, registry.export()?));
+            let dump = registry.export()?;
+            let old = self.last.as_ref().map(|(_, old)| &old.worker_registrations[..]);
+            self.json.carry_over(old, &dump.worker_registrations);
+            self.last = Some((marker, dump));
         }
         Ok(())
     }
@@ -132,11 +165,22 @@ impl FleetReader {
         policy: &Policy,
         at: Timestamp,
     ) -> Result<FleetSnapshot<'_>, StoreError> {
+        Ok(self.json_snapshot(manifest, policy, at)?.snapshot)
+    }
+
+    /// A snapshot as [`FleetReader::snapshot`] takes it, ready to be written as JSON with
+    /// the worker JSON this reader kept from the last one written.
+    pub fn json_snapshot(
+        &mut self,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        at: Timestamp,
+    ) -> Result<JsonSnapshot<'_>, StoreError> {
         if self.track && self.tracking.is_none() {
             self.tracking = TrackingProbe::new().ok();
         }
         self.read()?;
-        let dump = self.rows()?;
+        let Some((_, dump)) = &self.last else { return Err(not_read()) };
         let probes = match &self.tracking {
             Some(probe) => {
                 probe.begin_round();
@@ -146,15 +190,20 @@ impl FleetReader {
             }
             None => probe_local(&dump.worker_registrations),
         };
-        Ok(snapshot(SnapshotInput {
+        let snapshot = snapshot(SnapshotInput {
             rows: &dump.worker_registrations,
             ledger: &dump.instances,
             manifest,
             probes: &probes,
             policy,
             now: at,
-        }))
+        });
+        Ok(JsonSnapshot { snapshot, rows: &dump.worker_registrations, json: &mut self.json })
     }
+}
+
+fn not_read() -> StoreError {
+    StoreError::new(StoreErrorKind::Unavailable, "the registry was not read")
 }
 
 /// Where retirement runs: this host and boot, the canonical repository (default: the

@@ -87,3 +87,106 @@ fn a_replaced_registry_file_is_read_afresh_and_a_removed_one_is_an_error() {
     let err = reader.dump().unwrap_err();
     assert!(err.to_string().contains("registry.sqlite3"), "{err}");
 }
+
+/// A worker of `launch` in `namespace` whose row records `child`.
+fn worker(
+    location: &RegistryLocation,
+    launch: &fleet_runtime::Launch,
+    namespace: fleet_identity::Namespace,
+    child: &std::process::Child,
+) -> fleet_runtime::WorkerSession {
+    let pid = fleet_identity::Pid::new(i64::from(child.id())).unwrap();
+    let options = fleet_runtime::WorkerOptions {
+        namespace,
+        process: fleet_probe::process_identity(pid).unwrap(),
+        heartbeat_ttl: fleet_registry::HeartbeatTtl::from_secs(30).unwrap(),
+        repository: None,
+        revisions: fleet_registry::Revisions::default(),
+    };
+    fleet_runtime::WorkerSession::start(location, &launch.env, options).unwrap()
+}
+
+/// Writes the snapshot at `at` from the JSON the reader keeps, checks it is byte for
+/// byte what serde writes of the same snapshot, and returns it as a value.
+fn written(reader: &mut FleetReader, at: fleet_identity::Timestamp) -> serde_json::Value {
+    let mut taken = reader.json_snapshot(None, &fleet_snapshot::Policy::default(), at).unwrap();
+    let mut out = Vec::new();
+    taken.write_json(&mut out).unwrap();
+    let fresh = serde_json::to_vec(&taken.snapshot).unwrap();
+    assert!(
+        out == fresh,
+        "kept JSON:\n{}\nfresh:\n{}",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&fresh)
+    );
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// `field` of the worker `row` in a written snapshot.
+fn field(snapshot: &serde_json::Value, row: &fleet_registry::WorkerRow, field: &str) -> serde_json::Value {
+    let workers = snapshot["workers"].as_array().unwrap();
+    let worker = workers.iter().find(|w| w["worker_identity"] == row.worker_identity.as_str()).unwrap();
+    worker[field].clone()
+}
+
+/// A reader writes each worker from the JSON it kept while the worker's row and what
+/// the snapshot judged of it stay the same; every change is written afresh: a heartbeat
+/// that lapses, a process that exits, a row released in place, a row added.
+#[test]
+fn kept_worker_json_is_written_as_serde_writes_the_snapshot_after_every_change() {
+    use fleet_identity::{ClientType, Namespace};
+    let dir = tempfile::tempdir().unwrap();
+    let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+    let launch =
+        fleet_runtime::Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
+    let sleep = || std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let mut children = [sleep(), sleep(), sleep()];
+    let author = worker(&location, &launch, Namespace::Author, &children[0]);
+    let reviewer = worker(&location, &launch, Namespace::Reviewer, &children[1]);
+    let mut reader = FleetReader::new(location.clone()).tracking_processes();
+    let now = fleet_runtime::now();
+
+    let first = written(&mut reader, now);
+    assert_eq!(field(&first, author.row(), "liveness"), "alive");
+    assert_eq!(written(&mut reader, now)["workers"], first["workers"], "nothing moved");
+
+    let later = now.saturating_add(time::Duration::minutes(5));
+    let lapsed = written(&mut reader, later);
+    assert_eq!(field(&lapsed, reviewer.row(), "state"), "stale");
+    assert_eq!(field(&written(&mut reader, now), reviewer.row(), "state"), "live");
+
+    children[0].kill().unwrap();
+    children[0].wait().unwrap();
+    assert_eq!(field(&written(&mut reader, now), author.row(), "liveness"), "gone");
+
+    let released = reviewer.release().unwrap();
+    assert_eq!(field(&written(&mut reader, now), &released, "status"), "released");
+
+    let merger = worker(&location, &launch, Namespace::Merger, &children[2]);
+    assert_eq!(field(&written(&mut reader, fleet_runtime::now()), merger.row(), "state"), "live");
+
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop((author, merger));
+}
+
+/// A row added before the others moves them all one place on; rows judged alike (the
+/// same heartbeat, no process to probe) still each get their own JSON.
+#[test]
+fn kept_worker_json_follows_rows_that_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+    create(&location, &["wkr-b", "wkr-c"]);
+    let mut reader = FleetReader::new(location.clone());
+    let at = fleet_identity::Timestamp::parse("2026-07-30T12:00:10Z").unwrap();
+    let before = written(&mut reader, at);
+    open_registry(&location, OpenMode::MustExist).unwrap().import(&dump(&["wkr-a"])).unwrap();
+    let after = written(&mut reader, at);
+    let names = |s: &serde_json::Value| -> Vec<serde_json::Value> {
+        s["workers"].as_array().unwrap().iter().map(|w| w["worker_identity"].clone()).collect()
+    };
+    assert_eq!(names(&before), ["wkr-b", "wkr-c"]);
+    assert_eq!(names(&after), ["wkr-a", "wkr-b", "wkr-c"]);
+}

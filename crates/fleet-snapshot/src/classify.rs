@@ -204,7 +204,10 @@ pub struct Counts {
 
 /// The fleet health snapshot. Its views borrow from the rows it was taken of; the
 /// findings are its own.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Serialised as one object of its fields in the order below (see
+/// [`FleetSnapshot::with_workers`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct FleetSnapshot<'rows> {
     /// When it was taken.
     pub snapshot_at: Timestamp,
@@ -227,10 +230,49 @@ pub struct FleetSnapshot<'rows> {
     pub findings: Vec<Finding>,
 }
 
-impl FleetSnapshot<'_> {
+impl<'rows> FleetSnapshot<'rows> {
     /// The findings of one code.
     pub fn findings_of(&self, code: FindingCode) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(move |f| f.code == code)
+    }
+
+    /// This snapshot, serialised with `workers` in place of its own `workers` list:
+    /// for a writer that keeps each worker's serialised form from one snapshot of the
+    /// same rows to the next. `workers` must serialise as this snapshot's list would.
+    pub fn with_workers<'s, W: Serialize>(&'s self, workers: &'s W) -> WithWorkers<'s, 'rows, W> {
+        WithWorkers { snapshot: self, workers }
+    }
+}
+
+/// A [`FleetSnapshot`] with another serialisation of its workers list; see
+/// [`FleetSnapshot::with_workers`].
+#[derive(Debug, Clone, Copy)]
+pub struct WithWorkers<'s, 'rows, W> {
+    snapshot: &'s FleetSnapshot<'rows>,
+    workers: &'s W,
+}
+
+impl<W: Serialize> Serialize for WithWorkers<'_, '_, W> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let snap = self.snapshot;
+        let mut out = s.serialize_struct("FleetSnapshot", 9)?;
+        out.serialize_field("snapshot_at", &snap.snapshot_at)?;
+        out.serialize_field("consistency_token", &snap.consistency_token)?;
+        out.serialize_field("registry_revision", &snap.registry_revision)?;
+        out.serialize_field("live_fleet_safe", &snap.live_fleet_safe)?;
+        out.serialize_field("manifest_supplied", &snap.manifest_supplied)?;
+        out.serialize_field("counts", &snap.counts)?;
+        out.serialize_field("instances", &snap.instances)?;
+        out.serialize_field("workers", self.workers)?;
+        out.serialize_field("findings", &snap.findings)?;
+        out.end()
+    }
+}
+
+impl Serialize for FleetSnapshot<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.with_workers(&self.workers).serialize(s)
     }
 }
 

@@ -43,7 +43,7 @@ mod keys;
 mod manifest;
 
 pub use classify::{
-    Counts, InstanceView, Policy, ProbeResults, SnapshotInput, WorkerState, WorkerView, snapshot,
+    Counts, InstanceView, Policy, ProbeResults, SnapshotInput, WithWorkers, WorkerState, WorkerView, snapshot,
 };
 pub use findings::{Evidence, Finding, FindingCode};
 pub use gate::{GateReason, GateVerdict, mutation_gate};

@@ -1,0 +1,119 @@
+//! Each worker's JSON as a long-lived reader last wrote it, kept for its next snapshot.
+//!
+//! A 10 000-worker snapshot is some 4 MB of JSON, nine tenths of it the `workers` list,
+//! and writing that list (escaping every string, formatting every timestamp) was most
+//! of an MCP server's work per call. A worker's JSON is its row's fields and what the
+//! snapshot judged of it (state, expiry, probe verdict): while the rows a reader keeps
+//! stay the same, a worker judged the same as last time is written from the bytes kept.
+
+use fleet_identity::Timestamp;
+use fleet_registry::{ProcessVerdict, WorkerRow};
+use fleet_snapshot::{FleetSnapshot, WorkerState, WorkerView};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// What a worker's JSON holds besides its row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Judged {
+    state: WorkerState,
+    expires_at: Option<Timestamp>,
+    liveness: Option<ProcessVerdict>,
+}
+
+impl Judged {
+    fn of(view: &WorkerView<'_>) -> Self {
+        // Every field named: a field added to the view must be weighed here.
+        let WorkerView { row: _, state, expires_at, liveness } = *view;
+        Self { state, expires_at, liveness }
+    }
+}
+
+/// One worker's JSON, and the judgement it was written with.
+#[derive(Debug)]
+struct Kept {
+    judged: Judged,
+    json: Box<RawValue>,
+}
+
+/// The JSON of each worker row, by the row's place in the rows a reader keeps. It must
+/// be told whenever those rows are replaced ([`WorkerJson::carry_over`]).
+#[derive(Debug, Default)]
+pub(crate) struct WorkerJson {
+    kept: Vec<Option<Kept>>,
+    /// The length of the last snapshot written, to size the next one's buffer.
+    last_len: usize,
+}
+
+impl WorkerJson {
+    /// The reader replaced its rows `old` (none: nothing was kept) with `new`: keeps
+    /// the JSON of each row of `new` equal to the row at the same place in `old` (the
+    /// stores return rows in identity order, so a heartbeat changes one row in place)
+    /// and forgets the rest.
+    pub(crate) fn carry_over(&mut self, old: Option<&[WorkerRow]>, new: &[WorkerRow]) {
+        let old = old.unwrap_or_default();
+        self.kept.truncate(new.len());
+        for (i, kept) in self.kept.iter_mut().enumerate() {
+            if old.get(i) != Some(&new[i]) {
+                *kept = None;
+            }
+        }
+        self.kept.resize_with(new.len(), || None);
+    }
+
+    /// Appends `snapshot`, taken of `rows` (the rows last given to
+    /// [`WorkerJson::carry_over`]), to `out` as JSON: the same bytes as
+    /// `serde_json::to_writer(out, snapshot)`.
+    pub(crate) fn write(
+        &mut self,
+        rows: &[WorkerRow],
+        snapshot: &FleetSnapshot<'_>,
+        out: &mut Vec<u8>,
+    ) -> serde_json::Result<()> {
+        self.kept.resize_with(rows.len(), || None);
+        for view in &snapshot.workers {
+            let Some(i) = place(rows, view.row) else { continue };
+            let judged = Judged::of(view);
+            if self.kept[i].as_ref().is_none_or(|kept| kept.judged != judged) {
+                self.kept[i] = Some(Kept { judged, json: serde_json::value::to_raw_value(view)? });
+            }
+        }
+        let workers = Workers { rows, kept: &self.kept, views: &snapshot.workers };
+        out.reserve(self.last_len);
+        let start = out.len();
+        serde_json::to_writer(&mut *out, &snapshot.with_workers(&workers))?;
+        self.last_len = out.len() - start;
+        Ok(())
+    }
+}
+
+/// The place of `row` in `rows`, if it is one of them (not a copy).
+fn place(rows: &[WorkerRow], row: &WorkerRow) -> Option<usize> {
+    let offset = std::ptr::from_ref(row).addr().checked_sub(rows.as_ptr().addr())?;
+    let i = offset / size_of::<WorkerRow>();
+    rows.get(i).filter(|at| std::ptr::eq(*at, row)).map(|_| i)
+}
+
+/// A snapshot's workers list, each worker from its kept JSON where that was written
+/// with the same judgement, else serialised afresh.
+struct Workers<'a, 'rows> {
+    rows: &'a [WorkerRow],
+    kept: &'a [Option<Kept>],
+    views: &'a [WorkerView<'rows>],
+}
+
+impl Serialize for Workers<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.views.len()))?;
+        for view in self.views {
+            let kept = place(self.rows, view.row)
+                .and_then(|i| self.kept.get(i)?.as_ref())
+                .filter(|kept| kept.judged == Judged::of(view));
+            match kept {
+                Some(kept) => seq.serialize_element(&kept.json)?,
+                None => seq.serialize_element(view)?,
+            }
+        }
+        seq.end()
+    }
+}
