@@ -105,13 +105,17 @@ fn watch(
     let mut fleet = FleetReader::new(location.clone()).tracking_processes();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         // A registry that cannot be read is shown, and counts as unsafe, until it can.
-        let text = match fleet.snapshot(manifest, policy, now()) {
-            Ok(snap) => {
-                safe = snap.live_fleet_safe;
+        let text = match fleet.json_snapshot(manifest, policy, now()) {
+            Ok(mut taken) => {
+                safe = taken.snapshot.live_fleet_safe;
                 if args.json {
-                    serde_json::to_string(&snap).unwrap_or_default() + "\n"
+                    // Workers unchanged since the last redraw are written from the JSON kept.
+                    let mut line = Vec::new();
+                    let written =
+                        taken.write_json(&mut line).ok().and_then(|()| String::from_utf8(line).ok());
+                    written.unwrap_or_default() + "\n"
                 } else {
-                    render(&snap, colour())
+                    render(&taken.snapshot, colour())
                 }
             }
             Err(e) => {
