@@ -48,16 +48,16 @@ impl WorkerJson {
     /// The reader replaced its rows `old` (none: nothing was kept) with `new`: keeps
     /// the JSON of each row of `new` equal to the row at the same place in `old` (the
     /// stores return rows in identity order, so a heartbeat changes one row in place)
-    /// and forgets the rest.
+    /// and forgets the rest. A reader that never wrote JSON kept none, and compares
+    /// nothing.
     pub(crate) fn carry_over(&mut self, old: Option<&[WorkerRow]>, new: &[WorkerRow]) {
         let old = old.unwrap_or_default();
         self.kept.truncate(new.len());
         for (i, kept) in self.kept.iter_mut().enumerate() {
-            if old.get(i) != Some(&new[i]) {
+            if kept.is_some() && old.get(i) != Some(&new[i]) {
                 *kept = None;
             }
         }
-        self.kept.resize_with(new.len(), || None);
     }
 
     /// Appends `snapshot`, taken of `rows` (the rows last given to
