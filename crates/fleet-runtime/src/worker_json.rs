@@ -70,14 +70,21 @@ impl WorkerJson {
         out: &mut Vec<u8>,
     ) -> serde_json::Result<()> {
         self.kept.resize_with(rows.len(), || None);
+        // Each view's row is found once: its kept JSON is brought up to date here and
+        // is then exactly that view's.
+        let mut places = Vec::with_capacity(snapshot.workers.len());
         for view in &snapshot.workers {
-            let Some(i) = place(rows, view.row) else { continue };
-            let judged = Judged::of(view);
-            if self.kept[i].as_ref().is_none_or(|kept| kept.judged != judged) {
-                self.kept[i] = Some(Kept { judged, json: serde_json::value::to_raw_value(view)? });
+            let place = place(rows, view.row);
+            if let Some(i) = place {
+                let judged = Judged::of(view);
+                if self.kept[i].as_ref().is_none_or(|kept| kept.judged != judged) {
+                    self.kept[i] = Some(Kept { judged, json: serde_json::value::to_raw_value(view)? });
+                }
             }
+            places.push(place);
         }
-        let workers = Workers { rows, kept: &self.kept, views: &snapshot.workers };
+        let json = places.iter().map(|place| Some(&*self.kept.get((*place)?)?.as_ref()?.json)).collect();
+        let workers = Workers { views: &snapshot.workers, json };
         out.reserve(self.last_len);
         let start = out.len();
         serde_json::to_writer(&mut *out, &snapshot.with_workers(&workers))?;
@@ -93,24 +100,21 @@ fn place(rows: &[WorkerRow], row: &WorkerRow) -> Option<usize> {
     rows.get(i).filter(|at| std::ptr::eq(*at, row)).map(|_| i)
 }
 
-/// A snapshot's workers list, each worker from its kept JSON where that was written
-/// with the same judgement, else serialised afresh.
+/// A snapshot's workers list: each worker from its JSON where one was kept (a view
+/// whose row is not among the reader's is serialised afresh).
 struct Workers<'a, 'rows> {
-    rows: &'a [WorkerRow],
-    kept: &'a [Option<Kept>],
     views: &'a [WorkerView<'rows>],
+    /// By view, its kept JSON.
+    json: Vec<Option<&'a RawValue>>,
 }
 
 impl Serialize for Workers<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = s.serialize_seq(Some(self.views.len()))?;
-        for view in self.views {
-            let kept = place(self.rows, view.row)
-                .and_then(|i| self.kept.get(i)?.as_ref())
-                .filter(|kept| kept.judged == Judged::of(view));
-            match kept {
-                Some(kept) => seq.serialize_element(&kept.json)?,
+        for (view, json) in self.views.iter().zip(&self.json) {
+            match json {
+                Some(json) => seq.serialize_element(json)?,
                 None => seq.serialize_element(view)?,
             }
         }
