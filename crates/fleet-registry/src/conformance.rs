@@ -388,6 +388,80 @@ pub fn the_change_marker_moves_with_every_commit<S: Store>(store: S) {
     moved(&mut registry, "a pruned row", true);
 }
 
+/// A reader that keeps its rows and reads only what changed since
+/// ([`Registry::read_since`]) holds, after every kind of write, exactly what a full read
+/// returns, and is told truly which rows stayed the same. A store that keeps a history
+/// reads one row for one heartbeat, nothing when nothing changed, and everything once a
+/// row is removed.
+pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
+    use crate::RegistryChanges;
+
+    let mut registry = Registry::new(store);
+    let first = registry.read_since(None).expect("read");
+    let history = first.position.is_some();
+    let mut kept = RegistryDump::default();
+    first.changes.apply(&mut kept);
+    let mut position = first.position;
+    // Reads what changed, checks it against a full read, and returns how many worker
+    // rows were read (None: everything) and whether the ledger was.
+    let mut follow = |registry: &mut Registry<S>, what: &str| {
+        let read = registry.read_since(position.as_ref()).expect("read");
+        let read_rows = match &read.changes {
+            RegistryChanges::Everything(_) => None,
+            RegistryChanges::Since { workers, instances } => Some((workers.len(), instances.is_some())),
+        };
+        let before = kept.clone();
+        let origins = read.changes.apply(&mut kept);
+        position = read.position;
+        assert_eq!(kept, registry.export().expect("export"), "after {what}");
+        assert_eq!(origins.len(), kept.worker_registrations.len(), "{what}");
+        for (row, origin) in kept.worker_registrations.iter().zip(&origins) {
+            if let Some(origin) = origin {
+                assert_eq!(Some(row), before.worker_registrations.get(*origin), "{what}: a kept row");
+            }
+        }
+        read_rows
+    };
+    let probe = ScriptedProbe::default();
+    registry.record_instance(&ledger_entry()).expect("record");
+    let ledger = follow(&mut registry, "a ledger entry");
+    let mut held = Vec::new();
+    for (i, ns) in [Namespace::Author, Namespace::Reviewer, Namespace::Merger].into_iter().enumerate() {
+        let n = i64::try_from(i).expect("small");
+        let generation = format!("gen-{i}");
+        let reg = registry
+            .register(&registration(ns, process(100 + n, 5000), &generation), &token(1), at(0), &probe)
+            .expect("register");
+        held.push((reg, generation));
+    }
+    let registrations = follow(&mut registry, "three registrations");
+    let nothing = follow(&mut registry, "nothing");
+    registry.heartbeat(&credential(&held[1].0, &held[1].1, 1), at(7)).expect("heartbeat");
+    let heartbeat = follow(&mut registry, "a heartbeat");
+    registry.release(&credential(&held[0].0, &held[0].1, 1), at(8)).expect("release");
+    follow(&mut registry, "a release");
+    registry.sweep(at(3600)).expect("sweep");
+    follow(&mut registry, "a sweep");
+    // An imported row whose identity sorts before every other: the rows kept move.
+    let mut imported = held[2].0.row.clone();
+    imported.worker_identity = fleet_identity::WorkerIdentity::new("wkr-000-imported").expect("valid");
+    registry
+        .import(&RegistryDump { instances: Vec::new(), worker_registrations: vec![imported] })
+        .expect("import");
+    let import = follow(&mut registry, "an import");
+    let everything = registry.workers().expect("read");
+    assert_eq!(registry.prune(&everything).expect("prune").len(), 1, "the released row");
+    let prune = follow(&mut registry, "a pruned row");
+    if history {
+        assert_eq!(ledger, Some((0, true)), "a ledger entry reads the ledger and no row");
+        assert_eq!(registrations, Some((3, false)), "three new rows read");
+        assert_eq!(nothing, Some((0, false)), "nothing read");
+        assert_eq!(heartbeat, Some((1, false)), "one heartbeat, one row read");
+        assert_eq!(import, Some((1, false)), "one imported row read");
+        assert_eq!(prune, None, "a removal reads everything");
+    }
+}
+
 /// A connector policy that allows everything, for tests of the lease rules behind it.
 #[derive(Debug)]
 pub struct AllowAll;
@@ -799,7 +873,8 @@ macro_rules! registry_conformance {
                 apply_retires_only_what_the_plan_and_the_probe_prove,
                 grants_are_issued_and_validated_against_the_stored_lease,
                 pruning_removes_only_old_terminal_rows,
-                the_change_marker_moves_with_every_commit
+                the_change_marker_moves_with_every_commit,
+                reading_since_a_position_sees_what_a_full_read_sees
             );
 
             #[test]

@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+mod changes;
 pub mod columns;
 mod error;
 mod gateway;
@@ -21,6 +22,7 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use changes::{RegistryChanges, RegistryRead};
 pub use error::{StoreError, StoreErrorKind};
 pub use gateway::ConnectorExecutionContext;
 pub use leases::{
@@ -32,7 +34,7 @@ pub use registry::{
     WorkerCredential, WorkerToken,
 };
 pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved};
-pub use store::{ImportSummary, OpenMode, SCHEMA_VERSION, Store, Tx};
+pub use store::{ChangePosition, ImportSummary, OpenMode, SCHEMA_VERSION, Store, Tx};
 
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.

@@ -10,8 +10,9 @@ use crate::leases::AuditEntry;
 use crate::registry::WorkerCredential;
 
 /// The version of the registry's schema (its tables and columns) that this build reads
-/// and writes. Every backend's migrations reach exactly this version; workers record it
-/// as their `schema_revision`.
+/// and writes; workers record it as their `schema_revision`. Every backend's migrations
+/// reach at least this version; a backend may number further migrations of its own
+/// that add nothing to the data model (SQLite's fourth keeps a history of changes).
 pub const SCHEMA_VERSION: i64 = 3;
 
 /// Whether opening a registry may create it.
@@ -60,6 +61,38 @@ pub trait Tx {
     fn append_audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError>;
     /// The audit log, optionally of one lease, in log order.
     fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Where the store's history of worker rows and ledger entries stands, as this
+    /// transaction sees it; `None` when the store keeps no such history (then a reader
+    /// reads every row each time).
+    fn change_position(&mut self) -> Result<Option<ChangePosition>, StoreError> {
+        Ok(None)
+    }
+
+    /// Every worker row inserted or updated since the store stood at `since` (a
+    /// position this store returned), ordered by `worker_identity`. It may return more
+    /// rows than changed, never fewer; rows removed since are not its concern (see
+    /// [`ChangePosition::worker_removals`]).
+    fn workers_changed_since(&mut self, since: &ChangePosition) -> Result<Vec<WorkerRow>, StoreError> {
+        let _ = since;
+        self.workers()
+    }
+}
+
+/// Where a store's history of worker rows and ledger entries stands: counters that
+/// move, in commit order, with every change. A long-lived reader keeps the position it
+/// read its rows at and then reads only the rows changed since
+/// ([`crate::Registry::read_since`]). A position means something only to the store
+/// that returned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangePosition {
+    /// Moves with every worker row inserted or updated; the row records the value it
+    /// moved to, which is how [`Tx::workers_changed_since`] finds it.
+    pub workers: i64,
+    /// Moves with every worker row removed (or given another `worker_identity`).
+    pub worker_removals: i64,
+    /// Moves with every ledger entry written or removed.
+    pub instances: i64,
 }
 
 /// A registry backend.

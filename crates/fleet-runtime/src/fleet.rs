@@ -9,7 +9,7 @@ use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
-    Registry, RegistryDump, Store, StoreError, StoreErrorKind, WorkerRow, WorkerStatus,
+    ChangePosition, Registry, RegistryDump, Store, StoreError, StoreErrorKind, WorkerRow, WorkerStatus,
     active_workflow_owners_in,
 };
 use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
@@ -60,8 +60,8 @@ pub fn take_snapshot<T>(
 pub struct FleetReader {
     location: RegistryLocation,
     registry: Option<Registry<AnyStore>>,
-    /// The rows last read, under the change marker read just before them.
-    last: Option<(Option<u128>, RegistryDump)>,
+    /// The rows last read.
+    last: Option<LastRead>,
     /// Whether to keep a [`TrackingProbe`] (else each snapshot probes with a fresh
     /// [`LocalProbe`], the cheaper choice for a single read).
     track: bool,
@@ -69,6 +69,16 @@ pub struct FleetReader {
     tracking: Option<TrackingProbe>,
     /// Each worker's JSON, for the rows in `last`.
     json: WorkerJson,
+}
+
+/// The rows a [`FleetReader`] last read, and where the store stood then.
+#[derive(Debug)]
+struct LastRead {
+    /// The change marker, read just before the rows.
+    marker: Option<u128>,
+    /// The store's position in its history of changes, read with the rows.
+    position: Option<ChangePosition>,
+    dump: RegistryDump,
 }
 
 /// A snapshot taken by a [`FleetReader`], with what it needs to write the snapshot as
@@ -123,7 +133,7 @@ impl FleetReader {
 
     /// The rows last read.
     fn rows(&self) -> Result<&RegistryDump, StoreError> {
-        self.last.as_ref().map(|(_, dump)| dump).ok_or_else(not_read)
+        self.last.as_ref().map(|last| &last.dump).ok_or_else(not_read)
     }
 
     /// Brings the rows up to date with the store.
@@ -146,13 +156,20 @@ impl FleetReader {
             None => self.registry.insert(open_registry(&self.location, OpenMode::MustExist)?),
         };
         let marker = registry.store_mut().change_marker()?;
-        let unchanged = matches!((marker, &self.last), (Some(now), Some((Some(then), _))) if now == *then);
-        if !unchanged {
-            let dump = registry.export()?;
-            let old = self.last.as_ref().map(|(_, old)| &old.worker_registrations[..]);
-            self.json.carry_over(old, &dump.worker_registrations);
-            self.last = Some((marker, dump));
+        if let (Some(now), Some(LastRead { marker: Some(then), .. })) = (marker, &self.last)
+            && now == *then
+        {
+            return Ok(());
         }
+        let read = registry.read_since(self.last.as_ref().and_then(|last| last.position.as_ref()))?;
+        let last = self.last.get_or_insert_with(|| LastRead {
+            marker: None,
+            position: None,
+            dump: RegistryDump::default(),
+        });
+        let origins = read.changes.apply(&mut last.dump);
+        self.json.follow(&origins);
+        (last.marker, last.position) = (marker, read.position);
         Ok(())
     }
 
@@ -180,7 +197,7 @@ impl FleetReader {
             self.tracking = TrackingProbe::new().ok();
         }
         self.read()?;
-        let Some((_, dump)) = &self.last else { return Err(not_read()) };
+        let Some(LastRead { dump, .. }) = &self.last else { return Err(not_read()) };
         let probes = match &self.tracking {
             Some(probe) => {
                 probe.begin_round();

@@ -36,7 +36,7 @@ struct Kept {
 }
 
 /// The JSON of each worker row, by the row's place in the rows a reader keeps. It must
-/// be told whenever those rows are replaced ([`WorkerJson::carry_over`]).
+/// be told whenever those rows change ([`WorkerJson::follow`]).
 #[derive(Debug, Default)]
 pub(crate) struct WorkerJson {
     kept: Vec<Option<Kept>>,
@@ -45,23 +45,20 @@ pub(crate) struct WorkerJson {
 }
 
 impl WorkerJson {
-    /// The reader replaced its rows `old` (none: nothing was kept) with `new`: keeps
-    /// the JSON of each row of `new` equal to the row at the same place in `old` (the
-    /// stores return rows in identity order, so a heartbeat changes one row in place)
-    /// and forgets the rest. A reader that never wrote JSON kept none, and compares
-    /// nothing.
-    pub(crate) fn carry_over(&mut self, old: Option<&[WorkerRow]>, new: &[WorkerRow]) {
-        let old = old.unwrap_or_default();
-        self.kept.truncate(new.len());
-        for (i, kept) in self.kept.iter_mut().enumerate() {
-            if kept.is_some() && old.get(i) != Some(&new[i]) {
-                *kept = None;
-            }
+    /// The reader's rows changed: `origins` gives, for each row it now holds, the place
+    /// that row held before when it is the same row, unchanged. Keeps the JSON of those
+    /// rows, at their new places, and forgets the rest.
+    pub(crate) fn follow(&mut self, origins: &[Option<usize>]) {
+        if self.kept.iter().all(Option::is_none) {
+            self.kept.clear();
+            return;
         }
+        let mut old = std::mem::take(&mut self.kept);
+        self.kept = origins.iter().map(|origin| old.get_mut((*origin)?)?.take()).collect();
     }
 
     /// Appends `snapshot`, taken of `rows` (the rows last given to
-    /// [`WorkerJson::carry_over`]), to `out` as JSON: the same bytes as
+    /// [`WorkerJson::follow`]), to `out` as JSON: the same bytes as
     /// `serde_json::to_writer(out, snapshot)`.
     pub(crate) fn write(
         &mut self,

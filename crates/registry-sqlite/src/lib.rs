@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_registry::{
-    InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
+    ChangePosition, InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, WorkerCredential,
+    WorkerRow,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
@@ -237,6 +238,33 @@ impl Tx for SqliteTx<'_> {
             out.push(row.map_err(map_error)??);
         }
         Ok(out)
+    }
+
+    fn change_position(&mut self) -> Result<Option<ChangePosition>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT workers, worker_removals, instances FROM registry_changes")
+            .map_err(map_error)?;
+        let position = stmt
+            .query_row([], |row| {
+                Ok(ChangePosition {
+                    workers: row.get(0)?,
+                    worker_removals: row.get(1)?,
+                    instances: row.get(2)?,
+                })
+            })
+            .map_err(map_error)?;
+        Ok(Some(position))
+    }
+
+    fn workers_changed_since(&mut self, since: &ChangePosition) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM worker_registrations WHERE change_seq > ?1 ORDER BY worker_identity",
+            *columns::LIST
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let rows = stmt.query_map([since.workers], columns::read_worker).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {

@@ -169,3 +169,133 @@ fn the_audit_log_is_append_only_and_never_holds_scopes() {
     let delete = conn.execute("DELETE FROM lease_audit_log", []);
     assert!(delete.unwrap_err().to_string().contains("append-only"));
 }
+
+/// Inserts a minimal active worker row `id` as any SQL client would.
+fn insert_row(conn: &rusqlite::Connection, id: &str) {
+    conn.execute(
+        "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \
+         VALUES (?1, 'author', 'active', '2026-07-30T12:00:00Z')",
+        [id],
+    )
+    .unwrap();
+}
+
+/// Follows the registry from `since`, checks the rows against a full read, and returns
+/// the new position and how many worker rows were read (None: everything).
+fn follow(
+    registry: &mut Registry<SqliteStore>,
+    kept: &mut fleet_registry::RegistryDump,
+    since: Option<fleet_registry::ChangePosition>,
+) -> (Option<fleet_registry::ChangePosition>, Option<usize>) {
+    let read = registry.read_since(since.as_ref()).unwrap();
+    let rows = match &read.changes {
+        fleet_registry::RegistryChanges::Everything(_) => None,
+        fleet_registry::RegistryChanges::Since { workers, .. } => Some(workers.len()),
+    };
+    read.changes.apply(kept);
+    assert_eq!(*kept, registry.export().unwrap());
+    (read.position, rows)
+}
+
+/// The history of changes is kept by the file itself (triggers), so a writer that knows
+/// nothing of it (an operator's `sqlite3`, another program) is followed too: its update
+/// is read as one changed row, and a row it renames or deletes makes the reader read
+/// everything.
+#[test]
+fn a_reader_follows_writes_made_by_any_sql_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    let other = rusqlite::Connection::open(&path).unwrap();
+    insert_row(&other, "wkr-a");
+    insert_row(&other, "wkr-b");
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (mut at, _) = follow(&mut registry, &mut kept, None);
+    other
+        .execute("UPDATE worker_registrations SET status = 'released' WHERE worker_identity = 'wkr-b'", [])
+        .unwrap();
+    let mut rows;
+    (at, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, Some(1), "one updated row read");
+    insert_row(&other, "wkr-0");
+    (at, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, Some(1), "one new row read");
+    assert_eq!(kept.worker_registrations[0].worker_identity.as_str(), "wkr-0");
+    other
+        .execute(
+            "UPDATE worker_registrations SET worker_identity = 'wkr-c' WHERE worker_identity = 'wkr-a'",
+            [],
+        )
+        .unwrap();
+    (at, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, None, "a renamed row: everything read");
+    other.execute("DELETE FROM worker_registrations WHERE worker_identity = 'wkr-0'", []).unwrap();
+    (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, None, "a deleted row: everything read");
+}
+
+/// A registry file of schema version 3 (before the history of changes) opens at the
+/// current version with its rows, and its readers then read only what changed.
+#[test]
+fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    {
+        // Version 3 as it was: the current file without what version 4 added.
+        let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+        store
+            .connection()
+            .execute_batch(
+                "DROP TRIGGER worker_registrations_insert_is_a_change;
+                 DROP TRIGGER worker_registrations_update_is_a_change;
+                 DROP TRIGGER worker_registrations_delete_is_a_change;
+                 DROP TRIGGER instances_insert_is_a_change;
+                 DROP TRIGGER instances_update_is_a_change;
+                 DROP TRIGGER instances_delete_is_a_change;
+                 DROP INDEX worker_registrations_changes;
+                 ALTER TABLE worker_registrations DROP COLUMN change_seq;
+                 DROP TABLE registry_changes;
+                 PRAGMA user_version = 3;",
+            )
+            .unwrap();
+        insert_row(store.connection(), "wkr-a");
+        insert_row(store.connection(), "wkr-b");
+    }
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::MustExist).unwrap());
+    let version: i64 =
+        registry.store_mut().connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    assert_eq!(kept.worker_registrations.len(), 2, "the rows of version 3");
+    registry
+        .store_mut()
+        .connection()
+        .execute("UPDATE worker_registrations SET status = 'released' WHERE worker_identity = 'wkr-a'", [])
+        .unwrap();
+    let (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, Some(1), "one updated row read");
+}
+
+/// A file restored in place from an older copy of itself (SQLite's backup API writes
+/// the pages into the open file) brings back older counters: the reader reads
+/// everything rather than trust what it kept.
+#[test]
+fn counters_that_go_back_make_the_reader_read_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    let other = rusqlite::Connection::open(&path).unwrap();
+    insert_row(&other, "wkr-a");
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    // What the older copy held: the same counters before the last change, another row.
+    other
+        .execute_batch(
+            "UPDATE worker_registrations SET status = 'released';
+             UPDATE registry_changes SET workers = workers - 70000;",
+        )
+        .unwrap();
+    let (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, None, "everything read");
+}

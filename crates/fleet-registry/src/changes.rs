@@ -1,0 +1,144 @@
+//! Reading only what changed: a long-lived reader keeps the rows it read and the
+//! store's [`ChangePosition`] at that read, and next time reads the worker rows written
+//! since. On a live fleet every heartbeat is a write, so a reader that re-read all
+//! 10 000 rows whenever anything moved spent most of its time reading rows that were
+//! the same as last time.
+
+use fleet_model::{InstanceRecord, RegistryDump, WorkerRow};
+
+use crate::error::StoreError;
+use crate::registry::Registry;
+use crate::store::{ChangePosition, Store};
+
+/// One read of the registry by [`Registry::read_since`].
+#[derive(Debug)]
+pub struct RegistryRead {
+    /// Where the store stood at this read; give it to the next [`Registry::read_since`].
+    /// `None` when the store keeps no history.
+    pub position: Option<ChangePosition>,
+    /// What was read.
+    pub changes: RegistryChanges,
+}
+
+/// What [`Registry::read_since`] read.
+#[derive(Debug)]
+pub enum RegistryChanges {
+    /// The whole registry: there was no earlier position, the store keeps no history,
+    /// or rows were removed since.
+    Everything(RegistryDump),
+    /// What changed since the earlier position.
+    Since {
+        /// Every worker row inserted or updated since, ordered by `worker_identity`
+        /// (it may hold rows that did not change).
+        workers: Vec<WorkerRow>,
+        /// The whole ledger when it changed.
+        instances: Option<Vec<InstanceRecord>>,
+    },
+}
+
+impl<S: Store> Registry<S> {
+    /// Reads the registry in one transaction: everything, or, given the position of an
+    /// earlier read of this store (`since`), only what changed after it.
+    pub fn read_since(&mut self, since: Option<&ChangePosition>) -> Result<RegistryRead, StoreError> {
+        self.store_mut().read(|tx| {
+            let position = tx.change_position()?;
+            let changes = match (since, &position) {
+                // Counters that went back belong to another history (a restored file).
+                (Some(then), Some(now))
+                    if now.worker_removals == then.worker_removals
+                        && now.workers >= then.workers
+                        && now.instances >= then.instances =>
+                {
+                    RegistryChanges::Since {
+                        workers: if now.workers == then.workers {
+                            Vec::new()
+                        } else {
+                            tx.workers_changed_since(then)?
+                        },
+                        instances: if now.instances == then.instances { None } else { Some(tx.instances()?) },
+                    }
+                }
+                _ => RegistryChanges::Everything(RegistryDump {
+                    instances: tx.instances()?,
+                    worker_registrations: tx.workers()?,
+                }),
+            };
+            Ok(RegistryRead { position, changes })
+        })
+    }
+}
+
+impl RegistryChanges {
+    /// Brings `dump`, the registry as read at the earlier position, up to date with
+    /// these changes. Returns, for each worker row now in `dump`, its place in the rows
+    /// before when it is the same row, unchanged (`None` for a new or changed row), so
+    /// that what a caller derived from a row can be kept.
+    ///
+    /// The rows stay in `worker_identity` order: a changed row replaces the row of its
+    /// identity, a new one is merged in.
+    pub fn apply(self, dump: &mut RegistryDump) -> Vec<Option<usize>> {
+        match self {
+            RegistryChanges::Everything(new) => {
+                let origins = new
+                    .worker_registrations
+                    .iter()
+                    .enumerate()
+                    .map(|(i, row)| (dump.worker_registrations.get(i) == Some(row)).then_some(i))
+                    .collect();
+                *dump = new;
+                origins
+            }
+            RegistryChanges::Since { workers, instances } => {
+                if let Some(instances) = instances {
+                    dump.instances = instances;
+                }
+                merge(&mut dump.worker_registrations, workers)
+            }
+        }
+    }
+}
+
+/// Puts each of `changed` in place of the row of its identity in `rows`, or among them
+/// in identity order when it is new; returns each row's earlier place if unchanged.
+fn merge(rows: &mut Vec<WorkerRow>, changed: Vec<WorkerRow>) -> Vec<Option<usize>> {
+    let mut origins: Vec<Option<usize>> = (0..rows.len()).map(Some).collect();
+    let mut added = Vec::new();
+    for row in changed {
+        match rows.binary_search_by(|r| r.worker_identity.cmp(&row.worker_identity)) {
+            Ok(i) if rows[i] == row => {}
+            Ok(i) => {
+                rows[i] = row;
+                origins[i] = None;
+            }
+            Err(_) => added.push(row),
+        }
+    }
+    if added.is_empty() {
+        return origins;
+    }
+    // New rows (a registration, an import) are rare: the rows are sorted again with
+    // them, two sorted runs that the stable sort merges in one pass. Should the rows
+    // not have been in order after all, the sort puts them in order, and an identity
+    // found twice keeps its newer row.
+    let mut all: Vec<(WorkerRow, Option<usize>)> = std::mem::take(rows)
+        .into_iter()
+        .zip(origins)
+        .chain(added.into_iter().map(|row| (row, None)))
+        .collect();
+    all.sort_by(|(a, _), (b, _)| a.worker_identity.cmp(&b.worker_identity));
+    let mut merged: Vec<(WorkerRow, Option<usize>)> = Vec::with_capacity(all.len());
+    for entry in all {
+        match merged.last_mut() {
+            Some(last) if last.0.worker_identity == entry.0.worker_identity => *last = entry,
+            _ => merged.push(entry),
+        }
+    }
+    rows.reserve(merged.len());
+    merged
+        .into_iter()
+        .map(|(row, origin)| {
+            rows.push(row);
+            origin
+        })
+        .collect()
+}
