@@ -7,7 +7,7 @@ to 1 MiB without parsing it, as the MCP stdio transport defines them, so the ser
 part shows: it prints the median time to the answer's first byte, to its last byte,
 and the server's CPU time per call (all its threads, from /proc/<pid>/task/*/schedstat).
 The registry holds a healthy fleet of WORKERS rows of another host (nothing is
-probed). With --live, another connection writes one worker's heartbeat before each
+probed); each server reads its own copy, made by the fleetctl beside it. With --live, another connection writes one worker's heartbeat before each
 call, as a live fleet does, so every call reads the rows again. Not part of CI.
 
   scripts/mcp-call-times.py --workers 10000 --tool gitea_get_runtime_context \\
@@ -112,17 +112,21 @@ def main():
     parser.add_argument("servers", nargs="*", default=["target/release/fleet-mcp"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        registry = os.path.join(tmp, "registry.sqlite3")
         dump = os.path.join(tmp, "fleet.json")
         with open(dump, "w") as out:
             json.dump(healthy_fleet(args.workers), out)
-        fleetctl = os.path.join(os.path.dirname(os.path.abspath(args.servers[0])), "fleetctl")
-        subprocess.run([fleetctl, "registry", "import", dump], check=True, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, FLEET_REGISTRY=registry))
+        # Each server reads a registry made by the fleetctl beside it (builds differ in
+        # the registry schema they read).
+        registries = {}
+        for n, server in enumerate(args.servers):
+            registries[server] = os.path.join(tmp, f"registry-{n}.sqlite3")
+            fleetctl = os.path.join(os.path.dirname(os.path.abspath(server)), "fleetctl")
+            subprocess.run([fleetctl, "registry", "import", dump], check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, FLEET_REGISTRY=registries[server]))
         for round_ in range(1, args.rounds + 1):
             for server in args.servers:
-                first, whole, cpu, size = call_times(os.path.abspath(server), registry, args.tool, args.calls,
-                                                     args.workers if args.live else 0)
+                first, whole, cpu, size = call_times(os.path.abspath(server), registries[server], args.tool,
+                                                     args.calls, args.workers if args.live else 0)
                 print(f"round {round_}: {server}: {args.tool} first byte {first * 1000:.2f} ms, "
                       f"whole answer {whole * 1000:.2f} ms, server CPU {cpu:.2f} ms per call, {size} bytes")
 

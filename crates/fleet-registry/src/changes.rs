@@ -28,8 +28,8 @@ pub enum RegistryChanges {
     Everything(RegistryDump),
     /// What changed since the earlier position.
     Since {
-        /// Every worker row inserted or updated since, ordered by `worker_identity`
-        /// (it may hold rows that did not change).
+        /// Every worker row inserted or updated since, in no particular order (it may
+        /// hold rows that did not change).
         workers: Vec<WorkerRow>,
         /// The whole ledger when it changed.
         instances: Option<Vec<InstanceRecord>>,

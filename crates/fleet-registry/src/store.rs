@@ -70,7 +70,7 @@ pub trait Tx {
     }
 
     /// Every worker row inserted or updated since the store stood at `since` (a
-    /// position this store returned), ordered by `worker_identity`. It may return more
+    /// position this store returned), in no particular order. It may return more
     /// rows than changed, never fewer; rows removed since are not its concern (see
     /// [`ChangePosition::worker_removals`]).
     fn workers_changed_since(&mut self, since: &ChangePosition) -> Result<Vec<WorkerRow>, StoreError> {

@@ -220,24 +220,43 @@ struct SqliteTx<'a> {
     conn: &'a Connection,
 }
 
+impl SqliteTx<'_> {
+    /// The count one `SELECT count(*) …` returns.
+    fn count(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+        let count: i64 = self
+            .conn
+            .prepare_cached(sql)
+            .and_then(|mut stmt| stmt.query_row(params, |row| row.get(0)))
+            .map_err(map_error)?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// The worker rows `sql` selects (every column, in [`columns::COLUMNS`] order), into
+    /// a vector of `count` rows' capacity.
+    fn read_workers(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        count: usize,
+    ) -> Result<Vec<WorkerRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(map_error)?;
+        let rows = stmt.query_map(params, columns::read_worker).map_err(map_error)?;
+        let mut out = Vec::with_capacity(count);
+        for row in rows {
+            out.push(row.map_err(map_error)??);
+        }
+        Ok(out)
+    }
+}
+
 impl Tx for SqliteTx<'_> {
     fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
         // Counted first (in the same read transaction), so the rows are read into a
         // vector of their final size: grown by doubling, a 10 000-row read copied its
         // rows some twice over.
-        let count: i64 = self
-            .conn
-            .prepare_cached("SELECT count(*) FROM worker_registrations")
-            .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
-            .map_err(map_error)?;
+        let count = self.count("SELECT count(*) FROM worker_registrations", [])?;
         let sql = format!("SELECT {} FROM worker_registrations ORDER BY worker_identity", *columns::LIST);
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
-        let rows = stmt.query_map([], columns::read_worker).map_err(map_error)?;
-        let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-        for row in rows {
-            out.push(row.map_err(map_error)??);
-        }
-        Ok(out)
+        self.read_workers(&sql, [], count)
     }
 
     fn change_position(&mut self) -> Result<Option<ChangePosition>, StoreError> {
@@ -258,13 +277,10 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn workers_changed_since(&mut self, since: &ChangePosition) -> Result<Vec<WorkerRow>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM worker_registrations WHERE change_seq > ?1 ORDER BY worker_identity",
-            *columns::LIST
-        );
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
-        let rows = stmt.query_map([since.workers], columns::read_worker).map_err(map_error)?;
-        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+        let count =
+            self.count("SELECT count(*) FROM worker_registrations WHERE change_seq > ?1", [since.workers])?;
+        let sql = format!("SELECT {} FROM worker_registrations WHERE change_seq > ?1", *columns::LIST);
+        self.read_workers(&sql, [since.workers], count)
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
