@@ -40,7 +40,8 @@ fn heartbeat(c: &mut Criterion) {
     bare.pragma_update(None, "synchronous", "NORMAL").expect("sync");
     let mut stmt = bare
         .prepare(
-            "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned' \
+            "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned', \
+             change_seq = (SELECT max(change_seq) FROM worker_registrations) + 1 + (random() & 65535) \
              WHERE worker_identity = ?2 AND generation_id = ?3 AND token_fingerprint = ?4 AND status = 'active'",
         )
         .expect("prepare");

@@ -262,7 +262,10 @@ impl Tx for SqliteTx<'_> {
     fn change_position(&mut self) -> Result<Option<ChangePosition>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT workers, worker_removals, instances FROM registry_changes")
+            .prepare_cached(
+                "SELECT (SELECT coalesce(max(change_seq), 0) FROM worker_registrations), \
+                 worker_removals, instances FROM registry_changes",
+            )
             .map_err(map_error)?;
         let position = stmt
             .query_row([], |row| {
@@ -486,7 +489,8 @@ impl Store for SqliteStore {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned' \
+                "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned', \
+                 change_seq = (SELECT max(change_seq) FROM worker_registrations) + 1 + (random() & 65535) \
                  WHERE worker_identity = ?2 AND generation_id = ?3 AND token_fingerprint = ?4 \
                  AND status = 'active'",
             )

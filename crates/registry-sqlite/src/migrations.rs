@@ -90,40 +90,43 @@ const MIGRATIONS: &[&str] = &[
     // 3: the PID namespace a worker's pid belongs to.
     "ALTER TABLE worker_registrations ADD COLUMN pid_namespace INTEGER;",
     // 4: the history of changes a long-lived reader follows (fleet_registry's
-    // ChangePosition). Triggers keep it, so every writer does, whatever statement it
-    // runs: each worker row inserted or updated moves `workers` and records the value
-    // in its `change_seq`; a row removed (or renamed) moves `worker_removals`; any
-    // ledger write moves `instances`. Writers are serialised, so the counters move in
-    // commit order. Each step is random (1 to 65 536) and so is each counter's start: a
-    // file restored in place from an older copy of itself, then written again, does not
-    // come back to the counters a reader last saw (a reader that sees them go back
-    // reads everything). The data model is unchanged: this is SQLite's own.
+    // ChangePosition). Each worker row inserted or updated gets a `change_seq` above
+    // every other row's; a row removed (or renamed) moves `worker_removals`; any ledger
+    // write moves `instances`. Writers are serialised, so all of these move in commit
+    // order. Triggers keep them, so every writer does, whatever statement it runs; a
+    // statement that sets `change_seq` itself (the heartbeat, the hot path) spares the
+    // trigger writing the row a second time. Each step is random (1 to 65 536): a file
+    // restored in place from an older copy of itself, then written again, does not come
+    // back to the values a reader last saw (a reader that sees them go back reads
+    // everything). The data model is unchanged: this is SQLite's own.
     "CREATE TABLE registry_changes (
         id              INTEGER PRIMARY KEY CHECK (id = 1),
-        workers         INTEGER NOT NULL,
         worker_removals INTEGER NOT NULL,
         instances       INTEGER NOT NULL
     );
-    INSERT INTO registry_changes
-        VALUES (1, random() & 1099511627775, random() & 1099511627775, random() & 1099511627775);
+    INSERT INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);
     ALTER TABLE worker_registrations ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX worker_registrations_changes ON worker_registrations (change_seq);
     CREATE TRIGGER worker_registrations_insert_is_a_change AFTER INSERT ON worker_registrations
     BEGIN
-        UPDATE registry_changes SET workers = workers + 1 + (random() & 65535);
-        UPDATE worker_registrations SET change_seq = (SELECT workers FROM registry_changes)
+        UPDATE worker_registrations
+            SET change_seq = (SELECT max(change_seq) FROM worker_registrations) + 1 + (random() & 65535)
             WHERE rowid = NEW.rowid;
     END;
     CREATE TRIGGER worker_registrations_update_is_a_change AFTER UPDATE ON worker_registrations
         WHEN NEW.change_seq IS OLD.change_seq
     BEGIN
-        UPDATE registry_changes SET workers = workers + 1 + (random() & 65535),
-            worker_removals = worker_removals
-                + (NEW.worker_identity IS NOT OLD.worker_identity) * (1 + (random() & 65535));
-        UPDATE worker_registrations SET change_seq = (SELECT workers FROM registry_changes)
+        UPDATE worker_registrations
+            SET change_seq = (SELECT max(change_seq) FROM worker_registrations) + 1 + (random() & 65535)
             WHERE rowid = NEW.rowid;
     END;
-    CREATE TRIGGER worker_registrations_delete_is_a_change AFTER DELETE ON worker_registrations
+    CREATE TRIGGER worker_registrations_rename_is_a_removal
+        AFTER UPDATE OF worker_identity ON worker_registrations
+        WHEN NEW.worker_identity IS NOT OLD.worker_identity
+    BEGIN
+        UPDATE registry_changes SET worker_removals = worker_removals + 1 + (random() & 65535);
+    END;
+    CREATE TRIGGER worker_registrations_delete_is_a_removal AFTER DELETE ON worker_registrations
     BEGIN
         UPDATE registry_changes SET worker_removals = worker_removals + 1 + (random() & 65535);
     END;
