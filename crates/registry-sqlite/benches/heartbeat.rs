@@ -41,8 +41,9 @@ fn heartbeat(c: &mut Criterion) {
     let mut stmt = bare
         .prepare(
             "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned', \
-             change_seq = (SELECT max(change_seq) FROM worker_registrations) + 1 + (random() & 65535) \
-             WHERE worker_identity = ?2 AND generation_id = ?3 AND token_fingerprint = ?4 AND status = 'active'",
+             change_seq = (SELECT coalesce(max(change_seq), 0) + 1 + (random() & 65535) \
+             FROM worker_registrations) WHERE worker_identity = ?2 AND generation_id = ?3 \
+             AND token_fingerprint = ?4 AND status = 'active'",
         )
         .expect("prepare");
     let fingerprint = token.fingerprint();

@@ -16,6 +16,12 @@ pub(crate) static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|
 
 pub(crate) const INSTANCE_LIST: &str = "client_instance_id, client_type, fleet_run_id, minted_at, host_id";
 
+/// A row's next `change_seq`: above every row's, by a random step (schema version 4,
+/// `migrations.rs`). The heartbeat sets it itself, so the trigger that sets it for any
+/// other write does not write the row a second time on the hot path.
+pub(crate) const NEXT_CHANGE: &str =
+    "(SELECT coalesce(max(change_seq), 0) + 1 + (random() & 65535) FROM worker_registrations)";
+
 pub(crate) fn insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
@@ -34,6 +40,18 @@ pub(crate) fn replace_sql() -> &'static str {
         let guard: Vec<String> =
             COLUMNS.iter().enumerate().map(|(i, c)| format!("{c} IS ?{}", n + i + 1)).collect();
         format!("UPDATE worker_registrations SET {} WHERE {}", set.join(", "), guard.join(" AND "))
+    })
+}
+
+/// The heartbeat: one guarded `UPDATE` of the worker's own active row.
+pub(crate) fn heartbeat_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned', \
+             change_seq = {NEXT_CHANGE} WHERE worker_identity = ?2 AND generation_id = ?3 \
+             AND token_fingerprint = ?4 AND status = 'active'"
+        )
     })
 }
 

@@ -486,15 +486,7 @@ impl Store for SqliteStore {
     }
 
     fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned', \
-                 change_seq = (SELECT max(change_seq) FROM worker_registrations) + 1 + (random() & 65535) \
-                 WHERE worker_identity = ?2 AND generation_id = ?3 AND token_fingerprint = ?4 \
-                 AND status = 'active'",
-            )
-            .map_err(map_error)?;
+        let mut stmt = self.conn.prepare_cached(columns::heartbeat_sql()).map_err(map_error)?;
         let changed = stmt
             .execute(params![
                 now.to_string(),
