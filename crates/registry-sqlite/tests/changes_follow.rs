@@ -1,0 +1,103 @@
+//! A reader that follows the history of changes (`Registry::read_since`) holds what a
+//! full read holds, whatever SQL any client runs between its reads: random inserts,
+//! updates, renames, deletes and ledger writes on a real SQLite file, read at random
+//! points, each read checked against a full export.
+
+use fleet_registry::{ChangePosition, OpenMode, Registry, RegistryChanges, RegistryDump};
+use proptest::prelude::*;
+use registry_sqlite::SqliteStore;
+
+/// One write by another SQL client, on identities `wkr-0` to `wkr-7`.
+#[derive(Debug, Clone)]
+enum Write {
+    Insert(u8),
+    Heartbeat(u8, u16),
+    Release(u8),
+    Rename(u8, u8),
+    Delete(u8),
+    Ledger(u8),
+    /// Several rows at once.
+    HeartbeatAll(u16),
+}
+
+fn write() -> impl Strategy<Value = Write> {
+    prop_oneof![
+        4 => (0..8u8).prop_map(Write::Insert),
+        6 => (0..8u8, any::<u16>()).prop_map(|(w, t)| Write::Heartbeat(w, t)),
+        2 => (0..8u8).prop_map(Write::Release),
+        1 => (0..8u8, 0..8u8).prop_map(|(a, b)| Write::Rename(a, b)),
+        1 => (0..8u8).prop_map(Write::Delete),
+        1 => (0..4u8).prop_map(Write::Ledger),
+        1 => any::<u16>().prop_map(Write::HeartbeatAll),
+    ]
+}
+
+/// Runs `write`; a write that breaks a constraint (a duplicate identity) is a write
+/// that did not happen, as for any client.
+fn run(conn: &rusqlite::Connection, write: &Write) {
+    let beat = |t: u16| format!("2026-07-30T12:{:02}:{:02}.{:03}Z", t / 6000 % 60, t / 100 % 60, t % 1000);
+    let _ = match write {
+        Write::Insert(w) => conn.execute(
+            "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \
+             VALUES (?1, 'author', 'active', '2026-07-30T12:00:00Z')",
+            [format!("wkr-{w}")],
+        ),
+        Write::Heartbeat(w, t) => conn.execute(
+            "UPDATE worker_registrations SET last_heartbeat_at = ?1 WHERE worker_identity = ?2",
+            [beat(*t), format!("wkr-{w}")],
+        ),
+        Write::Release(w) => conn.execute(
+            "UPDATE worker_registrations SET status = 'released' WHERE worker_identity = ?1",
+            [format!("wkr-{w}")],
+        ),
+        Write::Rename(a, b) => conn.execute(
+            "UPDATE worker_registrations SET worker_identity = ?2 WHERE worker_identity = ?1",
+            [format!("wkr-{a}"), format!("wkr-{b}")],
+        ),
+        Write::Delete(w) => {
+            conn.execute("DELETE FROM worker_registrations WHERE worker_identity = ?1", [format!("wkr-{w}")])
+        }
+        Write::Ledger(i) => conn.execute(
+            "INSERT OR REPLACE INTO instances (client_instance_id, client_type, minted_at) \
+             VALUES (?1, 'codex', '2026-07-30T12:00:00Z')",
+            [format!("inst-codex-20260730T120000Z-00000000000{i}")],
+        ),
+        Write::HeartbeatAll(t) => {
+            conn.execute("UPDATE worker_registrations SET last_heartbeat_at = ?1", [beat(*t)])
+        }
+    };
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_reader_following_changes_holds_what_a_full_read_holds(
+        steps in proptest::collection::vec((write(), any::<bool>()), 1..40)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("registry.sqlite3");
+        let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+        let other = rusqlite::Connection::open(&path).unwrap();
+        let mut kept = RegistryDump::default();
+        let mut position: Option<ChangePosition> = None;
+        for (write, read_after) in steps.iter().chain([&(Write::Ledger(0), true)]) {
+            run(&other, write);
+            if !read_after {
+                continue;
+            }
+            let read = registry.read_since(position.as_ref()).unwrap();
+            let incremental = matches!(read.changes, RegistryChanges::Since { .. });
+            let before = kept.clone();
+            let origins = read.changes.apply(&mut kept);
+            position = read.position;
+            prop_assert_eq!(&kept, &registry.export().unwrap(), "incremental read: {}", incremental);
+            prop_assert_eq!(origins.len(), kept.worker_registrations.len());
+            for (row, origin) in kept.worker_registrations.iter().zip(&origins) {
+                if let Some(origin) = origin {
+                    prop_assert_eq!(Some(row), before.worker_registrations.get(*origin));
+                }
+            }
+        }
+    }
+}
