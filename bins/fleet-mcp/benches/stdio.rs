@@ -1,5 +1,6 @@
 //! Round trip of `gitea_snapshot_instance_fleet` over stdio against 1k- and 10k-worker
-//! registries (rows of another host), against a 1k-worker registry of live local
+//! registries (rows of another host; idle, and live: a heartbeat committed before each
+//! call), against a 1k-worker registry of live local
 //! processes (every call probes each one), and server start-to-ready time (spawn,
 //! register, MCP initialize).
 //!
@@ -156,9 +157,11 @@ impl Drop for LineClient {
     }
 }
 
-fn percentiles(client: &mut LineClient, workers: usize) {
+/// Prints the p50 and p99 of 200 snapshot calls, `before` run ahead of each (untimed).
+fn percentiles(client: &mut LineClient, workers: usize, mut before: impl FnMut()) {
     let mut times: Vec<std::time::Duration> = (0..200)
         .map(|_| {
+            before();
             let started = std::time::Instant::now();
             client.snapshot();
             started.elapsed()
@@ -208,9 +211,28 @@ fn stdio(c: &mut Criterion) {
             first["result"]["content"][0]["text"].as_str().map_or(0, str::len),
             snap["findings"].as_array().map_or(0, Vec::len)
         );
-        percentiles(&mut bare, workers);
+        percentiles(&mut bare, workers, || ());
         group.bench_function(format!("snapshot_round_trip_bare_client/{workers}"), |b| {
             b.iter(|| bare.snapshot())
+        });
+        // A live fleet: one worker's heartbeat committed (by another connection) before
+        // each call, so the server must read what changed every time.
+        let writer = rusqlite::Connection::open(&registry).expect("writer");
+        let mut beat = 0usize;
+        let mut heartbeat = || {
+            beat += 1;
+            let now = fleet_identity::Timestamp::new(time::OffsetDateTime::now_utc()).to_string();
+            writer
+                .execute(
+                    "UPDATE worker_registrations SET last_heartbeat_at = ?1 WHERE worker_identity = ?2",
+                    [now, format!("wkr-bench-{:05}", beat * 7919 % workers)],
+                )
+                .expect("heartbeat");
+        };
+        eprint!("live registry: ");
+        percentiles(&mut bare, workers, &mut heartbeat);
+        group.bench_function(format!("snapshot_round_trip_bare_client/{workers}_live"), |b| {
+            b.iter_batched(&mut heartbeat, |()| bare.snapshot(), criterion::BatchSize::PerIteration)
         });
         let client = rt.block_on(connect(&registry, &id));
         group.bench_function(format!("snapshot_round_trip_rmcp_client/{workers}"), |b| {
@@ -246,7 +268,7 @@ fn stdio(c: &mut Criterion) {
     let first = bare.snapshot();
     assert_eq!(first["result"]["structuredContent"]["counts"]["live_worker_count"], local.len() + 1);
     eprint!("local processes: ");
-    percentiles(&mut bare, local.len());
+    percentiles(&mut bare, local.len(), || ());
     group.bench_function("snapshot_round_trip_bare_client/1000_local", |b| b.iter(|| bare.snapshot()));
     drop(bare);
     drop(children);
