@@ -267,16 +267,13 @@ impl Tx for SqliteTx<'_> {
                  worker_removals, instances FROM registry_changes",
             )
             .map_err(map_error)?;
-        let position = stmt
-            .query_row([], |row| {
-                Ok(ChangePosition {
-                    workers: row.get(0)?,
-                    worker_removals: row.get(1)?,
-                    instances: row.get(2)?,
-                })
-            })
-            .map_err(map_error)?;
-        Ok(Some(position))
+        // Without its one row (removed by hand), the history cannot be trusted: every
+        // read then reads everything.
+        stmt.query_row([], |row| {
+            Ok(ChangePosition { workers: row.get(0)?, worker_removals: row.get(1)?, instances: row.get(2)? })
+        })
+        .optional()
+        .map_err(map_error)
     }
 
     fn workers_changed_since(&mut self, since: &ChangePosition) -> Result<Vec<WorkerRow>, StoreError> {

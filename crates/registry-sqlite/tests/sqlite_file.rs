@@ -297,3 +297,23 @@ fn counters_that_go_back_make_the_reader_read_everything() {
     let (_, rows) = follow(&mut registry, &mut kept, at);
     assert_eq!(rows, None, "everything read");
 }
+
+/// The history's row removed by hand: nothing can be trusted from it, so every read
+/// reads everything (and still sees every change).
+#[test]
+fn without_its_history_row_the_reader_reads_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    let other = rusqlite::Connection::open(&path).unwrap();
+    insert_row(&other, "wkr-a");
+    insert_row(&other, "wkr-b");
+    other.execute("DELETE FROM registry_changes", []).unwrap();
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    assert_eq!(at, None, "no position");
+    other.execute("DELETE FROM worker_registrations WHERE worker_identity = 'wkr-a'", []).unwrap();
+    let (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, None, "everything read");
+    assert_eq!(kept.worker_registrations.len(), 1);
+}
