@@ -180,6 +180,16 @@ fn insert_row(conn: &rusqlite::Connection, id: &str) {
     .unwrap();
 }
 
+/// A new registry file, its registry, and a second plain connection to it (another
+/// SQL client); the directory lives as long as the first value.
+fn new_registry() -> (tempfile::TempDir, Registry<SqliteStore>, rusqlite::Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    let other = rusqlite::Connection::open(&path).unwrap();
+    (dir, registry, other)
+}
+
 /// Follows the registry from `since`, checks the rows against a full read, and returns
 /// the new position and how many worker rows were read (None: everything).
 fn follow(
@@ -203,10 +213,7 @@ fn follow(
 /// everything.
 #[test]
 fn a_reader_follows_writes_made_by_any_sql_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("registry.sqlite3");
-    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
-    let other = rusqlite::Connection::open(&path).unwrap();
+    let (_dir, mut registry, other) = new_registry();
     insert_row(&other, "wkr-a");
     insert_row(&other, "wkr-b");
     let mut kept = fleet_registry::RegistryDump::default();
@@ -283,10 +290,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
 /// everything rather than trust what it kept.
 #[test]
 fn counters_that_go_back_make_the_reader_read_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("registry.sqlite3");
-    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
-    let other = rusqlite::Connection::open(&path).unwrap();
+    let (_dir, mut registry, other) = new_registry();
     insert_row(&other, "wkr-a");
     let mut kept = fleet_registry::RegistryDump::default();
     let (at, _) = follow(&mut registry, &mut kept, None);
@@ -302,10 +306,7 @@ fn counters_that_go_back_make_the_reader_read_everything() {
 /// reads everything (and still sees every change).
 #[test]
 fn without_its_history_row_the_reader_reads_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("registry.sqlite3");
-    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
-    let other = rusqlite::Connection::open(&path).unwrap();
+    let (_dir, mut registry, other) = new_registry();
     insert_row(&other, "wkr-a");
     insert_row(&other, "wkr-b");
     other.execute("DELETE FROM registry_changes", []).unwrap();
