@@ -7,7 +7,7 @@
 use fleet_model::{InstanceRecord, RegistryDump, WorkerRow};
 
 use crate::error::StoreError;
-use crate::registry::Registry;
+use crate::registry::{Registry, export_in};
 use crate::store::{ChangePosition, Store};
 
 /// One read of the registry by [`Registry::read_since`].
@@ -58,10 +58,7 @@ impl<S: Store> Registry<S> {
                         instances: if now.instances == then.instances { None } else { Some(tx.instances()?) },
                     }
                 }
-                _ => RegistryChanges::Everything(RegistryDump {
-                    instances: tx.instances()?,
-                    worker_registrations: tx.workers()?,
-                }),
+                _ => RegistryChanges::Everything(export_in(tx)?),
             };
             Ok(RegistryRead { position, changes })
         })

@@ -212,8 +212,7 @@ impl<S: Store> Registry<S> {
 
     /// The ledger and every worker row, read in one transaction.
     pub fn export(&mut self) -> Result<RegistryDump, StoreError> {
-        self.store
-            .read(|tx| Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? }))
+        self.store.read(export_in)
     }
 
     /// Registers a worker process.
@@ -503,4 +502,9 @@ fn register_in(
     };
     tx.insert_worker(&row)?;
     Ok(Registered { row, outcome: RegistrationOutcome::Registered, superseded })
+}
+
+/// The ledger and every worker row, as transaction `tx` sees them.
+pub(crate) fn export_in(tx: &mut dyn Tx) -> Result<RegistryDump, StoreError> {
+    Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? })
 }
