@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
 use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
-use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, StoreError, WorkerRow};
+use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, RegistryMatch, StoreError, WorkerRow};
 
 use fleet_registry::OpenMode;
 use fleet_runtime::{
@@ -229,6 +229,10 @@ pub(crate) struct ApplyParams {
     #[serde(default)]
     #[schemars(with = "String")]
     canonical_repository: Option<String>,
+    /// Refuse with registry_revision_moved when any row changed since the plan, even one
+    /// outside the candidates (default false: only the candidates must be unchanged).
+    #[serde(default)]
+    require_registry_match: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -442,8 +446,7 @@ impl FleetServer {
         let mut registry = open_registry(&self.ctx.location, OpenMode::MustExist)
             .map_err(|e| refuse("registry_unavailable", e))?;
         registry.active_workflow_owners().map_err(|e| refuse("lease_enumeration_failed", e))?;
-        let (ctx, probe) = retirement_context(p.canonical_repository.as_deref())
-            .map_err(|e| refuse("invalid_arguments", e))?;
+        drop(registry);
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
         self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
@@ -454,9 +457,18 @@ impl FleetServer {
             candidate_fingerprint: p.candidate_fingerprint,
             worker_identities: ids,
             retired_by: me.worker_identity.to_string(),
+            registry_match: if p.require_registry_match {
+                RegistryMatch::WholeRegistry
+            } else {
+                RegistryMatch::Candidates
+            },
         };
-        let at = ctx.now;
-        let report = registry.apply_retirement(&request, &ctx, Some(&probe), at, &());
+        let report =
+            fleet_runtime::apply_retirement(&self.ctx.location, &request, p.canonical_repository.as_deref())
+                .map_err(|e| match e.code() {
+                    2 => refuse("invalid_arguments", e),
+                    _ => refuse("registry_unavailable", e),
+                })?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         match report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => Ok(value),
@@ -466,8 +478,7 @@ impl FleetServer {
                 if let Value::Object(map) = &mut value {
                     map.remove("success");
                 }
-                let code = serde_json::to_value(other).ok().and_then(|v| v.as_str().map(str::to_owned));
-                Err(refusal(code.as_deref().unwrap_or("failed"), value))
+                Err(refusal(other.as_str(), value))
             }
         }
     }
@@ -882,6 +893,7 @@ mod tests {
                 .into(),
             worker_identities: json!(["wkr-x"]),
             canonical_repository: None,
+            require_registry_match: false,
         };
         let refusal = server.apply_body(params).unwrap_err();
         let body = refusal.structured_content.unwrap();

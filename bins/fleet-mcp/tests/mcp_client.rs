@@ -351,7 +351,7 @@ async fn the_permission_matrix_holds_cell_by_cell() {
                         (_, false) => Some("not_listed"),
                         (false, true) => Some("permission_denied"),
                         // Authorized: it reaches the registry, where the plan's tokens are stale.
-                        (true, true) => Some("registry_revision_moved"),
+                        (true, true) => Some("candidate_set_moved"),
                     },
                     "gitea_get_runtime_context" | "gitea_acquire_workflow_lease" => None,
                     _ => Some("lease_not_found"),
@@ -551,10 +551,10 @@ async fn argument_errors_and_refusals_share_one_json_body() {
         json!({"registry_fingerprint": "b3:0000000000000000000000000000000000000000000000000000000000000000", "candidate_fingerprint": "b3:1111111111111111111111111111111111111111111111111111111111111111", "worker_identities": ["wkr-x"]}),
     )
     .await;
-    assert_eq!(failed(&refused).as_deref(), Some("registry_revision_moved"));
+    assert_eq!(failed(&refused).as_deref(), Some("candidate_set_moved"));
     let detail = &refused.structured_content.clone().unwrap()["detail"];
     assert!(detail.is_object(), "{detail}");
-    assert_eq!(detail["outcome"], "registry_revision_moved");
+    assert_eq!(detail["outcome"], "candidate_set_moved");
     assert!(detail.get("success").is_none(), "a refusal never says success: {detail}");
     client.cancel().await.unwrap();
 }
@@ -634,7 +634,7 @@ async fn editing_profiles_revokes_apply_immediately() {
     let before = call(&client, "gitea_apply_stale_worker_retirement", args.clone()).await;
     assert_eq!(
         failed(&before).as_deref(),
-        Some("registry_revision_moved"),
+        Some("candidate_set_moved"),
         "authorized, then refused by the registry"
     );
     std::fs::copy(fleet.profiles("without.json", false), &profiles).unwrap();

@@ -174,57 +174,40 @@ fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
 }
 
 fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), Failure> {
-    use fleet_registry::{ApplyOutcome, ApplyRequest};
-    for attempt in 1..=5 {
-        let (ctx, probe) = crate::retire_cmd::retirement_context(None)?;
-        let plan = crate::retire_cmd::make_plan(location, &ctx)?;
-        outln!("$ fleetctl retire plan")?;
-        outln!(
-            "  {} candidate(s) {:?}; preserved: {}",
-            plan.candidate_count,
-            plan.candidate_worker_identities.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
-            plan.preserved_reason_counts
-                .iter()
-                .map(|(r, n)| format!("{r}×{n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
-        let request = ApplyRequest {
-            registry_fingerprint: plan.registry_fingerprint.clone(),
-            candidate_fingerprint: plan.candidate_fingerprint.clone(),
-            worker_identities: plan.candidate_worker_identities.clone(),
-            retired_by: "fleetctl-demo".into(),
-        };
-        let at = ctx.now;
-        let report = registry(location)?.apply_retirement(&request, &ctx, Some(&probe), at, &());
-        outln!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …")?;
-        let outcome = serde_json::to_value(report.outcome).unwrap_or_default();
-        outln!(
-            "  {}: retired {:?}",
-            outcome.as_str().unwrap_or("?"),
-            report.retired.iter().map(|i| i.as_str()).collect::<Vec<_>>()
-        )?;
-        match report.outcome {
-            ApplyOutcome::Applied if report.retired.iter().any(|r| stale.contains(r)) => {
-                outln!("\n$ fleetctl snapshot")?;
-                out!("{}", fleet_snapshot_text(location)?)?;
-                outln!("The retired row is history now: the fleet is safe again.")?;
-                return Ok(());
-            }
-            ApplyOutcome::RegistryRevisionMoved => {
-                outln!(
-                    "  (a live worker heartbeat between plan and apply; attempt {attempt}, planning again)"
-                )?;
-            }
-            _ => {
-                return Err(Failure::refused(format!(
-                    "the demo's retirement did not apply: {:?}",
-                    report.outcome
-                )));
-            }
-        }
+    use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
+    let (ctx, _) = crate::retire_cmd::retirement_context(None)?;
+    let plan = crate::retire_cmd::make_plan(location, &ctx)?;
+    outln!("$ fleetctl retire plan")?;
+    outln!(
+        "  {} candidate(s) {:?}; preserved: {}",
+        plan.candidate_count,
+        plan.candidate_worker_identities.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
+        plan.preserved_reason_counts.iter().map(|(r, n)| format!("{r}×{n}")).collect::<Vec<_>>().join(", ")
+    )?;
+    let request = ApplyRequest {
+        registry_fingerprint: plan.registry_fingerprint.clone(),
+        candidate_fingerprint: plan.candidate_fingerprint.clone(),
+        worker_identities: plan.candidate_worker_identities.clone(),
+        retired_by: "fleetctl-demo".into(),
+        registry_match: RegistryMatch::Candidates,
+    };
+    // The live workers keep heartbeating between plan and apply; that moves the
+    // registry, not the candidates, so the apply goes through.
+    let report = fleet_runtime::apply_retirement(location, &request, None)?;
+    outln!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …")?;
+    outln!(
+        "  {}: retired {:?}{}",
+        report.outcome,
+        report.retired.iter().map(|i| i.as_str()).collect::<Vec<_>>(),
+        if report.registry_moved == Some(true) { " (other rows moved since the plan)" } else { "" }
+    )?;
+    if report.outcome != ApplyOutcome::Applied || !report.retired.iter().any(|r| stale.contains(r)) {
+        return Err(Failure::refused(format!("the demo's retirement did not apply: {}", report.outcome)));
     }
-    Err(Failure::refused("the registry kept moving between plan and apply"))
+    outln!("\n$ fleetctl snapshot")?;
+    out!("{}", fleet_snapshot_text(location)?)?;
+    outln!("The retired row is history now: the fleet is safe again.")?;
+    Ok(())
 }
 
 fn lease_handover(location: &RegistryLocation, rows: &[WorkerRow], instance: &str) -> Result<(), Failure> {

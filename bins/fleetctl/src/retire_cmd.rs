@@ -6,10 +6,9 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use fleet_identity::WorkerIdentity;
 use fleet_probe::LocalProbe;
-use fleet_registry::OpenMode;
-use fleet_registry::{ApplyOutcome, ApplyRequest};
+use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
 use fleet_retirement::{Plan, RetirementContext};
-use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
+use fleet_runtime::{Failure, RegistryLocation, now};
 use fleet_runtime::{out, outln};
 use fleet_snapshot::{FindingCode, Policy};
 
@@ -41,8 +40,12 @@ pub(crate) enum RetireCmd {
         #[arg(long)]
         candidate_fingerprint: String,
         /// The candidate worker identities, comma-separated.
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', required = true)]
         workers: Vec<String>,
+        /// Refuse (registry_revision_moved) when any row changed since the plan, even
+        /// one outside the candidates, such as a live worker's heartbeat.
+        #[arg(long)]
+        require_registry_match: bool,
     },
 }
 
@@ -68,7 +71,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             }
             Ok(ExitCode::SUCCESS)
         }
-        RetireCmd::Apply { common, registry_fingerprint, candidate_fingerprint, workers } => {
+        RetireCmd::Apply {
+            common,
+            registry_fingerprint,
+            candidate_fingerprint,
+            workers,
+            require_registry_match,
+        } => {
             let workers: Vec<WorkerIdentity> = workers
                 .iter()
                 .filter(|w| !w.trim().is_empty())
@@ -87,17 +96,19 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                     )));
                 }
             }
-            let (ctx, probe) = context(&common)?;
-            let at = ctx.now;
             let request = ApplyRequest {
                 registry_fingerprint,
                 candidate_fingerprint,
                 worker_identities: workers,
                 retired_by: format!("fleetctl-pid-{}", std::process::id()),
+                registry_match: if require_registry_match {
+                    RegistryMatch::WholeRegistry
+                } else {
+                    RegistryMatch::Candidates
+                },
             };
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let report = registry.apply_retirement(&request, &ctx, Some(&probe), at, &());
-            drop(registry);
+            let report =
+                fleet_runtime::apply_retirement(location, &request, common.canonical_repository.as_deref())?;
             // The apply's outcome is reported even when the follow-up snapshot cannot be
             // taken: post_apply is then null and says why.
             let summary = |snap: &fleet_snapshot::FleetSnapshot<'_>| {
@@ -118,11 +129,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 v["post_apply"] = post_apply;
                 fleet_runtime::print_json(&v)?;
             } else {
-                outln!(
-                    "{}: retired {}",
-                    serde_json::to_value(report.outcome).unwrap_or_default().as_str().unwrap_or("?"),
-                    report.retired_count
-                )?;
+                outln!("{}: retired {}", report.outcome, report.retired_count)?;
+                if report.registry_moved == Some(true) {
+                    outln!("  the registry moved since the plan (rows outside the candidates changed)")?;
+                }
                 for id in &report.retired {
                     outln!("  retired    {id}")?;
                 }

@@ -62,9 +62,14 @@ fn plan(fleet: &Fleet) -> serde_json::Value {
 }
 
 fn apply(fleet: &Fleet, plan: &serde_json::Value) -> (Option<i32>, serde_json::Value) {
+    apply_with(fleet, plan, &[])
+}
+
+fn apply_with(fleet: &Fleet, plan: &serde_json::Value, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
     let workers: Vec<&str> =
         plan["candidate_worker_identities"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    let out = fleet.ctl(&[
+    let workers = workers.join(",");
+    let mut args = vec![
         "retire",
         "apply",
         "--canonical-repository",
@@ -74,9 +79,11 @@ fn apply(fleet: &Fleet, plan: &serde_json::Value) -> (Option<i32>, serde_json::V
         "--candidate-fingerprint",
         plan["candidate_fingerprint"].as_str().unwrap(),
         "--workers",
-        &workers.join(","),
+        &workers,
         "--json",
-    ]);
+    ];
+    args.extend(extra);
+    let out = fleet.ctl(&args);
     (out.status.code(), serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null))
 }
 
@@ -102,13 +109,10 @@ fn a_crashed_worker_is_planned_retired_once_and_then_counted_historical() {
     if again["registry_fingerprint"] == p["registry_fingerprint"] {
         assert_eq!(again["candidate_fingerprint"], p["candidate_fingerprint"]);
     }
-    // The live reviewer heartbeats every 333 ms and moves the registry fingerprint, so
-    // plan and apply back to back, retrying if a heartbeat lands in between.
-    let report = wait_for(Duration::from_secs(30), || {
-        let p = plan(&fleet);
-        let (code, report) = apply(&fleet, &p);
-        (code == Some(0)).then_some(report)
-    });
+    // The live reviewer heartbeats every 333 ms and moves the registry fingerprint; that
+    // does not touch the candidate, so one apply goes through.
+    let (code, report) = apply(&fleet, &p);
+    assert_eq!(code, Some(0), "{report}");
     assert_eq!(report["outcome"], "applied");
     assert_eq!(report["retired"], serde_json::json!([victim]));
     assert_eq!(report["post_apply"]["stale_worker_count"], 0);
@@ -129,19 +133,49 @@ fn a_crashed_worker_is_planned_retired_once_and_then_counted_historical() {
     stop(children);
 }
 
+/// Waits until the registry fingerprint moves away from the plan's: the live workers
+/// heartbeat every third of their 1 s TTL.
+fn wait_for_a_heartbeat(fleet: &Fleet, p: &serde_json::Value) {
+    wait_for(Duration::from_secs(30), || {
+        (plan(fleet)["registry_fingerprint"] != p["registry_fingerprint"]).then_some(())
+    });
+}
+
 #[test]
-fn a_heartbeat_between_plan_and_apply_moves_the_registry() {
+fn a_heartbeat_of_another_worker_between_plan_and_apply_does_not_refuse_it() {
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author", "reviewer"]);
+    let victim = crash(&fleet, "author");
+    let p = plan(&fleet);
+    wait_for_a_heartbeat(&fleet, &p);
+    let (code, report) = apply(&fleet, &p);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["outcome"], "applied");
+    assert_eq!(report["retired"], serde_json::json!([victim]));
+    assert_eq!(report["registry_moved"], true);
+    assert_eq!(report["plan_registry_fingerprint"], p["registry_fingerprint"]);
+    assert_ne!(report["registry_fingerprint"], p["registry_fingerprint"]);
+    stop(children);
+}
+
+#[test]
+fn with_require_registry_match_a_heartbeat_between_plan_and_apply_refuses_it() {
     let fleet = Fleet::new();
     let (_, children) = start_workers(&fleet, &["author", "reviewer"]);
     crash(&fleet, "author");
     let p = plan(&fleet);
-    // Wait for the live reviewer's next heartbeat.
-    std::thread::sleep(Duration::from_millis(800));
-    let (code, report) = apply(&fleet, &p);
+    wait_for_a_heartbeat(&fleet, &p);
+    let before = fleet.workers();
+    let (code, report) = apply_with(&fleet, &p, &["--require-registry-match"]);
     assert_eq!(code, Some(1));
     assert_eq!(report["outcome"], "registry_revision_moved");
+    assert_eq!(report["registry_moved"], true);
     assert_eq!(report["retired_count"], 0);
-    assert!(fleet.workers().iter().all(|r| r.status == WorkerStatus::Active));
+    let after = fleet.workers();
+    assert!(after.iter().all(|r| r.status == WorkerStatus::Active));
+    let author =
+        |rows: &[fleet_registry::WorkerRow]| rows.iter().find(|r| r.namespace.as_str() == "author").cloned();
+    assert_eq!(author(&after), author(&before), "nothing written");
     stop(children);
 }
 
@@ -211,6 +245,7 @@ fn a_revived_pid_between_plan_and_apply_is_never_retired() {
         candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().into(),
         worker_identities: vec![victim.parse().unwrap()],
         retired_by: "test".into(),
+        registry_match: fleet_registry::RegistryMatch::Candidates,
     };
     let now = ctx.now;
     let report = fleet.open().apply_retirement(&request, &ctx, Some(&probe), now, &ReviveBeforeWrite(&probe));
@@ -274,6 +309,7 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
             .map(|v| v.as_str().unwrap().parse().unwrap())
             .collect(),
         retired_by: "test".into(),
+        registry_match: fleet_registry::RegistryMatch::Candidates,
     };
     let probe = fleet_probe::LocalProbe::new().unwrap();
     let hook = AcquireBeforeSecondWrite(std::cell::Cell::new(0));

@@ -804,10 +804,15 @@ pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) 
         candidate_fingerprint: plan.candidate_fingerprint.clone(),
         worker_identities: vec![dead.row.worker_identity.clone(), also_dead.row.worker_identity.clone()],
         retired_by: "conformance".into(),
+        registry_match: crate::RegistryMatch::Candidates,
     };
 
     let before = registry.export().expect("export");
-    let moved = ApplyRequest { registry_fingerprint: "stale-token".into(), ..request.clone() };
+    let moved = ApplyRequest {
+        registry_fingerprint: "stale-token".into(),
+        registry_match: crate::RegistryMatch::WholeRegistry,
+        ..request.clone()
+    };
     let report = registry.apply_retirement(&moved, &ctx, Some(&probe), at(50), &());
     assert_eq!(report.outcome, ApplyOutcome::RegistryRevisionMoved);
     let report = registry.apply_retirement(&request, &ctx, None, at(50), &());

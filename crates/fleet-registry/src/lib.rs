@@ -33,7 +33,7 @@ pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions, Sweep,
     WorkerCredential, WorkerToken,
 };
-pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved};
+pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved, RegistryMatch};
 pub use store::{ChangePosition, ImportSummary, OpenMode, SCHEMA_VERSION, Store, Tx};
 
 /// The rows the registry stores and the probe values its rules consult, from the data

@@ -1,14 +1,15 @@
 //! Applying a retirement plan, written once over the store: inside one write
-//! transaction, re-read, compare the registry fingerprint, re-plan with freshly read
-//! leases and probes, compare the candidate fingerprint, revalidate each requested
-//! identity, then retire each survivor with a guarded whole-row compare-and-swap — with
-//! the external fence re-compared and the process re-probed before every write.
+//! transaction, re-read, re-plan with freshly read leases, ledger and probes, compare
+//! the candidate fingerprint (and, when asked, the registry fingerprint), revalidate
+//! each requested identity, then retire each survivor with a guarded whole-row
+//! compare-and-swap — with the external fence re-compared and the process re-probed
+//! before every write.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{ClientInstanceId, Timestamp, WorkerIdentity};
 use fleet_model::{LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus};
-use fleet_retirement::{Evidence, RetirementContext, plan, registry_fingerprint};
+use fleet_retirement::{Evidence, RetirementContext, plan};
 use serde::Serialize;
 
 use crate::error::StoreError;
@@ -27,10 +28,30 @@ pub struct ApplyRequest {
     pub worker_identities: Vec<WorkerIdentity>,
     /// Who retires them (recorded in `retired_by`).
     pub retired_by: String,
+    /// How much of the registry must be as the plan saw it.
+    pub registry_match: RegistryMatch,
+}
+
+/// How much of the registry an apply requires to be as the plan saw it.
+///
+/// The decision to retire a row rests on the row itself and on the evidence the
+/// conjunction reads about it: the fresh plan inside the apply's transaction recomputes
+/// both, and `candidate_fingerprint` covers the candidates' identities and canonical
+/// content. A heartbeat of an unrelated live worker moves `registry_fingerprint` but no
+/// candidate's verdict, so by default it does not refuse the apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RegistryMatch {
+    /// The candidates, their canonical content and their evidence must be unchanged
+    /// (`candidate_fingerprint`); other rows may have moved.
+    #[default]
+    Candidates,
+    /// Seed 004's strict form: any movement of `registry_fingerprint` refuses with
+    /// `registry_revision_moved`.
+    WholeRegistry,
 }
 
 /// The outcome of an apply, as the seed names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApplyOutcome {
     /// The transaction ran; see retired and preserved.
@@ -47,6 +68,27 @@ pub enum ApplyOutcome {
     TransactionFailed,
     /// No liveness probe: nothing is retired unfenced.
     LivenessReprobeUnavailable,
+}
+
+impl ApplyOutcome {
+    /// The outcome as JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyOutcome::Applied => "applied",
+            ApplyOutcome::RegistryRevisionMoved => "registry_revision_moved",
+            ApplyOutcome::CandidateSetMoved => "candidate_set_moved",
+            ApplyOutcome::AlreadyRetired => "already_retired",
+            ApplyOutcome::NothingRequested => "nothing_requested",
+            ApplyOutcome::TransactionFailed => "transaction_failed",
+            ApplyOutcome::LivenessReprobeUnavailable => "liveness_reprobe_unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for ApplyOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One requested row that was not retired, and why.
@@ -75,10 +117,18 @@ pub struct ApplyReport {
     pub mutation_performed: bool,
     /// The error that rolled the transaction back.
     pub error: Option<String>,
+    /// The `registry_fingerprint` the plan returned.
+    pub plan_registry_fingerprint: String,
+    /// The `registry_fingerprint` of the rows the apply read (absent when it read none).
+    pub registry_fingerprint: Option<String>,
+    /// Whether the registry moved since the plan (absent when the apply read no rows).
+    /// Under [`RegistryMatch::Candidates`] a movement outside the candidates does not
+    /// refuse on its own.
+    pub registry_moved: Option<bool>,
 }
 
 impl ApplyReport {
-    fn nothing(outcome: ApplyOutcome) -> Self {
+    fn nothing(outcome: ApplyOutcome, request: &ApplyRequest) -> Self {
         Self {
             outcome,
             success: outcome != ApplyOutcome::TransactionFailed,
@@ -87,7 +137,17 @@ impl ApplyReport {
             retired_count: 0,
             mutation_performed: false,
             error: None,
+            plan_registry_fingerprint: request.registry_fingerprint.clone(),
+            registry_fingerprint: None,
+            registry_moved: None,
         }
+    }
+
+    /// This report, with the registry fingerprint the apply read.
+    fn read(mut self, current: &str) -> Self {
+        self.registry_moved = Some(current != self.plan_registry_fingerprint);
+        self.registry_fingerprint = Some(current.to_owned());
+        self
     }
 }
 
@@ -132,11 +192,11 @@ impl<S: Store> Registry<S> {
     ) -> ApplyReport {
         if request.worker_identities.is_empty() {
             tracing::info!(outcome = "nothing_requested", "retirement apply refused");
-            return ApplyReport::nothing(ApplyOutcome::NothingRequested);
+            return ApplyReport::nothing(ApplyOutcome::NothingRequested, request);
         }
         let Some(probe) = probe else {
             tracing::info!(outcome = "liveness_reprobe_unavailable", "retirement apply refused");
-            return ApplyReport::nothing(ApplyOutcome::LivenessReprobeUnavailable);
+            return ApplyReport::nothing(ApplyOutcome::LivenessReprobeUnavailable, request);
         };
         let result: Result<ApplyReport, StoreError> = self.store_mut().write(|tx| {
             // 1. The authoritative rows.
@@ -147,26 +207,29 @@ impl<S: Store> Registry<S> {
                 .worker_identities
                 .iter()
                 .all(|id| by_id.get(id).is_some_and(|r| r.status == WorkerStatus::Retired));
+            let nothing = |outcome| ApplyReport::nothing(outcome, request);
             if all_retired {
-                return Ok(ApplyReport::nothing(ApplyOutcome::AlreadyRetired));
+                return Ok(nothing(ApplyOutcome::AlreadyRetired));
             }
-            // 2. The registry fingerprint.
-            if registry_fingerprint(&rows) != request.registry_fingerprint {
-                return Ok(ApplyReport::nothing(ApplyOutcome::RegistryRevisionMoved));
-            }
-            // 3. A fresh plan, with leases read inside this transaction.
+            // 2. A fresh plan, with leases, ledger and probes read inside this
+            // transaction; it recomputes both tokens.
             let fence = active_workflow_owners_in(tx)?;
             let ledger: BTreeSet<ClientInstanceId> =
                 tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
             let probes = probe_rows(&rows, probe);
             let fresh = plan(&Evidence::new(&rows, &ledger, &fence.owners, &probes), ctx);
+            let moved = fresh.registry_fingerprint != request.registry_fingerprint;
+            if moved && request.registry_match == RegistryMatch::WholeRegistry {
+                return Ok(nothing(ApplyOutcome::RegistryRevisionMoved).read(&fresh.registry_fingerprint));
+            }
+            // 3. The candidate fingerprint: the same candidates, with the same content.
             if fresh.candidate_fingerprint != request.candidate_fingerprint {
-                return Ok(ApplyReport::nothing(ApplyOutcome::CandidateSetMoved));
+                return Ok(nothing(ApplyOutcome::CandidateSetMoved).read(&fresh.registry_fingerprint));
             }
             let reasons: BTreeMap<&WorkerIdentity, &str> =
                 fresh.preserved.iter().map(|a| (&a.worker_identity, a.reason_code)).collect();
             // 4 and 5. Revalidate each request, then retire it by guarded swap.
-            let mut report = ApplyReport::nothing(ApplyOutcome::Applied);
+            let mut report = nothing(ApplyOutcome::Applied).read(&fresh.registry_fingerprint);
             for id in &request.worker_identities {
                 let preserve =
                     |reason: &str| Preserved { worker_identity: id.clone(), reason_code: reason.to_owned() };
@@ -208,14 +271,14 @@ impl<S: Store> Registry<S> {
         });
         let report = result.unwrap_or_else(|e| ApplyReport {
             error: Some(e.to_string()),
-            ..ApplyReport::nothing(ApplyOutcome::TransactionFailed)
+            ..ApplyReport::nothing(ApplyOutcome::TransactionFailed, request)
         });
-        let outcome = serde_json::to_value(report.outcome).ok().and_then(|v| v.as_str().map(str::to_owned));
         for p in &report.preserved {
             tracing::info!(worker = %p.worker_identity, reason = %p.reason_code, "retirement preserved a requested row");
         }
         tracing::info!(
-            outcome = outcome.as_deref().unwrap_or("?"),
+            outcome = report.outcome.as_str(),
+            registry_moved = report.registry_moved,
             retired = report.retired_count,
             preserved = report.preserved.len(),
             error = report.error.as_deref(),

@@ -316,6 +316,7 @@ impl State {
             candidate_fingerprint: planned.candidate_fingerprint,
             worker_identities: planned.candidates,
             retired_by: "model".into(),
+            registry_match: fleet_registry::RegistryMatch::Candidates,
         };
         let now = at(self.clock);
         let report =

@@ -2,9 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use fleet_identity::WorkerIdentity;
-use fleet_model::ProcessVerdict;
-use fleet_model::WorkerRow;
+use fleet_identity::{Timestamp, WorkerIdentity};
+use fleet_model::{OwnershipState, ProcessVerdict, WorkerRow};
 use serde::Serialize;
 
 use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess_probed};
@@ -21,6 +20,11 @@ pub struct Assessment {
     pub detail: &'static str,
     /// What the verdict rests on.
     pub evidence: RowEvidence,
+    /// For a preserved row that time alone will make a candidate (its process is gone
+    /// and only its heartbeat has not yet lapsed): the instant after which it lapses.
+    /// A sweep then marks it stale, and a plan made after that names it a candidate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eligible_after: Option<Timestamp>,
 }
 
 /// The row fields and probe result a verdict rests on (each as the row holds it).
@@ -28,7 +32,7 @@ pub struct Assessment {
 #[allow(missing_docs)]
 pub struct RowEvidence {
     pub status: fleet_model::WorkerStatus,
-    pub ownership_state: Option<fleet_model::OwnershipState>,
+    pub ownership_state: Option<OwnershipState>,
     pub last_heartbeat_at: Option<String>,
     pub heartbeat_ttl_s: Option<u32>,
     pub host_id: Option<fleet_identity::HostId>,
@@ -107,6 +111,22 @@ fn detail(reason: PreserveReason) -> &'static str {
     }
 }
 
+/// When a row preserved as `heartbeat_not_expired` becomes a candidate if nothing but
+/// time moves: the conjunction is asked again as it will stand just after the heartbeat
+/// lapses, with the row marked stale as the sweep will mark it. `None` when some other
+/// requirement would still preserve it then.
+fn eligible_after(
+    row: &WorkerRow,
+    probe: Option<ProcessVerdict>,
+    ev: &Evidence<'_>,
+    ctx: &RetirementContext,
+) -> Option<Timestamp> {
+    let expiry = fleet_model::heartbeat_expiry(row.heartbeat()?, row.heartbeat_ttl_s?);
+    let swept = WorkerRow { ownership_state: Some(OwnershipState::Stale), ..row.clone() };
+    let later = RetirementContext { now: expiry.saturating_add(time::Duration::seconds(1)), ..ctx.clone() };
+    (assess_probed(&swept, probe, ev, &later) == Verdict::EligibleStaleOrphan).then_some(expiry)
+}
+
 /// Plans retirement: assesses every row and selects the eligible ones.
 pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     let mut candidates = Vec::new();
@@ -125,6 +145,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
                     reason_code: "eligible_stale_orphan",
                     detail: "every requirement holds: the process is provably gone",
                     evidence: evidence(row, probe),
+                    eligible_after: None,
                 });
             }
             Verdict::Preserve(reason) => {
@@ -134,6 +155,10 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
                     reason_code: reason.as_str(),
                     detail: detail(reason),
                     evidence: evidence(row, probe),
+                    eligible_after: match reason {
+                        PreserveReason::HeartbeatNotExpired => eligible_after(row, probe, ev, ctx),
+                        _ => None,
+                    },
                 });
             }
         }

@@ -9,8 +9,8 @@ use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
-    ChangePosition, Registry, RegistryDump, Store, StoreError, StoreErrorKind, WorkerRow, WorkerStatus,
-    active_workflow_owners_in,
+    ApplyReport, ApplyRequest, ChangePosition, Registry, RegistryDump, Store, StoreError, StoreErrorKind,
+    WorkerRow, WorkerStatus, active_workflow_owners_in,
 };
 use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
 use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
@@ -242,6 +242,18 @@ pub fn retirement_context(repository: Option<&str>) -> Result<(RetirementContext
         now: now(),
     };
     Ok((ctx, probe))
+}
+
+/// Applies a retirement plan from this host: the context (this host and boot, the
+/// canonical repository, now), the local probe, and one apply transaction.
+pub fn apply_retirement(
+    location: &RegistryLocation,
+    request: &ApplyRequest,
+    repository: Option<&str>,
+) -> Result<ApplyReport, Failure> {
+    let (ctx, probe) = retirement_context(repository)?;
+    let mut registry = open_registry(location, OpenMode::MustExist)?;
+    Ok(registry.apply_retirement(request, &ctx, Some(&probe), ctx.now, &()))
 }
 
 /// Plans retirement from one consistent read of rows, ledger and workflow leases.

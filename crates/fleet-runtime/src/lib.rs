@@ -18,7 +18,10 @@ pub use exit::{
     EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, init_logging, namespace_parser, parse_args,
     print_json, warn, write_stdout,
 };
-pub use fleet::{FleetReader, JsonSnapshot, plan_retirement, probe_local, retirement_context, take_snapshot};
+pub use fleet::{
+    FleetReader, JsonSnapshot, apply_retirement, plan_retirement, probe_local, retirement_context,
+    take_snapshot,
+};
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{Launch, random_key};
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};

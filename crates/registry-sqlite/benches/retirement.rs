@@ -135,6 +135,7 @@ fn bench(c: &mut Criterion) {
         candidate_fingerprint: p.candidate_fingerprint.clone(),
         worker_identities: p.candidate_worker_identities.clone(),
         retired_by: "bench".into(),
+        registry_match: fleet_registry::RegistryMatch::Candidates,
     };
     let copy = dir.path().join("run.sqlite3");
     group.throughput(Throughput::Elements(10_000));
