@@ -8,11 +8,19 @@
 //! whole, as SQLite's and PostgreSQL's do. The liveness probe answers from the model's
 //! world of processes.
 //!
+//! Between plan and apply anything may happen: heartbeats (the candidate's own or a live
+//! worker's), a process coming back, a lease, a sweep, the launch's ledger entry lost (as
+//! a restored older backup loses it).
+//!
 //! Properties, over every reachable state:
 //! * apply never retires a row whose process is alive;
 //! * apply never retires a row whose owner holds a live workflow lease;
-//! * apply is all-or-nothing: when a lease appears inside its transaction, nothing of
-//!   it is written.
+//! * apply never retires a row whose instance the ledger does not hold;
+//! * apply retires only rows exactly as the plan saw them;
+//! * apply is all-or-nothing: a refusal or a rollback (a lease appearing inside its
+//!   transaction) writes nothing;
+//! * and it is not vacuous: a crashed worker is retired, also after the registry moved
+//!   since the plan (a live worker's heartbeat).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -170,6 +178,8 @@ struct Planned {
     registry_fingerprint: String,
     candidate_fingerprint: String,
     candidates: Vec<WorkerIdentity>,
+    /// The candidates' rows as the plan saw them.
+    rows: Vec<WorkerRow>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -182,7 +192,10 @@ struct State {
     retired_a_live_process: bool,
     retired_a_lease_owner: bool,
     half_applied: bool,
+    retired_untrusted: bool,
+    retired_a_changed_row: bool,
     retired_any: bool,
+    retired_after_the_registry_moved: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -194,6 +207,8 @@ enum Action {
     Kill(usize),
     TakeLease(usize),
     Sweep,
+    /// The launch's ledger entry is lost, as restoring an older backup loses it.
+    LoseLedger,
     Plan,
     Apply,
     /// Apply while another writer takes a workflow lease for worker `n` inside the
@@ -311,6 +326,7 @@ impl State {
         let mut registry = self.registry();
         let before = self.tables.workers.clone();
         let owners_before = self.lease_owners();
+        let trusted = !self.tables.instances.is_empty();
         let request = ApplyRequest {
             registry_fingerprint: planned.registry_fingerprint,
             candidate_fingerprint: planned.candidate_fingerprint,
@@ -322,14 +338,17 @@ impl State {
         let report =
             registry.apply_retirement(&request, &context(now), Some(&World(self.processes)), now, hook);
         let after = registry.store_mut().0.clone();
-        if report.outcome == ApplyOutcome::TransactionFailed && after.workers != before {
+        if report.outcome != ApplyOutcome::Applied && after.workers != before {
             self.half_applied = true;
         }
         for id in &report.retired {
             let n = (0..WORKERS).find(|n| &self.id(*n) == id)?;
             self.retired_a_live_process |= self.processes[n] != Process::Dead;
             self.retired_a_lease_owner |= owners_before.contains(id.as_str());
+            self.retired_untrusted |= !trusted;
+            self.retired_a_changed_row |= !planned.rows.iter().any(|r| Some(r) == before.get(id));
             self.retired_any = true;
+            self.retired_after_the_registry_moved |= report.registry_moved == Some(true);
         }
         self.tables = Tables { now: None, ..after };
         self.plan = None;
@@ -380,7 +399,10 @@ impl Model for Retirement {
             retired_a_live_process: false,
             retired_a_lease_owner: false,
             half_applied: false,
+            retired_untrusted: false,
+            retired_a_changed_row: false,
             retired_any: false,
+            retired_after_the_registry_moved: false,
         }]
     }
 
@@ -406,6 +428,9 @@ impl Model for Retirement {
             }
         }
         actions.extend([Action::Sweep, Action::Plan]);
+        if !state.tables.instances.is_empty() {
+            actions.push(Action::LoseLedger);
+        }
         if state.plan.is_some() {
             actions.push(Action::Apply);
         }
@@ -453,6 +478,7 @@ impl Model for Retirement {
                 }
                 next.tables = Tables { now: None, ..registry.store_mut().0.clone() };
             }
+            Action::LoseLedger => next.tables.instances.clear(),
             Action::Plan => {
                 let rows: Vec<WorkerRow> = state.tables.workers.values().cloned().collect();
                 let ledger: BTreeSet<ClientInstanceId> = state.tables.instances.keys().cloned().collect();
@@ -466,10 +492,16 @@ impl Model for Retirement {
                 if p.candidate_worker_identities.is_empty() {
                     return None;
                 }
+                let planned_rows = rows
+                    .iter()
+                    .filter(|r| p.candidate_worker_identities.contains(&r.worker_identity))
+                    .cloned()
+                    .collect();
                 next.plan = Some(Planned {
                     registry_fingerprint: p.registry_fingerprint,
                     candidate_fingerprint: p.candidate_fingerprint,
                     candidates: p.candidate_worker_identities,
+                    rows: planned_rows,
                 });
             }
             Action::Apply => next.apply(&())?,
@@ -494,8 +526,17 @@ impl Model for Retirement {
             Property::always("apply never retires a workflow-lease owner", |_, s: &State| {
                 !s.retired_a_lease_owner
             }),
+            Property::always("apply never retires a row of an untrusted instance", |_, s: &State| {
+                !s.retired_untrusted
+            }),
+            Property::always("apply retires only rows as the plan saw them", |_, s: &State| {
+                !s.retired_a_changed_row
+            }),
             Property::always("apply is all-or-nothing", |_, s: &State| !s.half_applied),
             Property::sometimes("a crashed worker is retired", |_, s: &State| s.retired_any),
+            Property::sometimes("a crashed worker is retired after the registry moved", |_, s: &State| {
+                s.retired_after_the_registry_moved
+            }),
         ]
     }
 }
