@@ -63,6 +63,9 @@ pub(crate) fn apply() -> Arc<JsonObject> {
         ("preserved", "array"),
         ("retired_count", "integer"),
         ("mutation_performed", "boolean"),
+        ("plan_registry_fingerprint", "string"),
+        ("registry_fingerprint", "string"),
+        ("registry_moved", "boolean"),
     ])
 }
 

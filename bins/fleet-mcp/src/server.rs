@@ -167,6 +167,7 @@ fn plan_digest(plan: &fleet_retirement::Plan) -> Result<String, serde_json::Erro
         "candidate_count": plan.candidate_count,
         "preserved_count": plan.preserved_count,
         "protected_active_workflow_owners": plan.protected_active_workflow_owners,
+        "next_eligible_after": plan.next_eligible_after,
         "canonical_repository": plan.canonical_repository,
         "mutation_performed": plan.mutation_performed,
         "read_only": plan.read_only,

@@ -693,6 +693,114 @@ async fn the_fleet_retires_a_crashed_worker_through_mcp_alone() {
     }
 }
 
+/// Kills the worker process of `namespace` and returns its identity.
+fn kill_worker(fleet: &Fleet, namespace: &str) -> String {
+    let row = workers(fleet).into_iter().find(|r| r.namespace.as_str() == namespace).unwrap();
+    let pid = i32::try_from(row.pid.unwrap().get()).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    row.worker_identity.to_string()
+}
+
+/// `fleetctl retire plan --json`, from the fleet's directory (the servers' repository).
+fn cli_plan(fleet: &Fleet) -> Value {
+    let out = StdCommand::new(Fleet::bin("fleetctl"))
+        .args(["retire", "plan", "--json"])
+        .env("FLEET_REGISTRY", &fleet.location)
+        .current_dir(fleet.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Plans until `victim` is the one candidate (its heartbeat lapses, a sweep marks it).
+async fn plan_until_candidate(victim: &str, mut plan: impl AsyncFnMut() -> Value) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = plan().await;
+        if p["candidate_worker_identities"] == json!([victim]) {
+            return p;
+        }
+        assert!(std::time::Instant::now() < deadline, "never became a candidate: {p}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A plan is applied by another process than the one that made it, while the fleet
+/// lives: the CLI's plan by an MCP server, and one server's plan by a server started
+/// after it (whose own registration moves the registry). Live workers heartbeat every
+/// two thirds of a second, and each apply waits until they have.
+#[tokio::test]
+async fn a_plan_made_by_one_process_is_applied_by_another_in_a_live_fleet() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let mut clients = Vec::new();
+    for ns in NAMESPACES {
+        clients.push(fleet.connect_with_ttl(ns, Some(&id), Some(&profiles), 2).await);
+    }
+    let apply = async |client: &Client, plan: &Value| {
+        call(
+            client,
+            "gitea_apply_stale_worker_retirement",
+            json!({
+                "registry_fingerprint": plan["registry_fingerprint"],
+                "candidate_fingerprint": plan["candidate_fingerprint"],
+                "worker_identities": plan["candidate_worker_identities"],
+            }),
+        )
+        .await
+    };
+    let moved_since = |plan: &Value| {
+        let plan = plan.clone();
+        let fleet = &fleet;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while cli_plan(fleet)["registry_fingerprint"] == plan["registry_fingerprint"] {
+                assert!(std::time::Instant::now() < deadline, "no heartbeat moved the registry");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+
+    // The CLI plans; the launch's reconciler server applies.
+    let author = kill_worker(&fleet, "author");
+    let plan = plan_until_candidate(&author, async || cli_plan(&fleet)).await;
+    moved_since(&plan).await;
+    let applied = apply(&clients[4], &plan).await;
+    assert_eq!(failed(&applied), None, "{:?}", applied.structured_content);
+    let report = body(&applied);
+    assert_eq!((report["retired"].clone(), report["registry_moved"].clone()), (json!([author]), json!(true)));
+
+    // One server plans; a server of another launch, started after the plan, applies.
+    let reviewer = kill_worker(&fleet, "reviewer");
+    let plan = plan_until_candidate(&reviewer, async || {
+        body(&call(&clients[4], "gitea_plan_stale_worker_retirement", json!({})).await)
+    })
+    .await;
+    let other = fleet.mint();
+    let late = fleet.connect_with_ttl("controller", Some(&other), Some(&profiles), 2).await;
+    moved_since(&plan).await;
+    let applied = apply(&late, &plan).await;
+    assert_eq!(failed(&applied), None, "{:?}", applied.structured_content);
+    let report = body(&applied);
+    assert_eq!(
+        (report["retired"].clone(), report["registry_moved"].clone()),
+        (json!([reviewer]), json!(true))
+    );
+    assert_eq!(report["plan_registry_fingerprint"], plan["registry_fingerprint"]);
+
+    let retired: Vec<String> = workers(&fleet)
+        .into_iter()
+        .filter(|r| r.status == fleet_registry::WorkerStatus::Retired)
+        .map(|r| r.worker_identity.to_string())
+        .collect();
+    assert_eq!(retired.len(), 2, "only the two crashed workers: {retired:?}");
+    for c in clients.into_iter().chain([late]) {
+        let _ = c.cancel().await;
+    }
+}
+
 /// Profiles grant authority, so they fail closed: the workflow-lease tools need their own
 /// capability (none by default), a profile must be for its own namespace, and a file
 /// others may write, or that is not a regular file, is refused without being waited on.

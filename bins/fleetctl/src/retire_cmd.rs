@@ -174,9 +174,18 @@ fn render_plan(p: &Plan) -> String {
         let rows: Vec<Vec<String>> = p
             .preserved
             .iter()
-            .map(|a| vec![format!("  {}", a.worker_identity), a.reason_code.to_owned(), a.detail.to_owned()])
+            .map(|a| {
+                let detail = match a.eligible_after {
+                    Some(t) => format!("{} (a candidate after {t})", a.detail),
+                    None => a.detail.to_owned(),
+                };
+                vec![format!("  {}", a.worker_identity), a.reason_code.to_owned(), detail]
+            })
             .collect();
         out.push_str(&crate::table::render(&["  WORKER", "REASON", "DETAIL"], &rows));
+    }
+    if let Some(t) = p.next_eligible_after {
+        out.push_str(&format!("\nplan again after {t}: a preserved row becomes a candidate then\n"));
     }
     if !p.candidate_worker_identities.is_empty() {
         let ids: Vec<&str> = p.candidate_worker_identities.iter().map(|i| i.as_str()).collect();

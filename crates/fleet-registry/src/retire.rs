@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{ClientInstanceId, Timestamp, WorkerIdentity};
 use fleet_model::{LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus};
-use fleet_retirement::{Evidence, RetirementContext, plan};
+use fleet_retirement::{Evidence, RetirementContext, plan, registry_fingerprint};
 use serde::Serialize;
 
 use crate::error::StoreError;
@@ -209,7 +209,8 @@ impl<S: Store> Registry<S> {
                 .all(|id| by_id.get(id).is_some_and(|r| r.status == WorkerStatus::Retired));
             let nothing = |outcome| ApplyReport::nothing(outcome, request);
             if all_retired {
-                return Ok(nothing(ApplyOutcome::AlreadyRetired));
+                let current = registry_fingerprint(&rows);
+                return Ok(nothing(ApplyOutcome::AlreadyRetired).read(&current));
             }
             // 2. A fresh plan, with leases, ledger and probes read inside this
             // transaction; it recomputes both tokens.

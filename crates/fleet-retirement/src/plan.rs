@@ -67,6 +67,10 @@ pub struct Plan {
     pub preserved_count: usize,
     /// Owners of active workflow leases.
     pub protected_active_workflow_owners: Vec<String>,
+    /// The earliest `eligible_after` of the preserved rows: when planning again may
+    /// find a candidate that this plan does not, if nothing but time moves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_eligible_after: Option<Timestamp>,
     /// The repository rows must be bound to.
     pub canonical_repository: String,
     /// Always false: planning writes nothing.
@@ -163,6 +167,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
             }
         }
     }
+    let next_eligible_after = preserved.iter().filter_map(|a| a.eligible_after).min();
     Plan {
         outcome: "planned",
         registry_fingerprint: digest(hashes),
@@ -175,6 +180,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
         preserved,
         preserved_reason_counts: counts,
         protected_active_workflow_owners: ev.lease_owners.iter().cloned().collect(),
+        next_eligible_after,
         canonical_repository: ctx.canonical_repository.to_string(),
         mutation_performed: false,
         read_only: true,

@@ -304,3 +304,61 @@ fn a_heartbeat_from_the_future_does_not_make_a_crashed_row_unretirable() {
     world.probe(ProcessVerdict::Alive);
     assert_eq!(world.verdict(), Verdict::Preserve(PreserveReason::WorkerLive), "a little skew is believed");
 }
+
+impl World {
+    fn plan(&self) -> fleet_retirement::Plan {
+        plan(&Evidence::new(&self.rows, &self.ledger, &self.owners, &self.probes), &self.ctx)
+    }
+}
+
+/// A crashed worker whose heartbeat has not yet lapsed: the plan says when time alone
+/// makes it a candidate, and a plan made after that instant (once a sweep marked it
+/// stale) names it a candidate.
+#[test]
+fn a_row_that_time_alone_makes_a_candidate_says_when() {
+    let mut world = World::new();
+    world.subject().ownership_state = Some(OwnershipState::Owned);
+    world.subject().last_heartbeat_at = Some(at(990).to_string());
+    let preserved = world.plan().preserved;
+    assert_eq!(preserved[0].reason_code, "heartbeat_not_expired");
+    assert_eq!(preserved[0].eligible_after, Some(at(1020)), "the beat at 990 plus its 30 s TTL");
+    let json = serde_json::to_value(&preserved[0]).unwrap();
+    assert_eq!(json["eligible_after"], "2026-07-30T12:17:00.000Z");
+
+    world.ctx.now = at(1020);
+    world.subject().ownership_state = Some(OwnershipState::Stale);
+    assert_eq!(world.plan().preserved[0].reason_code, "heartbeat_not_expired", "at the instant itself");
+    world.ctx.now = at(1021);
+    assert_eq!(world.plan().candidate_count, 1);
+}
+
+/// A row that something other than time preserves gets no `eligible_after`, even when
+/// its heartbeat is what fails first.
+#[test]
+fn a_row_that_time_alone_does_not_free_gives_no_eligible_after() {
+    let mut world = World::new();
+    world.subject().last_heartbeat_at = Some(at(990).to_string());
+    world.ledger.clear();
+    let plan = world.plan();
+    assert_eq!(plan.preserved[0].reason_code, "heartbeat_not_expired");
+    assert_eq!(plan.preserved[0].eligible_after, None);
+    assert!(serde_json::to_value(&plan.preserved[0]).unwrap().get("eligible_after").is_none());
+
+    // A live process is never eligible by time.
+    let mut world = World::new();
+    world.flip(PreserveReason::WorkerLive);
+    assert_eq!(world.plan().preserved[0].eligible_after, None);
+}
+
+/// The plan names the earliest instant any preserved row becomes a candidate.
+#[test]
+fn the_plan_names_the_earliest_eligible_after() {
+    let mut world = World::new();
+    assert_eq!(world.plan().next_eligible_after, None);
+    world.subject().last_heartbeat_at = Some(at(990).to_string());
+    let mut sooner = eligible(3);
+    sooner.last_heartbeat_at = Some(at(980).to_string());
+    world.probes.insert(sooner.worker_identity.clone(), ProcessVerdict::Gone);
+    world.rows.push(sooner);
+    assert_eq!(world.plan().next_eligible_after, Some(at(1010)));
+}
