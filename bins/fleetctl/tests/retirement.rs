@@ -378,3 +378,28 @@ fn retire_ctx() -> fleet_retirement::RetirementContext {
 fn chrono_now() -> String {
     fleet_identity::Timestamp::new(time::OffsetDateTime::now_utc()).to_string()
 }
+
+/// The launch's ledger entry disappears between plan and apply (an operator restored a
+/// backup taken before the launch was minted): the candidate's instance is no longer
+/// launcher-minted, the fresh plan preserves it as `untrusted_identity_provenance`, and
+/// the apply refuses with nothing written.
+#[test]
+fn a_ledger_entry_lost_between_plan_and_apply_refuses_it() {
+    let fleet = Fleet::new();
+    let (id, mut children) = start_workers(&fleet, &["author"]);
+    let victim = crash(&fleet, "author");
+    stop(std::mem::take(&mut children));
+    let p = plan(&fleet);
+    assert_eq!(p["candidate_worker_identities"], serde_json::json!([victim]));
+    let db = rusqlite::Connection::open(&fleet.registry).unwrap();
+    let removed = db.execute("DELETE FROM instances WHERE client_instance_id = ?1", [&id]).unwrap();
+    assert_eq!(removed, 1);
+    drop(db);
+    let reason = plan(&fleet)["preserved"][0]["reason_code"].clone();
+    assert_eq!(reason, "untrusted_identity_provenance");
+    let before = fleet.workers();
+    let (code, report) = apply(&fleet, &p);
+    assert_eq!(code, Some(1));
+    assert_eq!(report["outcome"], "candidate_set_moved");
+    assert_eq!(fleet.workers(), before, "nothing written");
+}
