@@ -37,7 +37,7 @@ struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
     log_format: fleet_runtime::LogFormat,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
-    #[arg(long, global = true, env = "FLEET_REGISTRY")]
+    #[arg(long, global = true, env = "FLEET_REGISTRY", hide_env_values = true)]
     registry: Option<String>,
     #[command(subcommand)]
     command: Cmd,
@@ -181,21 +181,12 @@ fn read_config(path: &Path) -> Result<String, Failure> {
     }
 }
 
-/// Writes `text` to `path` by renaming a sibling temporary file over it, so a reader
-/// never sees half a config; the file keeps its permissions.
+/// Writes `text` to `path` by the project's one rule for user files
+/// (`fleet_runtime::user_file`): never through a planted file, keeping mode and owner,
+/// atomically.
 fn write_config(path: &Path, text: &str) -> Result<(), Failure> {
-    let fail = |e: std::io::Error| Failure::usage(format!("cannot write {}: {e}", path.display()));
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".fleet-launch.tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text).map_err(fail)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        std::fs::set_permissions(&tmp, meta.permissions()).map_err(fail)?;
-    }
-    std::fs::rename(&tmp, path).map_err(fail)
+    fleet_runtime::user_file::replace(path, text.as_bytes())
+        .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Applies `edit` to the file; reports whether anything changed.

@@ -154,3 +154,113 @@ fn a_config_that_does_not_parse_is_refused_and_left_as_it_was() {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
     }
 }
+
+/// A cloned repository ships a link at the name the installer once used for its
+/// temporary file, pointing at the user's shell profile: the profile is left exactly as
+/// it was (content and mode), and the config is a regular file holding the entries.
+#[test]
+fn a_link_planted_beside_the_config_is_never_written_through() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let profile = written(&dir, "bashrc", "export PATH=$HOME/bin:$PATH\n");
+    std::fs::set_permissions(&profile, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    for planted in [".mcp.json.fleet-launch.tmp", ".mcp.json.tmp"] {
+        std::os::unix::fs::symlink(&profile, repo.join(planted)).unwrap();
+    }
+    let file = repo.join(".mcp.json");
+    let out = install("claude_code", &file);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&profile).unwrap(), "export PATH=$HOME/bin:$PATH\n");
+    assert_eq!(std::fs::metadata(&profile).unwrap().permissions().mode() & 0o777, 0o600);
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.file_type().is_file(), "the config is a regular file, not a link");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(config["mcpServers"]["gitea-author"].is_object(), "{config}");
+    let names: Vec<String> = std::fs::read_dir(&repo)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "no temporary file left behind: {names:?}");
+}
+
+/// A config kept in a dotfiles repository and linked into place: the entries land in
+/// the link's target, the link stays a link, and the target keeps its private mode.
+#[test]
+fn a_symlinked_config_is_written_through_to_its_target_keeping_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("dotfiles")).unwrap();
+    let target = written(&dir, "dotfiles/settings.json", "{\"theme\": \"dark\"}\n");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = dir.path().join("settings.json");
+    std::os::unix::fs::symlink("dotfiles/settings.json", &file).unwrap();
+    let out = install("gemini", &file);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::symlink_metadata(&file).unwrap().file_type().is_symlink(), "the link stays");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&target).unwrap()).unwrap();
+    assert_eq!(config["theme"], "dark");
+    assert!(config["mcpServers"]["gitea-author"].is_object(), "{config}");
+    assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+/// A link whose target does not exist is refused: nothing is created where it points.
+#[test]
+fn a_dangling_config_link_is_refused_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(".mcp.json");
+    let elsewhere = dir.path().join("elsewhere.json");
+    std::os::unix::fs::symlink(&elsewhere, &file).unwrap();
+    let out = install("claude_code", &file);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(!elsewhere.exists());
+}
+
+/// Twelve installs into one file at once all succeed (each writes its own temporary
+/// file), and the file holds the entries.
+#[test]
+fn concurrent_installs_into_one_file_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(".mcp.json");
+    let children: Vec<_> = (0..12)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+                .args(["install", "--client", "claude_code", "--file"])
+                .arg(&file)
+                .args(["--server-command", "/opt/fleetward/bin/fleet-mcp"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(config["mcpServers"]["gitea-reconciler"].is_object(), "{config}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left behind");
+}
+
+/// Root installing into a user's private config leaves it the user's, with its mode.
+/// (Only root can own a file as another user; elsewhere the case cannot arise.)
+#[test]
+fn root_editing_a_users_config_leaves_it_the_users() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let file = written(&dir, "config.toml", "model = \"o4-mini\"\n");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if let Err(e) = std::os::unix::fs::chown(&file, Some(65534), Some(65534)) {
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        eprintln!("not root: a file cannot be given to another user here");
+        return;
+    }
+    let out = install("codex", &file);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (65534, 65534, 0o600));
+    assert!(std::fs::read_to_string(&file).unwrap().contains("gitea-author"));
+}

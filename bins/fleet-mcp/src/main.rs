@@ -45,7 +45,7 @@ struct Cli {
     #[arg(long, value_parser = fleet_runtime::namespace_parser())]
     namespace: Namespace,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
-    #[arg(long, env = "FLEET_REGISTRY")]
+    #[arg(long, env = "FLEET_REGISTRY", hide_env_values = true)]
     registry: Option<String>,
     /// profiles.json (default: built-in profiles, gitea.read only, per namespace).
     #[arg(long, env = "FLEET_PROFILES")]

@@ -15,7 +15,7 @@
 //! megabyte.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use fleet_identity::Namespace;
 use serde::Deserialize;
@@ -83,7 +83,7 @@ impl Profiles {
             let role: Namespace = name.parse().map_err(|_| format!("no default profile {name:?}"))?;
             return Ok(Profile { role, allowed_operations: vec![READ.to_owned()] });
         };
-        let text = read_trusted(path)?;
+        let text = fleet_runtime::user_file::read_trusted(path, MAX_BYTES)?;
         let mut profiles = parse(&text).map_err(|e| format!("{} is not valid: {e}", path.display()))?;
         profiles.remove(name).ok_or_else(|| format!("profile {name:?} is not in {}", path.display()))
     }
@@ -93,39 +93,6 @@ impl Profiles {
 /// an unknown field is an error, not ignored.
 pub fn parse(text: &str) -> Result<BTreeMap<String, Profile>, String> {
     serde_json::from_str::<ProfilesFile>(text).map(|f| f.profiles).map_err(|e| e.to_string())
-}
-
-/// Reads a file that may grant authority: without blocking, and only if it is a regular
-/// file owned by this user and writable by no one else.
-fn read_trusted(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let shown = path.display();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read {shown}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown} is not a regular file; refusing it"));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.uid() != me {
-        return Err(format!(
-            "{shown} is owned by uid {}, not by this user (uid {me}); refusing it",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{shown} is writable by others (mode {:o}); refusing it: chmod go-w {shown}",
-            meta.mode() & 0o777
-        ));
-    }
-    let mut text = String::new();
-    file.take(MAX_BYTES).read_to_string(&mut text).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    Ok(text)
 }
 
 impl Profile {

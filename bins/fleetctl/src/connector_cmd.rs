@@ -121,9 +121,7 @@ fn refused(identity: &ConnectorIdentity, denial: LeaseDenial) -> Failure {
 /// Writes the context where the command reads it, replacing the file in one step.
 fn publish(context: &ConnectorExecutionContext, path: &Path) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(context).unwrap_or_default();
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
+    fleet_runtime::user_file::replace(path, text.as_bytes())
         .map_err(|e| Failure::store(format!("cannot write the execution context {}: {e}", path.display())))
 }
 
@@ -177,12 +175,16 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
 
     let mut lease = binding.hold()?;
     let context = binding.authorize()?;
-    let dir = tempfile_dir()?;
-    let context_file = dir.join("context.json");
+    let dir = fleet_runtime::user_file::private_dir("fleetctl-connector-")
+        .map_err(|e| Failure::store(format!("cannot create a private directory for the context: {e}")))?;
+    let context_file = dir.path().join("context.json");
     publish(&context, &context_file)?;
     let mut command = Command::new(program);
+    // The command acts only through its context: it is not handed the registry, whose
+    // location may carry a database password.
     command
         .args(rest)
+        .env_remove("FLEET_REGISTRY")
         .env("FLEET_CONNECTOR_CONTEXT", &context_file)
         .env("FLEET_CONNECTOR_TENANT", &context.tenant_id)
         .env("FLEET_CONNECTOR_AGENT", &context.logical_agent_id)
@@ -229,20 +231,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             }
         }
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let status = outcome?;
     let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
     Ok(ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
-}
-
-/// A private directory (mode 0700) for the context file.
-fn tempfile_dir() -> Result<PathBuf, Failure> {
-    use std::os::unix::fs::DirBuilderExt;
-    let base = std::env::temp_dir().join(format!("fleetctl-connector-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&base)
-        .map_err(|e| Failure::store(format!("cannot create {}: {e}", base.display())))?;
-    Ok(base)
 }

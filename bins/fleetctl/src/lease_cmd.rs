@@ -127,10 +127,14 @@ pub(crate) enum LeaseCmd {
 }
 
 /// The connector policy: the file given, or deny everything.
+/// The largest policy file read.
+const MAX_POLICY_BYTES: u64 = 1 << 20;
+
 pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failure> {
     let Some(path) = path else { return Ok(Box::new(DenyAll)) };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("cannot read policy {}: {e}", path.display())))?;
+    // The policy grants connector scopes: it is trusted only as profiles are.
+    let text = fleet_runtime::user_file::read_trusted(path, MAX_POLICY_BYTES)
+        .map_err(|e| Failure::usage(format!("policy: {e}")))?;
     let policy = StaticPolicy::from_json(&text)
         .map_err(|e| Failure::usage(format!("policy {} is not valid: {e}", path.display())))?;
     Ok(Box::new(policy))

@@ -46,7 +46,7 @@ struct Cli {
     log_format: fleet_runtime::LogFormat,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     /// (default: $XDG_STATE_HOME/fleetward/registry.sqlite3).
-    #[arg(long, global = true, env = "FLEET_REGISTRY")]
+    #[arg(long, global = true, env = "FLEET_REGISTRY", hide_env_values = true)]
     registry: Option<String>,
     #[command(subcommand)]
     command: Cmd,

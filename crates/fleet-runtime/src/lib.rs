@@ -10,6 +10,7 @@ mod fleet;
 mod init;
 mod launch;
 mod location;
+pub mod user_file;
 mod worker;
 mod worker_json;
 

@@ -1,0 +1,136 @@
+//! What a local user who is not the operator, or a leaked environment, can do to the
+//! binaries: predictable names in shared directories, authority files others may
+//! write, a FIFO handed in place of a file, and a database password in the
+//! environment. Each test plays the attack for real.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Fleet, fleetctl_bin, sibling_bin};
+
+const KEY: &str = "connector:acme/agent-7/slack-main";
+const SECRET_URL: &str = "postgres://fleet:s3cr3t-pw@127.0.0.1:1/fleet";
+
+fn policy(fleet: &Fleet) -> std::path::PathBuf {
+    let rule = serde_json::json!({"tenant": "acme", "agent": "agent-7", "binding": "slack-main",
+        "connector": "conn-a", "scopes": ["chat.read"], "max_ttl_s": 60});
+    let path = fleet.dir.path().join("policy.json");
+    std::fs::write(&path, serde_json::json!({"allow": [rule]}).to_string()).unwrap();
+    path
+}
+
+/// Runs `cmd` and kills it if it has not finished within `limit`: a hang is a failure,
+/// never a test that waits forever.
+fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The command's context lives in a directory created afresh, private and with an
+/// unpredictable name: a directory another user made at the old predictable name
+/// (`fleetctl-connector-PID`, mode 0777) is not used, and the command is not handed the
+/// registry's location, which may carry a password.
+#[test]
+fn the_connector_context_is_private_and_the_command_gets_no_registry() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let tmp = fleet.dir.path().join("shared-tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let seen = fleet.dir.path().join("seen");
+    let script = format!(
+        "d=$(dirname \"$FLEET_CONNECTOR_CONTEXT\"); echo \"$d\" > {0}; stat -c %a \"$d\" >> {0}; \
+         echo \"registry=${{FLEET_REGISTRY:-none}}\" >> {0}",
+        seen.display()
+    );
+    let out = fleet
+        .fleetctl()
+        .env("TMPDIR", &tmp)
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--policy"])
+        .arg(&policy)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    let dir = std::path::Path::new(lines[0]);
+    assert_eq!(dir.parent(), Some(tmp.as_path()), "{seen}");
+    let name = dir.file_name().unwrap().to_string_lossy();
+    let suffix = name.strip_prefix("fleetctl-connector-").unwrap_or_else(|| panic!("{name}"));
+    assert!(suffix.len() >= 6 && !suffix.bytes().all(|b| b.is_ascii_digit()), "not a process id: {name}");
+    assert_eq!(lines[1], "700", "{seen}");
+    assert_eq!(lines[2], "registry=none", "{seen}");
+    assert!(!dir.exists(), "the directory is removed when the command ends");
+}
+
+/// A policy grants connector scopes, so it is read as profiles are: one that others may
+/// write is refused, and a FIFO given in its place is refused at once, not waited on.
+#[test]
+fn a_policy_others_may_write_or_a_fifo_is_refused_at_once() {
+    let fleet = Fleet::new();
+    let loose = policy(&fleet);
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let fifo = fleet.dir.path().join("policy.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (path, needle) in [(&loose, "writable by others"), (&fifo, "not a regular file")] {
+        let mut cmd = fleet.fleetctl();
+        cmd.args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--policy"])
+            .arg(path)
+            .args(["--", "true"]);
+        let out = output_within(cmd, Duration::from_secs(20));
+        common::assert_one_line_error(&out, 2, needle);
+    }
+    assert!(
+        fleet.workers_once_created().is_none_or(|rows| rows.is_empty()),
+        "nothing was registered or held"
+    );
+}
+
+/// Every help screen of every binary, with `FLEET_REGISTRY` holding a password: the
+/// password is on none of them.
+#[test]
+fn no_help_screen_shows_a_password_from_the_environment() {
+    let bins = [(fleetctl_bin(), 20), (sibling_bin("fleet-launch"), 5), (sibling_bin("fleet-mcp"), 1)];
+    for (bin, at_least) in bins {
+        let mut pending = vec![Vec::<String>::new()];
+        let mut screens = 0;
+        while let Some(path) = pending.pop() {
+            let out = Command::new(&bin)
+                .args(&path)
+                .arg("--help")
+                .env("FLEET_REGISTRY", SECRET_URL)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            screens += 1;
+            assert!(
+                !text.contains("s3cr3t"),
+                "{} {path:?} --help shows the password:\n{text}",
+                bin.display()
+            );
+            // Subcommands are listed under "Commands:" as "  NAME  description".
+            let commands =
+                text.split("Commands:").nth(1).and_then(|rest| rest.split("\n\n").next()).unwrap_or("");
+            for line in commands.lines() {
+                let name = line.split_whitespace().next().unwrap_or("");
+                if !name.is_empty() && name != "help" && line.starts_with("  ") && !line.starts_with("   ") {
+                    pending.push(path.iter().cloned().chain([name.to_owned()]).collect());
+                }
+            }
+        }
+        assert!(screens >= at_least, "{}: only {screens} help screens read", bin.display());
+    }
+}
