@@ -3,19 +3,25 @@
 //! since. On a live fleet every heartbeat is a write, so a reader that re-read all
 //! 10 000 rows whenever anything moved spent most of its time reading rows that were
 //! the same as last time.
+//!
+//! A reader serves what it kept only when it can prove every kept row current: the
+//! store's counters must not have gone back or seen a removal, and the rows not written
+//! since must be exactly the kept rows at the versions it kept (compared by digest).
+//! A file restored in place from an older copy and then written again fails that proof,
+//! and the reader reads everything.
 
 use fleet_model::{InstanceRecord, RegistryDump, WorkerRow};
 
 use crate::error::StoreError;
 use crate::registry::{Registry, export_in};
-use crate::store::{ChangePosition, Store};
+use crate::store::{ReadMark, Store};
 
 /// One read of the registry by [`Registry::read_since`].
 #[derive(Debug)]
 pub struct RegistryRead {
-    /// Where the store stood at this read; give it to the next [`Registry::read_since`].
-    /// `None` when the store keeps no history.
-    pub position: Option<ChangePosition>,
+    /// Where the store stood at this read and the versions of the rows read; give it to
+    /// the next [`Registry::read_since`]. `None` when the store keeps no history.
+    pub mark: Option<ReadMark>,
     /// What was read.
     pub changes: RegistryChanges,
 }
@@ -37,30 +43,39 @@ pub enum RegistryChanges {
 }
 
 impl<S: Store> Registry<S> {
-    /// Reads the registry in one transaction: everything, or, given the position of an
-    /// earlier read of this store (`since`), only what changed after it.
-    pub fn read_since(&mut self, since: Option<&ChangePosition>) -> Result<RegistryRead, StoreError> {
+    /// Reads the registry in one transaction: everything, or, given the mark of an
+    /// earlier read of this store (`since`), only what changed after it — when the
+    /// store proves that the rows not written since are the rows that read kept.
+    pub fn read_since(&mut self, since: Option<ReadMark>) -> Result<RegistryRead, StoreError> {
         self.store_mut().read(|tx| {
-            let position = tx.change_position()?;
-            let changes = match (since, &position) {
+            let Some(now) = tx.change_position()? else {
+                return Ok(RegistryRead { mark: None, changes: RegistryChanges::Everything(export_in(tx)?) });
+            };
+            if let Some(then) = since {
+                let at = *then.position();
                 // Counters that went back belong to another history (a restored file).
-                (Some(then), Some(now))
-                    if now.worker_removals == then.worker_removals
-                        && now.workers >= then.workers
-                        && now.instances >= then.instances =>
-                {
-                    RegistryChanges::Since {
-                        workers: if now.workers == then.workers {
-                            Vec::new()
-                        } else {
-                            tx.workers_changed_since(then)?
-                        },
-                        instances: if now.instances == then.instances { None } else { Some(tx.instances()?) },
+                let continues = now.worker_removals == at.worker_removals
+                    && now.workers >= at.workers
+                    && now.instances >= at.instances;
+                if continues {
+                    let (workers, versions) = if now.workers == at.workers {
+                        (Vec::new(), Vec::new())
+                    } else {
+                        (tx.workers_changed_since(&at)?, tx.worker_versions_since(Some(&at))?)
+                    };
+                    if tx.versions_digest_upto(&at)? == Some(then.expected_unchanged(&versions)) {
+                        let instances =
+                            if now.instances == at.instances { None } else { Some(tx.instances()?) };
+                        return Ok(RegistryRead {
+                            mark: Some(then.advance(now, versions)),
+                            changes: RegistryChanges::Since { workers, instances },
+                        });
                     }
                 }
-                _ => RegistryChanges::Everything(export_in(tx)?),
-            };
-            Ok(RegistryRead { position, changes })
+            }
+            let dump = export_in(tx)?;
+            let mark = ReadMark::new(now, tx.worker_versions_since(None)?);
+            Ok(RegistryRead { mark: Some(mark), changes: RegistryChanges::Everything(dump) })
         })
     }
 }

@@ -398,21 +398,21 @@ pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
 
     let mut registry = Registry::new(store);
     let first = registry.read_since(None).expect("read");
-    let history = first.position.is_some();
+    let history = first.mark.is_some();
     let mut kept = RegistryDump::default();
     first.changes.apply(&mut kept);
-    let mut position = first.position;
+    let mut position = first.mark;
     // Reads what changed, checks it against a full read, and returns how many worker
     // rows were read (None: everything) and whether the ledger was.
     let mut follow = |registry: &mut Registry<S>, what: &str| {
-        let read = registry.read_since(position.as_ref()).expect("read");
+        let read = registry.read_since(position.take()).expect("read");
         let read_rows = match &read.changes {
             RegistryChanges::Everything(_) => None,
             RegistryChanges::Since { workers, instances } => Some((workers.len(), instances.is_some())),
         };
         let before = kept.clone();
         let origins = read.changes.apply(&mut kept);
-        position = read.position;
+        position = read.mark;
         assert_eq!(kept, registry.export().expect("export"), "after {what}");
         assert_eq!(origins.len(), kept.worker_registrations.len(), "{what}");
         for (row, origin) in kept.worker_registrations.iter().zip(&origins) {

@@ -34,7 +34,9 @@ pub use registry::{
     WorkerCredential, WorkerToken,
 };
 pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved, RegistryMatch};
-pub use store::{ChangePosition, ImportSummary, OpenMode, SCHEMA_VERSION, Store, Tx};
+pub use store::{
+    ChangePosition, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION, Store, Tx, VersionsDigest,
+};
 
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.

@@ -77,6 +77,103 @@ pub trait Tx {
         let _ = since;
         self.workers()
     }
+
+    /// Each worker row's version — the value of [`ChangePosition::workers`] it was last
+    /// written at — for the rows written since `since`, or for every row (`None`).
+    /// Empty where the store keeps no history.
+    fn worker_versions_since(
+        &mut self,
+        since: Option<&ChangePosition>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let _ = since;
+        Ok(Vec::new())
+    }
+
+    /// The digest of the versions of the rows not written since `upto` (version at most
+    /// `upto.workers`): what a reader that kept those rows checks its own against before
+    /// it trusts them. `None` where the store keeps no history.
+    fn versions_digest_upto(&mut self, upto: &ChangePosition) -> Result<Option<VersionsDigest>, StoreError> {
+        let _ = upto;
+        Ok(None)
+    }
+}
+
+/// How many rows, and the sum of their versions' low 32 bits (so no sum of a realistic
+/// registry overflows): a digest two sets of row versions are compared by. Versions
+/// move by random steps, so a row brought back at an older version (a restored backup)
+/// changes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VersionsDigest {
+    /// Rows.
+    pub rows: i64,
+    /// Sum of each version's low 32 bits.
+    pub sum: i64,
+}
+
+impl VersionsDigest {
+    /// The part of `version` the sum counts.
+    pub fn part(version: i64) -> i64 {
+        version & 0xFFFF_FFFF
+    }
+
+    fn add(&mut self, version: i64) {
+        self.rows += 1;
+        self.sum = self.sum.wrapping_add(Self::part(version));
+    }
+
+    fn remove(&mut self, version: i64) {
+        self.rows -= 1;
+        self.sum = self.sum.wrapping_sub(Self::part(version));
+    }
+}
+
+/// What a reader keeps to prove its rows current: the store's position at its read and
+/// the version of each row it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadMark {
+    position: ChangePosition,
+    versions: std::collections::HashMap<String, i64>,
+    digest: VersionsDigest,
+}
+
+impl ReadMark {
+    /// A mark at `position` for rows of these versions.
+    pub(crate) fn new(position: ChangePosition, versions: Vec<(String, i64)>) -> Self {
+        let mut digest = VersionsDigest::default();
+        for (_, v) in &versions {
+            digest.add(*v);
+        }
+        Self { position, versions: versions.into_iter().collect(), digest }
+    }
+
+    /// The store's position at the read.
+    pub fn position(&self) -> &ChangePosition {
+        &self.position
+    }
+
+    /// The digest the rows not among `changed` must show, if every one of them is the
+    /// row this mark holds: the kept rows' digest without the rows written since.
+    pub(crate) fn expected_unchanged(&self, changed: &[(String, i64)]) -> VersionsDigest {
+        let mut digest = self.digest;
+        for (id, _) in changed {
+            if let Some(v) = self.versions.get(id) {
+                digest.remove(*v);
+            }
+        }
+        digest
+    }
+
+    /// This mark moved to `position`, with the rows written since at their versions.
+    pub(crate) fn advance(mut self, position: ChangePosition, changed: Vec<(String, i64)>) -> Self {
+        for (id, v) in changed {
+            if let Some(old) = self.versions.insert(id, v) {
+                self.digest.remove(old);
+            }
+            self.digest.add(v);
+        }
+        self.position = position;
+        self
+    }
 }
 
 /// Where a store's history of worker rows and ledger entries stands: counters that

@@ -9,7 +9,7 @@ use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
-    ApplyReport, ApplyRequest, ChangePosition, Registry, RegistryDump, Store, StoreError, StoreErrorKind,
+    ApplyReport, ApplyRequest, ReadMark, Registry, RegistryDump, Store, StoreError, StoreErrorKind,
     WorkerRow, WorkerStatus, active_workflow_owners_in,
 };
 use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
@@ -76,8 +76,9 @@ pub struct FleetReader {
 struct LastRead {
     /// The change marker, read just before the rows.
     marker: Option<u128>,
-    /// The store's position in its history of changes, read with the rows.
-    position: Option<ChangePosition>,
+    /// The store's position in its history of changes and the rows' versions, read
+    /// with the rows.
+    mark: Option<ReadMark>,
     dump: RegistryDump,
 }
 
@@ -161,15 +162,15 @@ impl FleetReader {
         {
             return Ok(());
         }
-        let read = registry.read_since(self.last.as_ref().and_then(|last| last.position.as_ref()))?;
+        let read = registry.read_since(self.last.as_mut().and_then(|last| last.mark.take()))?;
         let last = self.last.get_or_insert_with(|| LastRead {
             marker: None,
-            position: None,
+            mark: None,
             dump: RegistryDump::default(),
         });
         let origins = read.changes.apply(&mut last.dump);
         self.json.follow(&origins);
-        (last.marker, last.position) = (marker, read.position);
+        (last.marker, last.mark) = (marker, read.mark);
         Ok(())
     }
 

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_registry::{
-    ChangePosition, InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, WorkerCredential,
-    WorkerRow,
+    ChangePosition, InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, VersionsDigest,
+    WorkerCredential, WorkerRow,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
@@ -281,6 +281,35 @@ impl Tx for SqliteTx<'_> {
             self.count("SELECT count(*) FROM worker_registrations WHERE change_seq > ?1", [since.workers])?;
         let sql = format!("SELECT {} FROM worker_registrations WHERE change_seq > ?1", *columns::LIST);
         self.read_workers(&sql, [since.workers], count)
+    }
+
+    fn worker_versions_since(
+        &mut self,
+        since: Option<&ChangePosition>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT worker_identity, change_seq FROM worker_registrations WHERE change_seq > ?1",
+            )
+            .map_err(map_error)?;
+        let rows = stmt
+            .query_map([since.map_or(i64::MIN, |s| s.workers)], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error)).collect()
+    }
+
+    fn versions_digest_upto(&mut self, upto: &ChangePosition) -> Result<Option<VersionsDigest>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT count(*), coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations \
+                 WHERE change_seq <= ?1",
+            )
+            .map_err(map_error)?;
+        let (rows, sum) =
+            stmt.query_row([upto.workers], |r| Ok((r.get(0)?, r.get(1)?))).map_err(map_error)?;
+        Ok(Some(VersionsDigest { rows, sum }))
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {

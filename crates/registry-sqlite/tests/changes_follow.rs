@@ -3,7 +3,7 @@
 //! updates, renames, deletes and ledger writes on a real SQLite file, read at random
 //! points, each read checked against a full export.
 
-use fleet_registry::{ChangePosition, OpenMode, Registry, RegistryChanges, RegistryDump};
+use fleet_registry::{OpenMode, ReadMark, Registry, RegistryChanges, RegistryDump};
 use proptest::prelude::*;
 use registry_sqlite::SqliteStore;
 
@@ -80,17 +80,17 @@ proptest! {
         let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
         let other = rusqlite::Connection::open(&path).unwrap();
         let mut kept = RegistryDump::default();
-        let mut position: Option<ChangePosition> = None;
+        let mut position: Option<ReadMark> = None;
         for (write, read_after) in steps.iter().chain([&(Write::Ledger(0), true)]) {
             run(&other, write);
             if !read_after {
                 continue;
             }
-            let read = registry.read_since(position.as_ref()).unwrap();
+            let read = registry.read_since(position.take()).unwrap();
             let incremental = matches!(read.changes, RegistryChanges::Since { .. });
             let before = kept.clone();
             let origins = read.changes.apply(&mut kept);
-            position = read.position;
+            position = read.mark;
             prop_assert_eq!(&kept, &registry.export().unwrap(), "incremental read: {}", incremental);
             prop_assert_eq!(origins.len(), kept.worker_registrations.len());
             for (row, origin) in kept.worker_registrations.iter().zip(&origins) {

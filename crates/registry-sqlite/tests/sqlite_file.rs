@@ -195,16 +195,16 @@ fn new_registry() -> (tempfile::TempDir, Registry<SqliteStore>, rusqlite::Connec
 fn follow(
     registry: &mut Registry<SqliteStore>,
     kept: &mut fleet_registry::RegistryDump,
-    since: Option<fleet_registry::ChangePosition>,
-) -> (Option<fleet_registry::ChangePosition>, Option<usize>) {
-    let read = registry.read_since(since.as_ref()).unwrap();
+    since: Option<fleet_registry::ReadMark>,
+) -> (Option<fleet_registry::ReadMark>, Option<usize>) {
+    let read = registry.read_since(since).unwrap();
     let rows = match &read.changes {
         fleet_registry::RegistryChanges::Everything(_) => None,
         fleet_registry::RegistryChanges::Since { workers, .. } => Some(workers.len()),
     };
     read.changes.apply(kept);
     assert_eq!(*kept, registry.export().unwrap());
-    (read.position, rows)
+    (read.mark, rows)
 }
 
 /// The history of changes is kept by the file itself (triggers), so a writer that knows
@@ -317,4 +317,64 @@ fn without_its_history_row_the_reader_reads_everything() {
     let (_, rows) = follow(&mut registry, &mut kept, at);
     assert_eq!(rows, None, "everything read");
     assert_eq!(kept.worker_registrations.len(), 1);
+}
+
+/// An operator restores an older backup in place (`sqlite3 registry ".restore bak"`,
+/// which is SQLite's backup API writing the old pages into the open file), and the
+/// fleet then writes a few ordinary changes, enough to carry the counters past where the
+/// reader last read. The restored file holds a row active that the reader kept as
+/// retired: the reader must not serve what it kept, and reads everything.
+#[test]
+fn a_backup_restored_in_place_and_written_again_is_read_whole() {
+    let (dir, mut registry, other) = new_registry();
+    insert_row(&other, "wkr-a");
+    insert_row(&other, "wkr-b");
+    let backup = dir.path().join("backup.sqlite3");
+    other.execute("VACUUM INTO ?1", [backup.to_str().unwrap()]).unwrap();
+    other
+        .execute("UPDATE worker_registrations SET status = 'retired' WHERE worker_identity = 'wkr-a'", [])
+        .unwrap();
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    let reached = at.as_ref().unwrap().position().workers;
+
+    let mut restorer = rusqlite::Connection::open(dir.path().join("registry.sqlite3")).unwrap();
+    restorer.restore(rusqlite::MAIN_DB, &backup, None::<fn(rusqlite::backup::Progress)>).unwrap();
+    // Ordinary writes (heartbeats of wkr-b) until the counters have passed the reader's.
+    while other
+        .query_row("SELECT max(change_seq) FROM worker_registrations", [], |r| r.get::<_, i64>(0))
+        .unwrap()
+        <= reached
+    {
+        other.execute("UPDATE worker_registrations SET last_heartbeat_at = strftime('%Y-%m-%dT%H:%M:%fZ') WHERE worker_identity = 'wkr-b'", []).unwrap();
+    }
+    let (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, None, "everything read");
+    let a = kept.worker_registrations.iter().find(|r| r.worker_identity.as_str() == "wkr-a").unwrap();
+    assert_eq!(a.status, fleet_registry::WorkerStatus::Active, "the restored file's row, not the kept one");
+}
+
+/// One row copied back from a backup with its old `change_seq` (an `UPDATE` that sets
+/// the column itself, which the triggers leave alone), while another row holds the
+/// highest version: no counter goes back, yet the reader sees the row.
+#[test]
+fn a_row_copied_back_with_its_old_version_is_seen() {
+    let (_dir, mut registry, other) = new_registry();
+    insert_row(&other, "wkr-a");
+    let old: i64 = other.query_row("SELECT change_seq FROM worker_registrations", [], |r| r.get(0)).unwrap();
+    other
+        .execute("UPDATE worker_registrations SET status = 'retired' WHERE worker_identity = 'wkr-a'", [])
+        .unwrap();
+    insert_row(&other, "wkr-b");
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    other
+        .execute(
+            "UPDATE worker_registrations SET status = 'active', change_seq = ?1 WHERE worker_identity = 'wkr-a'",
+            [old],
+        )
+        .unwrap();
+    insert_row(&other, "wkr-c");
+    let (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, None, "everything read");
 }
