@@ -134,3 +134,95 @@ fn no_help_screen_shows_a_password_from_the_environment() {
         assert!(screens >= at_least, "{}: only {screens} help screens read", bin.display());
     }
 }
+
+/// `faketime` (Debian's package, which `.ci/run` installs) runs a command with its clock
+/// calls shifted (libfaketime; documented in faketime(1)). Its README documents
+/// `FAKETIME_DONT_FAKE_MONOTONIC=1`, which the tests set: a host whose wall clock is
+/// wrong still counts intervals right, and std's timed waits use the monotonic clock.
+fn faketime() -> Option<std::path::PathBuf> {
+    let path = std::path::PathBuf::from("/usr/bin/faketime");
+    path.exists().then_some(path)
+}
+
+/// A worker whose clock is an hour ahead, and one an hour behind, among healthy workers
+/// with a 2 s TTL (a sweep every tick): in neither case is a healthy worker ever marked
+/// stale, and the skewed worker itself is what the snapshot reports.
+#[test]
+fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
+    let Some(faketime) = faketime() else {
+        eprintln!(
+            "faketime is not installed (apt-get install faketime): no process can be given a skewed clock here"
+        );
+        return;
+    };
+    for offset in ["+1h", "-1h"] {
+        let fleet = Fleet::new();
+        let id = fleet.mint("codex");
+        let said = fleet.dir.path().join("skewed.stderr");
+        let worker = |namespace: &str, skew: Option<&str>| {
+            let mut cmd = match skew {
+                Some(skew) => {
+                    let mut cmd = Command::new(&faketime);
+                    cmd.args(["-f", skew]).arg(fleetctl_bin()).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                    cmd.stderr(std::fs::File::create(&said).unwrap());
+                    cmd
+                }
+                None => {
+                    let mut cmd = Command::new(fleetctl_bin());
+                    cmd.stderr(Stdio::null());
+                    cmd
+                }
+            };
+            cmd.args(["worker", "run", "--namespace", namespace, "--ttl", "2", "--", "sleep", "60"])
+                .env("FLEET_REGISTRY", &fleet.registry)
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .current_dir(fleet.dir.path())
+                .stdout(Stdio::null());
+            cmd.spawn().unwrap()
+        };
+        let mut children: Vec<_> =
+            ["author", "reviewer", "merger", "controller"].iter().map(|ns| worker(ns, None)).collect();
+        common::wait_for(Duration::from_secs(30), || {
+            (fleet.workers_once_created()?.len() == 4).then_some(())
+        });
+        let honest: Vec<String> = fleet.workers().iter().map(|r| r.worker_identity.to_string()).collect();
+        children.push(worker("reconciler", Some(offset)));
+        common::wait_for(Duration::from_secs(30), || (fleet.workers().len() == 5).then_some(()));
+        // Four TTLs: every worker sweeps on each of its ticks.
+        let watch = Instant::now();
+        while watch.elapsed() < Duration::from_secs(8) {
+            for row in fleet.workers() {
+                if honest.contains(&row.worker_identity.to_string()) {
+                    assert_ne!(
+                        row.ownership_state,
+                        Some(fleet_registry::OwnershipState::Stale),
+                        "{offset}: healthy worker {} marked stale",
+                        row.worker_identity
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let out = fleet.ctl(&["snapshot", "--json"]);
+        let snapshot: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let stale: Vec<&str> = snapshot["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == "stale_worker")
+            .flat_map(|f| f["worker_identities"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()))
+            .collect();
+        let skewed = fleet.workers().into_iter().find(|r| r.namespace.as_str() == "reconciler").unwrap();
+        assert_eq!(stale, [skewed.worker_identity.as_str()], "{offset}: only the skewed worker is reported");
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let said = std::fs::read_to_string(&said).unwrap();
+        assert!(
+            said.contains("does not sweep") && said.contains("check this host's clock"),
+            "{offset}: {said}"
+        );
+    }
+}

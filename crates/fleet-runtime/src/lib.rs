@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod clock;
 mod env;
 mod exit;
 mod fleet;

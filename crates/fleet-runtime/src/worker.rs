@@ -185,6 +185,20 @@ fn random_u32() -> u32 {
     u32::from_le_bytes(bytes)
 }
 
+/// Whether this worker's clock agrees with the store's and with the fleet's live
+/// heartbeats (see [`crate::clock`]).
+fn clock_agrees(
+    reg: &mut fleet_registry::Registry<crate::AnyStore>,
+    me: &fleet_identity::WorkerIdentity,
+    at: Timestamp,
+) -> Result<Result<(), crate::clock::ClockDisagreement>, StoreError> {
+    use fleet_registry::Store;
+    let (rows, store_now) =
+        reg.store_mut().read(|tx| Ok::<_, StoreError>((tx.workers()?, tx.store_now()?)))?;
+    Ok(crate::clock::against_store(at, store_now)
+        .and_then(|()| crate::clock::against_fleet(&rows, me, &crate::probe_local(&rows), at)))
+}
+
 fn heartbeat_loop(
     location: &RegistryLocation,
     credential: &WorkerCredential,
@@ -211,8 +225,22 @@ fn heartbeat_loop(
             // the rows whose heartbeat lapsed stale, so retirement needs no operator.
             Ok(()) => {
                 if sweeps_this_tick(active_workers, random_u32()) {
-                    match reg.sweep(now()) {
-                        Ok(sweep) => active_workers = sweep.active_workers,
+                    // A clock the fleet does not agree with must not judge its heartbeats.
+                    let at = now();
+                    let swept = match clock_agrees(reg, &credential.worker_identity, at) {
+                        Ok(Ok(())) => reg.sweep(at).map(Some),
+                        Ok(Err(disagreement)) => {
+                            crate::warn(format_args!(
+                                "fleet: worker {} does not sweep: {disagreement}; check this host's clock",
+                                credential.worker_identity
+                            ));
+                            Ok(None)
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match swept {
+                        Ok(Some(sweep)) => active_workers = sweep.active_workers,
+                        Ok(None) => {}
                         Err(e) => crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}")),
                     }
                 }
