@@ -226,3 +226,61 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
         );
     }
 }
+
+/// A "database server" on loopback that accepts every connection and never says a
+/// word (a stalled host, a port that swallows bytes). Connections are kept open for
+/// as long as the listener lives.
+fn silent_server() -> (u16, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        listener.set_nonblocking(true).unwrap();
+        let start = Instant::now();
+        // Bounded: the server stops by itself.
+        while start.elapsed() < Duration::from_secs(60) {
+            match listener.accept() {
+                Ok((socket, _)) => open.push(socket),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    (port, held)
+}
+
+/// Every command answers within its bound when the PostgreSQL server accepts and never
+/// answers: with the default deadline, with TLS required, and with the connection
+/// string's own `connect_timeout` (which the driver alone applies to the TCP connect).
+#[test]
+fn a_database_server_that_never_answers_fails_within_the_deadline() {
+    let (port, _server) = silent_server();
+    let fleet = Fleet::new();
+    let cases = [
+        (format!("postgres://postgres@127.0.0.1:{port}/test"), &["snapshot"][..], 10),
+        (format!("postgres://postgres@127.0.0.1:{port}/test?sslmode=require"), &["worker", "list"][..], 10),
+        (format!("postgres://postgres@127.0.0.1:{port}/test?connect_timeout=2"), &["retire", "plan"][..], 2),
+    ];
+    let started: Vec<_> = cases
+        .iter()
+        .map(|(url, args, deadline)| {
+            let mut cmd = fleet.fleetctl();
+            cmd.env("FLEET_REGISTRY", url).args(*args);
+            let start = Instant::now();
+            let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            (child, start, *deadline, url)
+        })
+        .collect();
+    for (mut child, start, deadline, url) in started {
+        // The deadline plus room for a loaded machine; a hang is caught, not waited out.
+        let limit = Duration::from_secs(deadline + 15);
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                panic!("{url}: still waiting after {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        common::assert_one_line_error(&out, 3, &format!("did not answer within {deadline} s"));
+    }
+}

@@ -139,7 +139,14 @@ impl FleetReader {
 
     /// Brings the rows up to date with the store.
     fn read(&mut self) -> Result<(), StoreError> {
-        if self.refresh().is_err() {
+        let was_open = self.registry.is_some();
+        if let Err(e) = self.refresh() {
+            // A registry that could not even be opened is not opened twice: the caller
+            // hears within one connection's deadline.
+            if !was_open {
+                (self.registry, self.last) = (None, None);
+                return Err(e);
+            }
             // A failed connection is not reused, and nothing read before is trusted: the
             // registry is opened afresh (it may have been replaced), once.
             (self.registry, self.last) = (None, None);

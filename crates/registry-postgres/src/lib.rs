@@ -185,6 +185,49 @@ fn set_default_timeouts(client: &mut Client) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// How long connecting may take, TLS and the server's startup answer included, unless
+/// the connection string sets `connect_timeout`.
+pub const CONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Connects and sets the default timeouts, giving up after the connection string's
+/// `connect_timeout` (else [`CONNECT_DEADLINE`]). The driver bounds only the TCP connect
+/// by `connect_timeout`: a server that accepts and then never answers (a stalled host, a
+/// port that swallows bytes, a TLS handshake that never completes) would hold the caller
+/// forever. The attempt runs on its own thread; past the deadline the caller gets an
+/// error, and the thread, still blocked, ends with the process or when the server speaks.
+fn connect_within(
+    config: &postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+) -> Result<Client, StoreError> {
+    let deadline = config.get_connect_timeout().copied().unwrap_or(CONNECT_DEADLINE);
+    let config = config.clone();
+    let (sent, answer) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("fleet-pg-connect".into()).spawn(move || {
+        let connected = config
+            .connect(tls)
+            .map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!("cannot connect to the PostgreSQL registry: {}", cause_chain(&e)),
+                )
+            })
+            .and_then(|mut client| set_default_timeouts(&mut client).map(|()| client));
+        let _ = sent.send(connected);
+    });
+    if let Err(e) = spawned {
+        return Err(StoreError::new(StoreErrorKind::Unavailable, format!("cannot start connecting: {e}")));
+    }
+    answer.recv_timeout(deadline).unwrap_or_else(|_| {
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            format!(
+                "cannot connect to the PostgreSQL registry: the server did not answer within {} s",
+                deadline.as_secs_f64()
+            ),
+        ))
+    })
+}
+
 impl PostgresStore {
     /// Connects to `url` and migrates the schema on the connection's search path.
     pub fn connect(url: &str) -> Result<Self, StoreError> {
@@ -195,13 +238,7 @@ impl PostgresStore {
     /// several registries, as tests do.
     pub fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
         let (config, tls) = tls::prepare(url)?;
-        let mut client = config.connect(tls).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!("cannot connect to the PostgreSQL registry: {}", cause_chain(&e)),
-            )
-        })?;
-        set_default_timeouts(&mut client)?;
+        let mut client = connect_within(&config, tls)?;
         if let Some(schema) = schema {
             if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || schema.is_empty() {
                 return Err(StoreError::invalid(format!("schema name {schema:?} must be [A-Za-z0-9_]+")));
