@@ -284,3 +284,50 @@ fn a_database_server_that_never_answers_fails_within_the_deadline() {
         common::assert_one_line_error(&out, 3, &format!("did not answer within {deadline} s"));
     }
 }
+
+/// Part of the schema removed by hand (`DROP TABLE registry_changes`, a dropped
+/// append-only trigger): every command names what is missing and how to mend it, and
+/// `registry init` builds it again, after which the audit log is append-only again.
+#[test]
+fn a_schema_piece_removed_by_hand_is_named_and_rebuilt_by_registry_init() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let db = rusqlite::Connection::open(&fleet.registry).unwrap();
+    db.execute_batch("DROP TABLE registry_changes; DROP TRIGGER lease_audit_log_is_append_only_delete;")
+        .unwrap();
+    let out = fleet.ctl(&["worker", "list"]);
+    common::assert_one_line_error(&out, 3, "table registry_changes");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fleetctl registry init"));
+    let init = fleet.ctl(&["registry", "init"]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    assert!(String::from_utf8_lossy(&init.stderr).contains("rebuilt"), "init says what it rebuilt");
+    assert!(fleet.ctl(&["worker", "list"]).status.success());
+    db.execute(
+        "INSERT INTO lease_audit_log (event, outcome, lease_key, kind, at) \
+         VALUES ('acquire', 'acquired', 'workflow:x', 'workflow', '2026-07-30T12:00:00Z')",
+        [],
+    )
+    .unwrap();
+    let deleted = db.execute("DELETE FROM lease_audit_log", []);
+    assert!(deleted.is_err_and(|e| e.to_string().contains("append-only")));
+}
+
+/// A table that held rows is not rebuilt empty: both the reader and `registry init`
+/// refuse, saying to restore a backup, and the file is left as it was.
+#[test]
+fn a_table_of_rows_removed_by_hand_is_not_rebuilt_empty() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let db = rusqlite::Connection::open(&fleet.registry).unwrap();
+    db.execute_batch("DROP TABLE leases").unwrap();
+    for args in [&["worker", "list"][..], &["registry", "init"][..]] {
+        let out = fleet.ctl(args);
+        common::assert_one_line_error(&out, 3, "restore the registry from a backup");
+    }
+    let tables: i64 = db
+        .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'leases'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(tables, 0, "nothing was created in its place");
+}

@@ -316,10 +316,13 @@ fn ctx() -> crate::AuditContext {
     crate::AuditContext { correlation_id: Some("corr-1".into()), binding: None }
 }
 
-const SHORT: time::Duration = time::Duration::milliseconds(150);
+/// A lease short enough to let lapse in a test, long enough that the steps before its
+/// lapse finish inside it on a loaded two-core machine.
+const SHORT: time::Duration = time::Duration::milliseconds(1000);
 
+/// Waits until a lease of [`SHORT`] has lapsed on the store's clock.
 fn lapse() {
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
 }
 
 /// Pruning removes only terminal rows last seen before the cutoff, each only if it is

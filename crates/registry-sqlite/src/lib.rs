@@ -106,6 +106,15 @@ impl SqliteStore {
         }
         configure(&conn).map_err(|e| map_open_error(path, e))?;
         migrations::migrate(&mut conn)?;
+        // `registry init` (and every opener that may create the file) builds again what
+        // was removed by hand and can be rebuilt; every opener refuses a file that lacks
+        // part of its schema, naming it.
+        if mode == OpenMode::CreateIfMissing {
+            for built in migrations::repair(&mut conn)? {
+                tracing::warn!(registry = %path.display(), "rebuilt {built}, which was missing");
+            }
+        }
+        migrations::verify(&conn, path)?;
         Ok(Self { conn, file: file_identity(path), path: path.to_owned() })
     }
 

@@ -104,7 +104,7 @@ const MIGRATIONS: &[&str] = &[
         worker_removals INTEGER NOT NULL,
         instances       INTEGER NOT NULL
     );
-    INSERT INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);
+    INSERT OR IGNORE INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);
     ALTER TABLE worker_registrations ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX worker_registrations_changes ON worker_registrations (change_seq);
     CREATE TRIGGER worker_registrations_insert_is_a_change AFTER INSERT ON worker_registrations
@@ -144,6 +144,10 @@ const MIGRATIONS: &[&str] = &[
     END;",
 ];
 
+/// The history's one row, as migration 4 writes it.
+const HISTORY_ROW: &str =
+    "INSERT OR IGNORE INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);";
+
 /// The schema version this build writes: the registry's data model (version 3) and
 /// SQLite's own history of changes (version 4).
 pub const SCHEMA_VERSION: i64 = 4;
@@ -163,6 +167,9 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     if current == SCHEMA_VERSION {
         return Ok(());
     }
+    if current > 0 {
+        keep_a_copy(conn, current)?;
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_error)?;
     // Another process may have migrated while we waited for the lock.
     let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
@@ -172,4 +179,158 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             .map_err(map_error)?;
     }
     tx.commit().map_err(map_error)
+}
+
+/// Before an upgrade (which older builds cannot read back), the file as it is is copied
+/// beside it, `REGISTRY.schema-vN.backup`, once: the way back to the older build.
+/// `VACUUM INTO` writes a consistent copy and refuses a file that already exists, which
+/// keeps the first copy when several processes upgrade at once.
+fn keep_a_copy(conn: &Connection, version: i64) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(path) = conn.path().filter(|p| !p.is_empty()) else { return Ok(()) };
+    let copy = format!("{path}.schema-v{version}.backup");
+    let fail = |e: &dyn std::fmt::Display| {
+        StoreError::new(
+            StoreErrorKind::Unavailable,
+            format!("cannot keep a copy of {path} before upgrading its schema (nothing was changed): {e}"),
+        )
+    };
+    // Created empty and private first (the registry's rows are the operator's alone);
+    // `VACUUM INTO` fills an empty file. One that exists is an earlier copy: kept.
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&copy) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(fail(&e)),
+    }
+    if let Err(e) = conn.execute("VACUUM INTO ?1", [&copy]) {
+        let _ = std::fs::remove_file(&copy);
+        return Err(fail(&e));
+    }
+    tracing::warn!(
+        registry = path,
+        backup = copy,
+        "upgrading the registry's schema from version {version} to {SCHEMA_VERSION}; the file as it was is kept \
+         beside it for builds that read only version {version}"
+    );
+    Ok(())
+}
+
+/// A schema object: its type (`table`, `index`, `trigger`), name and creating SQL.
+#[derive(Debug, Clone)]
+struct SchemaObject {
+    kind: String,
+    name: String,
+    sql: String,
+    /// For a table, its columns.
+    columns: Vec<String>,
+}
+
+/// Every schema object of this build, read from a database migrated in memory, so the
+/// list can never drift from the migrations.
+fn reference() -> Result<&'static [SchemaObject], StoreError> {
+    static REFERENCE: std::sync::OnceLock<Vec<SchemaObject>> = std::sync::OnceLock::new();
+    if let Some(objects) = REFERENCE.get() {
+        return Ok(objects);
+    }
+    let mut conn = Connection::open_in_memory().map_err(map_error)?;
+    migrate(&mut conn)?;
+    let objects = schema_objects(&conn)?;
+    Ok(REFERENCE.get_or_init(|| objects))
+}
+
+/// The schema objects `conn` holds, with each table's columns; SQLite's own (its
+/// automatic indexes, `sqlite_sequence`) left out.
+fn schema_objects(conn: &Connection) -> Result<Vec<SchemaObject>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT type, name, coalesce(sql, '') FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+        .map_err(map_error)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+        .map_err(map_error)?;
+    let mut objects = Vec::new();
+    for row in rows {
+        let (kind, name, sql) = row.map_err(map_error)?;
+        let columns = if kind == "table" {
+            let mut info = conn.prepare("SELECT name FROM pragma_table_info(?1)").map_err(map_error)?;
+            let names = info.query_map([&name], |r| r.get::<_, String>(0)).map_err(map_error)?;
+            names.collect::<Result<Vec<_>, _>>().map_err(map_error)?
+        } else {
+            Vec::new()
+        };
+        objects.push(SchemaObject { kind, name, sql, columns });
+    }
+    Ok(objects)
+}
+
+/// Objects that hold no rows of their own, or only the history's counters, and so can
+/// be built again without losing anything: indexes, triggers and `registry_changes`
+/// (whose fresh counters make every reader read everything once).
+fn rebuildable(object: &SchemaObject) -> bool {
+    matches!(object.kind.as_str(), "index" | "trigger") || object.name == "registry_changes"
+}
+
+/// What this build's schema has that the file lacks: whole objects, and columns of
+/// tables it has.
+fn missing(conn: &Connection) -> Result<(Vec<SchemaObject>, Vec<String>), StoreError> {
+    let present = schema_objects(conn)?;
+    let mut objects = Vec::new();
+    let mut columns = Vec::new();
+    for wanted in reference()? {
+        match present.iter().find(|p| p.kind == wanted.kind && p.name == wanted.name) {
+            None => objects.push(wanted.clone()),
+            Some(have) => columns.extend(
+                wanted
+                    .columns
+                    .iter()
+                    .filter(|c| !have.columns.contains(c))
+                    .map(|c| format!("{}.{c}", wanted.name)),
+            ),
+        }
+    }
+    Ok((objects, columns))
+}
+
+/// Checks that the file holds every schema object of its version: a table, column,
+/// index or trigger removed by hand (`DROP TABLE registry_changes`) is reported by name,
+/// with what mends it, instead of surfacing later as "no such table".
+pub(crate) fn verify(conn: &Connection, path: &std::path::Path) -> Result<(), StoreError> {
+    let (objects, columns) = missing(conn)?;
+    if objects.is_empty() && columns.is_empty() {
+        return Ok(());
+    }
+    let mut names: Vec<String> = objects.iter().map(|o| format!("{} {}", o.kind, o.name)).collect();
+    names.extend(columns.iter().map(|c| format!("column {c}")));
+    let mend = if columns.is_empty() && objects.iter().all(rebuildable) {
+        "run `fleetctl registry init` to build them again"
+    } else {
+        "they held rows that cannot be rebuilt: restore the registry from a backup (`fleetctl registry import`)"
+    };
+    Err(StoreError::corrupt(format!(
+        "registry {} lacks part of its schema ({}); {mend}",
+        path.display(),
+        names.join(", ")
+    )))
+}
+
+/// Builds again what [`verify`] finds missing and can be rebuilt, in one transaction;
+/// returns the names of what it built. Anything else is left for [`verify`] to report.
+pub(crate) fn repair(conn: &mut Connection) -> Result<Vec<String>, StoreError> {
+    let (objects, columns) = missing(conn)?;
+    if objects.is_empty() || !columns.is_empty() || !objects.iter().all(rebuildable) {
+        return Ok(Vec::new());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_error)?;
+    let mut built = Vec::new();
+    // Tables before the indexes and triggers on them.
+    let mut ordered: Vec<&SchemaObject> = objects.iter().collect();
+    ordered.sort_by_key(|o| o.kind != "table");
+    for object in ordered {
+        tx.execute_batch(&object.sql).map_err(map_error)?;
+        if object.name == "registry_changes" {
+            tx.execute_batch(HISTORY_ROW).map_err(map_error)?;
+        }
+        built.push(format!("{} {}", object.kind, object.name));
+    }
+    tx.commit().map_err(map_error)?;
+    Ok(built)
 }

@@ -242,7 +242,8 @@ fn a_reader_follows_writes_made_by_any_sql_client() {
 }
 
 /// A registry file of schema version 3 (before the history of changes) opens at the
-/// current version with its rows, and its readers then read only what changed.
+/// current version with its rows, a copy of it as it was kept beside it, and its readers
+/// then read only what changed.
 #[test]
 fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let dir = tempfile::tempdir().unwrap();
@@ -283,6 +284,15 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
         .unwrap();
     let (_, rows) = follow(&mut registry, &mut kept, at);
     assert_eq!(rows, Some(1), "one updated row read");
+
+    // The upgrade kept the file as it was, privately, for builds that read version 3.
+    let copy = dir.path().join("registry.sqlite3.schema-v3.backup");
+    let mode = std::fs::metadata(&copy).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let old = rusqlite::Connection::open(&copy).unwrap();
+    let version: i64 = old.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let rows: i64 = old.query_row("SELECT count(*) FROM worker_registrations", [], |r| r.get(0)).unwrap();
+    assert_eq!((version, rows), (3, 2));
 }
 
 /// A file restored in place from an older copy of itself (SQLite's backup API writes
