@@ -4,6 +4,7 @@
 mod child;
 mod connector_cmd;
 mod demo;
+mod http;
 mod init_cmd;
 mod lease_cmd;
 mod metrics_cmd;

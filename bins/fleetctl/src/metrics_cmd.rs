@@ -158,28 +158,41 @@ pub(crate) fn print(location: &RegistryLocation) -> Result<ExitCode, Failure> {
 }
 
 /// Serves `/metrics` until killed. Each scrape reads the registry afresh; a registry that
-/// cannot be read answers 503 with the reason, so an alert can fire on it.
+/// cannot be read answers 503 (the reason goes to the log, not to the network), so an
+/// alert can fire on it. `/healthz` answers 200 while the server runs. Only `GET` and
+/// `HEAD` are answered (405 otherwise). A server that can no longer accept connections
+/// exits 3, so a supervisor restarts it.
 pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<ExitCode, Failure> {
-    let server = tiny_http::Server::http(&args.listen)
-        .map_err(|e| Failure::usage(format!("cannot listen on {}: {e}", args.listen)))?;
+    let listener = std::net::TcpListener::bind(&args.listen).map_err(|e| {
+        let message = format!("cannot listen on {}: {e}", args.listen);
+        match e.kind() {
+            std::io::ErrorKind::InvalidInput => Failure::usage(message),
+            _ => Failure::store(message),
+        }
+    })?;
     fleet_runtime::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
-    for request in server.incoming_requests() {
-        let content_type =
-            tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                .map_err(|()| Failure::store("cannot build a header"))?;
-        let response = if request.url() != "/metrics" {
-            tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
-        } else {
-            match render(location) {
-                Ok(text) => tiny_http::Response::from_string(text).with_header(content_type),
-                Err(e) => tiny_http::Response::from_string(format!("registry unavailable: {e}\n"))
-                    .with_status_code(503),
-            }
-        };
-        // A scraper that hung up is its own business.
-        let _ = request.respond(response);
-    }
-    Ok(ExitCode::SUCCESS)
+    let location = location.clone();
+    let error = crate::http::serve(listener, move |request| {
+        use crate::http::Response;
+        if !matches!(request.method, "GET" | "HEAD") {
+            return Response { allow: Some("GET, HEAD"), ..Response::text(405, "only GET and HEAD\n") };
+        }
+        match request.path {
+            "/metrics" => match render(&location) {
+                Ok(text) => Response {
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    ..Response::text(200, text)
+                },
+                Err(e) => {
+                    fleet_runtime::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
+                    Response::text(503, "registry unavailable\n")
+                }
+            },
+            "/healthz" => Response::text(200, "ok\n"),
+            _ => Response::text(404, "not found: try /metrics\n"),
+        }
+    });
+    Err(Failure::store(format!("the metrics server stopped: cannot accept connections: {error}")))
 }
 
 #[cfg(test)]

@@ -331,3 +331,67 @@ fn a_table_of_rows_removed_by_hand_is_not_rebuilt_empty() {
         .unwrap();
     assert_eq!(tables, 0, "nothing was created in its place");
 }
+
+/// One HTTP exchange: sends `request` and reads the whole answer (the server closes).
+fn http(listen: &str, request: &[u8]) -> String {
+    let mut stream = std::net::TcpStream::connect(listen).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    use std::io::{Read, Write};
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// `fleetctl serve` with a descriptor limit of 64 against hostile clients: a flood of
+/// idle connections past the limit, a client that pipelines scrapes and never reads, a
+/// header of megabytes, another method. Through all of it, honest scrapes are answered,
+/// and a registry that cannot be read answers 503 without naming its path.
+#[test]
+fn serve_keeps_answering_through_floods_and_clients_that_never_read() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let script = format!("ulimit -n 64 && exec {} serve --listen {listen}", fleetctl_bin().display());
+    let mut server = Command::new("sh");
+    server.args(["-c", &script]).env("FLEET_REGISTRY", &fleet.registry).stderr(Stdio::null());
+    let mut server = server.spawn().unwrap();
+    common::wait_for(Duration::from_secs(10), || std::net::TcpStream::connect(&listen).ok());
+    let scrape = || http(&listen, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+
+    // Idle connections past the descriptor limit, held open.
+    let idle: Vec<_> = (0..150).filter_map(|_| std::net::TcpStream::connect(&listen).ok()).collect();
+    // A client that pipelines scrapes and never reads an answer.
+    let mut greedy = std::net::TcpStream::connect(&listen).unwrap();
+    {
+        use std::io::Write;
+        let _ = greedy.write_all(&b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2000));
+    }
+    drop(idle);
+    let answer = common::wait_for(Duration::from_secs(30), || {
+        Some(scrape()).filter(|a| a.starts_with("HTTP/1.1 200"))
+    });
+    assert!(answer.contains("fleet_workers"), "{answer}");
+    assert!(server.try_wait().unwrap().is_none(), "the server is still running");
+
+    let mut huge = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 4 << 20));
+    huge.extend_from_slice(b"\r\n\r\n");
+    assert!(http(&listen, &huge).starts_with("HTTP/1.1 431"));
+    let post = http(&listen, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert!(post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD"), "{post}");
+    assert!(http(&listen, b"GET /healthz HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200"));
+    assert!(http(&listen, b"\x16\x03\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+
+    std::fs::remove_file(&fleet.registry).unwrap();
+    let unavailable = scrape();
+    assert!(unavailable.starts_with("HTTP/1.1 503"), "{unavailable}");
+    assert!(
+        !unavailable.contains(fleet.dir.path().to_str().unwrap()),
+        "the body names no path: {unavailable}"
+    );
+    drop(greedy);
+    let _ = server.kill();
+    let _ = server.wait();
+}
