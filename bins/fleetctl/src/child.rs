@@ -104,3 +104,29 @@ pub(crate) fn gate(command: &[OsString]) -> ExitCode {
     fleet_runtime::warn(format_args!("fleetctl: cannot run {}: {err}", program.to_string_lossy()));
     ExitCode::from(127)
 }
+
+/// Whether `program` names a file this process may execute, found as `execvp` finds it
+/// (a name with a slash as given, else the first match on `PATH`): checked before any
+/// registry row is written for it, so a command that cannot run is refused up front.
+pub(crate) fn check_executable(program: &std::ffi::OsStr) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+    let runnable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
+    };
+    let shown = program.to_string_lossy();
+    if program.as_encoded_bytes().contains(&b'/') {
+        return if runnable(Path::new(program)) {
+            Ok(())
+        } else {
+            Err(format!("cannot run {shown}: no such executable file"))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).map(|dir: PathBuf| dir.join(program)).any(|p| runnable(&p)) {
+        Ok(())
+    } else {
+        Err(format!("cannot run {shown}: not found on PATH"))
+    }
+}

@@ -4,6 +4,8 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::Subcommand;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
@@ -80,22 +82,26 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
 }
 
 /// Forwards SIGTERM, SIGINT and SIGHUP sent to the supervisor to the worker, from a
-/// thread that signal-hook wakes (no code runs inside a signal handler).
-fn forward_signals_to(child: i32) -> Result<(), Failure> {
+/// thread that signal-hook wakes (no code runs inside a signal handler). Returns the
+/// last signal forwarded (0: none): a stop someone asked for.
+fn forward_signals_to(child: i32) -> Result<Arc<AtomicI32>, Failure> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| Failure::store(format!("cannot watch signals to forward: {e}")))?;
+    let asked = Arc::new(AtomicI32::new(0));
+    let noted = Arc::clone(&asked);
     std::thread::Builder::new()
         .name("fleet-signals".into())
         .spawn(move || {
             for raw in signals.forever() {
                 if let Ok(sig) = Signal::try_from(raw) {
+                    noted.store(raw, Ordering::SeqCst);
                     let _ = signal::kill(nix::unistd::Pid::from_raw(child), sig);
                 }
             }
         })
         .map_err(|e| Failure::store(format!("cannot start the signal forwarder: {e}")))?;
-    Ok(())
+    Ok(asked)
 }
 
 fn run_worker(
@@ -117,12 +123,22 @@ fn run_worker(
     };
     let repository = Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::usage("no worker command"))?;
+    crate::child::check_executable(program).map_err(Failure::usage)?;
 
     // The worker process is created held: registered first, then let run, so it never
     // runs unregistered; and it dies with this supervisor.
     let held = HeldChild::spawn(program, args)
         .map_err(|e| Failure::usage(format!("cannot start {}: {e}", program.to_string_lossy())))?;
     let child_pid = i32::try_from(held.id()).unwrap_or(0);
+    // Watched from before the registration, so a stop asked for at any moment reaches
+    // the worker (or its gate) and counts as asked for.
+    let asked = match forward_signals_to(child_pid) {
+        Ok(asked) => asked,
+        Err(e) => {
+            held.abort();
+            return Err(e);
+        }
+    };
     let registered =
         Pid::new(i64::from(child_pid)).map_err(|e| Failure::usage(e.to_string())).and_then(|pid| {
             let process = fleet_probe::process_identity(pid)
@@ -144,11 +160,6 @@ fn run_worker(
             return Err(e);
         }
     };
-    if let Err(e) = forward_signals_to(child_pid) {
-        held.abort();
-        let _ = session.release();
-        return Err(e);
-    }
     let mut child = match held.release() {
         Ok(child) => child,
         Err(e) => {
@@ -163,9 +174,15 @@ fn run_worker(
             session.release()?;
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }
+        (None, Some(sig)) if sig == asked.load(Ordering::SeqCst) => {
+            // Stopped by the signal an operator or supervisor sent (and this supervisor
+            // forwarded): a clean stop, so the row is released.
+            session.release()?;
+            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)))
+        }
         (None, Some(sig)) => {
-            // Death by signal is a crash: the row stays until its TTL lapses and the
-            // sweep marks it stale, so the crash stays visible.
+            // Death by a signal nobody asked for is a crash: the row stays until its TTL
+            // lapses and the sweep marks it stale, so the crash stays visible.
             session.abandon();
             Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)))
         }

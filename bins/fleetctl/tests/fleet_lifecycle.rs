@@ -171,3 +171,50 @@ fn worker_list_filters_by_instance_namespace_and_status() {
     assert_eq!(count(&["--status", "released"]), 3);
     assert_eq!(count(&["--status", "active"]), 0);
 }
+
+/// SIGTERM and SIGINT — how operators and supervisors stop things — are forwarded to the
+/// worker, and a worker that then ends by that signal stopped cleanly: its row is
+/// released, never left to turn stale like a crash.
+#[test]
+fn a_stop_signal_to_worker_run_is_a_clean_stop_that_releases_the_row() {
+    for (signal, code) in [(nix::sys::signal::Signal::SIGTERM, 143), (nix::sys::signal::Signal::SIGINT, 130)]
+    {
+        let fleet = Fleet::new();
+        let id = fleet.mint("codex");
+        let mut wrapper = fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", "author", "--", "sleep", "60"])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .spawn()
+            .unwrap();
+        wait_for(Duration::from_secs(30), || (fleet.workers_once_created()?.len() == 1).then_some(()));
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(wrapper.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let status = wrapper.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "{signal}");
+        let row = &fleet.workers()[0];
+        assert_eq!(row.status, WorkerStatus::Released, "{signal}");
+    }
+}
+
+/// A command that cannot be executed is refused before anything is registered.
+#[test]
+fn a_command_that_cannot_run_is_refused_before_any_row_is_written() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let id = fleet.mint("codex");
+    let not_executable = fleet.dir.path().join("script.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    for command in ["/no/such/binary", "no-such-command-anywhere", not_executable.to_str().unwrap()] {
+        let out = fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", "author", "--", command])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .output()
+            .unwrap();
+        common::assert_one_line_error(&out, 2, "cannot run");
+    }
+    assert!(fleet.workers().is_empty(), "no row was written");
+}
