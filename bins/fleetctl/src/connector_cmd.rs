@@ -6,7 +6,9 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration as StdDuration, Instant};
 
 use fleet_lease::{
@@ -15,7 +17,6 @@ use fleet_lease::{
 };
 use fleet_registry::{AuditContext, ConnectorExecutionContext, ConnectorRequest, OpenMode};
 use fleet_runtime::{Failure, RegistryLocation, open_registry};
-use nix::sys::signal::{Signal, kill};
 use time::Duration;
 
 use crate::lease_cmd::{load_policy, parse_key};
@@ -125,22 +126,6 @@ fn publish(context: &ConnectorExecutionContext, path: &Path) -> Result<(), Failu
         .map_err(|e| Failure::store(format!("cannot write the execution context {}: {e}", path.display())))
 }
 
-/// Stops the command: SIGTERM, then SIGKILL if it has not gone within two seconds.
-fn stop(child: &mut Child) {
-    if let Ok(pid) = i32::try_from(child.id()) {
-        let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
-    }
-    let deadline = Instant::now() + StdDuration::from_secs(2);
-    while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(StdDuration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<ExitCode, Failure> {
     let ConnectorCmd::Run(args) = cmd;
     let (_, _, identity) = parse_key(&args.key)?;
@@ -179,11 +164,11 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         .map_err(|e| Failure::store(format!("cannot create a private directory for the context: {e}")))?;
     let context_file = dir.path().join("context.json");
     publish(&context, &context_file)?;
-    let mut command = Command::new(program);
+    let mut command = crate::child::kept(program, rest)
+        .map_err(|e| Failure::store(format!("cannot start the command's keeper: {e}")))?;
     // The command acts only through its context: it is not handed the registry, whose
     // location may carry a database password.
     command
-        .args(rest)
         .env_remove("FLEET_REGISTRY")
         .env("FLEET_CONNECTOR_CONTEXT", &context_file)
         .env("FLEET_CONNECTOR_TENANT", &context.tenant_id)
@@ -193,7 +178,23 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         .env("FLEET_CONNECTOR_LEASE_ID", context.lease_id.as_str())
         .env("FLEET_CONNECTOR_FENCING_EPOCH", context.fencing_epoch.to_string())
         .env("FLEET_CONNECTOR_SCOPES", context.scopes.join(" "));
-    crate::child::die_with_parent(&mut command);
+    // A stop asked of this process (SIGTERM, SIGINT, SIGHUP) ends the command's tree
+    // gracefully and releases the lease; watched from before the command starts.
+    let asked = Arc::new(AtomicI32::new(0));
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+            .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
+        let asked = Arc::clone(&asked);
+        std::thread::Builder::new()
+            .name("fleet-stop".into())
+            .spawn(move || {
+                if let Some(sig) = signals.forever().next() {
+                    asked.store(sig, Ordering::SeqCst);
+                }
+            })
+            .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
+    }
     let mut child = command
         .spawn()
         .map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
@@ -205,6 +206,12 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             Ok(Some(status)) => break Ok(status),
             Ok(None) => {}
             Err(e) => break Err(Failure::store(format!("cannot wait for the command: {e}"))),
+        }
+        if asked.load(Ordering::SeqCst) != 0 {
+            match crate::child::stop_kept(&mut child) {
+                Some(status) => break Ok(status),
+                None => break Err(Failure::store("cannot wait for the stopped command")),
+            }
         }
         if Instant::now() < next {
             std::thread::sleep(StdDuration::from_millis(20));
@@ -220,13 +227,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         match authorized {
             Ok(context) => {
                 if let Err(e) = publish(&context, &context_file) {
-                    stop(&mut child);
+                    crate::child::stop_kept(&mut child);
                     break Err(e);
                 }
             }
             Err(e) => {
                 // The authority is gone: the command must not act on it a moment longer.
-                stop(&mut child);
+                crate::child::stop_kept(&mut child);
                 break Err(e);
             }
         }
@@ -234,5 +241,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     drop(dir);
     let status = outcome?;
     let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
+    let sig = asked.load(Ordering::SeqCst);
+    if sig != 0 {
+        return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)));
+    }
     Ok(ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
 }

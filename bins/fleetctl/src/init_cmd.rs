@@ -2,7 +2,7 @@
 //! version across any number of concurrent starters.
 
 use std::ffi::OsString;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use fleet_lease::LeaseKey;
@@ -46,17 +46,22 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         poll: Duration::from_millis(args.poll_ms.max(10)),
     };
     let report = run_initialization(location, &options, |cancel| {
-        // The command dies with this process: a takeover after our death never runs a
-        // second copy beside a first that outlived its owner.
-        let mut command = Command::new(program);
-        command.args(rest);
-        crate::child::die_with_parent(&mut command);
+        // The command's whole tree ends with this process or the lease: a takeover never
+        // runs a second copy beside a first that outlived its authority. The command is
+        // told its fencing token, to fence its own writes where no local mechanism reaches.
+        let holder = cancel.holder();
+        let mut command =
+            crate::child::kept(program, rest).map_err(|e| format!("cannot start the keeper: {e}"))?;
+        command
+            .env("FLEET_INIT_KEY", &args.key)
+            .env("FLEET_INIT_TARGET_VERSION", args.target_version.to_string())
+            .env("FLEET_INIT_EPOCH", holder.fencing_epoch.to_string())
+            .env("FLEET_INIT_LEASE_ID", holder.lease_id.as_str());
         let mut child =
             command.spawn().map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         loop {
             if cancel.cancelled() {
-                let _ = child.kill();
-                let _ = child.wait();
+                crate::child::stop_kept(&mut child);
                 return Err("cancelled: the initialization lease was lost".into());
             }
             match child.try_wait() {

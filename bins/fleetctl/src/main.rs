@@ -97,6 +97,12 @@ enum Cmd {
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Internal: run a command as the keeper of its whole process tree.
+    #[command(name = "__keep", hide = true)]
+    Keep {
+        #[arg(required = true, last = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -110,6 +116,12 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    // The internal commands run inside a child's environment and need no registry.
+    match &cli.command {
+        Cmd::Gate { command } => return Ok(child::gate(command)),
+        Cmd::Keep { command } => return Ok(child::keep(command)),
+        _ => {}
+    }
     fleet_runtime::init_logging(cli.log_format);
     if matches!(cli.command, Cmd::Demo { .. }) && cli.registry.is_some() {
         fleet_runtime::warn(format_args!(
@@ -126,7 +138,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Initialize(args) => init_cmd::run(&location, args),
         Cmd::Connector(cmd) => connector_cmd::run(&location, cmd),
         Cmd::Demo { keep } => demo::run(keep),
-        Cmd::Gate { command } => Ok(child::gate(&command)),
+        Cmd::Gate { .. } | Cmd::Keep { .. } => Ok(ExitCode::SUCCESS),
         Cmd::Metrics => metrics_cmd::print(&location),
         Cmd::Serve(args) => metrics_cmd::serve(&location, args),
         Cmd::Completions { shell } => {

@@ -52,11 +52,11 @@ fn a_registered_worker_runs_with_the_pid_the_registry_holds() {
         .unwrap();
     let worker = pid_in(&pidfile);
     let rows = fleet.workers();
-    assert_eq!(
-        rows[0].pid.map(|p| p.get()),
-        Some(u32::try_from(worker).unwrap()),
-        "the row names the worker"
-    );
+    // The row names the worker's keeper, the command's parent, which lives exactly as
+    // long as the worker's process tree.
+    let stat = std::fs::read_to_string(format!("/proc/{worker}/stat")).unwrap();
+    let keeper: u32 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(rows[0].pid.map(|p| p.get()), Some(keeper), "the row names the worker's keeper");
     let identity = fleet_probe::process_identity(rows[0].pid.unwrap()).unwrap();
     assert_eq!(Some(identity.process_start_time), rows[0].process_start_time, "the same incarnation");
 
@@ -83,4 +83,179 @@ fn a_killed_initialize_owner_takes_its_command_with_it() {
     kill(Pid::from_raw(i32::try_from(owner.id()).unwrap()), Signal::SIGKILL).unwrap();
     let _ = owner.wait();
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+}
+
+/// A command that builds a process tree: a grandchild, and a daemon that double-forks
+/// away from its parent and appends to `log` every 50 ms while it lives. Every process
+/// of the tree carries `FLEET_TEST_TREE=<token>` in its environment.
+fn tree_script(log: &Path) -> String {
+    format!(
+        "echo \"start $FLEET_INIT_EPOCH\" >> {log}; sleep 300 & \
+         ( setsid sh -c 'while true; do echo \"tick $FLEET_INIT_EPOCH\" >> {log}; sleep 0.05; done' & ); \
+         sleep 300",
+        log = log.display()
+    )
+}
+
+/// The processes alive now whose environment carries `token`.
+fn carrying(token: &str) -> Vec<i32> {
+    let needle = format!("FLEET_TEST_TREE={token}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| alive(*pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// Waits until the tree of `token` has started its daemon (the log has a tick).
+fn wait_for_tree(token: &str, log: &Path) {
+    wait_for(Duration::from_secs(20), || {
+        let ticking = std::fs::read_to_string(log).is_ok_and(|l| l.contains("tick"));
+        (ticking && carrying(token).len() >= 3).then_some(())
+    });
+}
+
+/// Waits until no process of the tree of `token` is left, failing with the survivors.
+fn assert_tree_gone(token: &str, what: &str) {
+    let start = std::time::Instant::now();
+    while !carrying(token).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(15), "{what}: survivors {:?}", carrying(token));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn token() -> String {
+    format!("{}-{:?}", std::process::id(), std::time::Instant::now())
+}
+
+/// `initialize`'s owner SIGKILLed while its command's tree runs: the whole tree is gone
+/// (the double-forked daemon included), and the next owner's run, after the lease
+/// lapses, never overlaps it: every line the first run wrote comes before the second
+/// run's start. The second run is told the next fencing epoch.
+#[test]
+fn a_killed_initialize_owner_takes_its_whole_tree_and_the_next_run_never_overlaps() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let log = fleet.dir.path().join("runs.log");
+    let token = token();
+    let first = tree_script(&log);
+    let mut owner = fleet
+        .fleetctl()
+        .env("FLEET_TEST_TREE", &token)
+        .args([
+            "initialize",
+            "--key",
+            "schema",
+            "--target-version",
+            "1",
+            "--ttl",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            &first,
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_tree(&token, &log);
+    kill(Pid::from_raw(i32::try_from(owner.id()).unwrap()), Signal::SIGKILL).unwrap();
+    let _ = owner.wait();
+    assert_tree_gone(&token, "initialize owner killed");
+
+    let second = format!(
+        "echo \"start $FLEET_INIT_EPOCH\" >> {log}; echo \"done $FLEET_INIT_EPOCH\" >> {log}",
+        log = log.display()
+    );
+    let out = fleet
+        .fleetctl()
+        .args([
+            "initialize",
+            "--key",
+            "schema",
+            "--target-version",
+            "1",
+            "--ttl",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            &second,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(str::to_owned).collect();
+    let second_start = lines.iter().position(|l| l == "start 2").expect("the second run at epoch 2");
+    assert!(lines[..second_start].iter().all(|l| l.ends_with(" 1")), "{lines:?}");
+    assert_eq!(
+        &lines[second_start..],
+        ["start 2", "done 2"],
+        "nothing of the first run after the second began"
+    );
+}
+
+/// `worker run`'s wrapper SIGKILLed, and stopped with SIGTERM: either way no process of
+/// the worker's tree survives.
+#[test]
+fn a_worker_runs_tree_ends_with_its_wrapper_killed_or_stopped() {
+    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+        let fleet = Fleet::new();
+        let id = fleet.mint("codex");
+        let log = fleet.dir.path().join("worker.log");
+        let token = token();
+        let mut wrapper = fleet
+            .fleetctl()
+            .env("FLEET_TEST_TREE", &token)
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .args(["worker", "run", "--namespace", "author", "--", "sh", "-c", &tree_script(&log)])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_tree(&token, &log);
+        kill(Pid::from_raw(i32::try_from(wrapper.id()).unwrap()), signal).unwrap();
+        let _ = wrapper.wait();
+        assert_tree_gone(&token, &format!("worker run {signal}"));
+    }
+}
+
+/// `connector run` SIGKILLed, and stopped with SIGTERM: no process of the command's tree
+/// survives; on SIGTERM the lease is released too.
+#[test]
+fn a_connector_commands_tree_ends_with_its_owner_killed_or_stopped() {
+    for signal in [Signal::SIGKILL, Signal::SIGTERM] {
+        let fleet = Fleet::new();
+        let policy = fleet.dir.path().join("policy.json");
+        let rule = serde_json::json!({"tenant": "acme", "agent": "agent-7", "binding": "slack-main",
+            "connector": "conn-a", "scopes": ["chat.read"], "max_ttl_s": 60});
+        std::fs::write(&policy, serde_json::json!({"allow": [rule]}).to_string()).unwrap();
+        let log = fleet.dir.path().join("connector.log");
+        let token = token();
+        let key = "connector:acme/agent-7/slack-main";
+        let mut owner = fleet
+            .fleetctl()
+            .env("FLEET_TEST_TREE", &token)
+            .args(["connector", "run", "--key", key, "--owner", "conn-a", "--scope", "chat.read", "--policy"])
+            .arg(&policy)
+            .args(["--", "sh", "-c", &tree_script(&log)])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_tree(&token, &log);
+        kill(Pid::from_raw(i32::try_from(owner.id()).unwrap()), signal).unwrap();
+        let status = owner.wait().unwrap();
+        assert_tree_gone(&token, &format!("connector run {signal}"));
+        if signal == Signal::SIGTERM {
+            assert_eq!(status.code(), Some(143));
+            let show = fleet.ctl(&["lease", "show", "--key", key, "--json"]);
+            let lease: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+            assert_eq!(lease[0]["state"], "released", "{lease}");
+        }
+    }
 }

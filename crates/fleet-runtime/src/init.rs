@@ -29,14 +29,23 @@ pub enum InitReport {
     LeaseLost,
 }
 
-/// The work's view of its lease: it must stop when `cancelled()` turns true.
+/// The work's view of its lease: it must stop when `cancelled()` turns true, and it
+/// may fence its own writes with the lease's holder (its id and fencing epoch).
 #[derive(Debug, Clone)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel {
+    lost: Arc<AtomicBool>,
+    holder: fleet_lease::Holder,
+}
 
 impl Cancel {
     /// Whether the lease was lost and the work must stop.
     pub fn cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The lease the work runs under: its id and fencing epoch.
+    pub fn holder(&self) -> &fleet_lease::Holder {
+        &self.holder
     }
 }
 
@@ -128,7 +137,7 @@ fn run_owned(
             }
         })
     };
-    let outcome = work(&Cancel(Arc::clone(&lost)));
+    let outcome = work(&Cancel { lost: Arc::clone(&lost), holder: holder.clone() });
     let _ = stop.send(());
     let _ = renewer.join();
     if lost.load(Ordering::SeqCst) {
