@@ -242,6 +242,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             for (k, v) in launch.vars() {
                 command.env(k, v);
             }
+            // The client this process becomes by exec: only servers it starts register
+            // under the launch (a client nested in an agent's shell gets its own).
+            command.env(vars::LAUNCH_PROCESS, fleet_runtime::launch_process_value()?);
             // exec only returns on failure.
             let err = command.exec();
             Err(Failure::usage(format!("cannot run {}: {err}", program.to_string_lossy())))

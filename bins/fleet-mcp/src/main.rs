@@ -72,6 +72,7 @@ fn register(
     cli: &Cli,
 ) -> Result<WorkerSession, String> {
     let env = env.as_ref().map_err(Clone::clone)?;
+    fleet_runtime::check_launch_lineage(env.client_type.as_str()).map_err(|e| e.to_string())?;
     // Read through /proc/self: right in any PID namespace, where our own pid number is
     // not our entry in the /proc we see.
     let process = fleet_probe::current_process().map_err(|e| format!("cannot read process evidence: {e}"))?;

@@ -171,12 +171,18 @@ fn launched_client_env(registry: &Path, home: &Path, client_type: &str) -> BTree
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
+    let mut env: BTreeMap<String, String> = out
+        .stdout
         .split(|b| *b == 0)
         .filter_map(|kv| {
             std::str::from_utf8(kv).ok()?.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))
         })
-        .collect()
+        .collect();
+    // The launcher names the process it became (here `env`, which has exited); this test
+    // plays that client from here on, so it names this process instead.
+    assert!(env.contains_key("GITEA_MCP_LAUNCH_PROCESS"), "the launch records its client");
+    env.insert("GITEA_MCP_LAUNCH_PROCESS".into(), fleet_runtime::launch_process_value().unwrap());
+    env
 }
 
 type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
@@ -276,4 +282,51 @@ async fn a_server_started_without_the_launcher_says_what_is_missing_and_how_its_
     assert!(error.starts_with("GITEA_MCP_CLIENT is not set"), "{error}");
     assert!(error.contains("env_vars") && error.contains("fleet-launch run"), "{error}");
     server.cancel().await.unwrap();
+}
+
+/// A client started from inside a launch — an agent's shell running `codex exec` —
+/// inherits the launch's variables, and its servers are started by it, not by the
+/// client `fleet-launch run` started. They do not register under the borrowed identity,
+/// they say how to start a nested client, and the fleet stays safe.
+#[tokio::test]
+async fn a_client_nested_in_a_launch_does_not_register_under_its_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let registry = dir.path().join("registry.sqlite3");
+    let launched = launched_client_env(&registry, &home, "codex");
+    // The launched client: this test process. Its servers register.
+    let entry = Entry {
+        command: bin("fleet-mcp").display().to_string(),
+        args: vec!["--namespace".into(), "author".into()],
+        env: BTreeMap::new(),
+        env_vars: Vec::new(),
+    };
+    let own = start(&entry, &launched, dir.path()).await;
+    // The nested client: a shell of the agent's, which starts its own server with the
+    // environment it inherited. `sh -c '…; true'` keeps the shell as the server's parent.
+    let nested = StdCommand::new("sh")
+        .args(["-c", &format!("{} --namespace author --ttl 5 < /dev/null; true", bin("fleet-mcp").display())])
+        .env_clear()
+        .envs(&launched)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&nested.stderr);
+    assert!(said.contains("fleet-launch run --client codex"), "{said}");
+    let rows = fleet_registry::Registry::new(
+        registry_sqlite::SqliteStore::open(&registry, fleet_registry::OpenMode::MustExist).unwrap(),
+    )
+    .workers()
+    .unwrap();
+    assert_eq!(rows.len(), 1, "only the launched client's server registered: {rows:?}");
+    let location = RegistryLocation::Sqlite(registry.clone());
+    let mut fleet = fleet_runtime::FleetReader::new(location);
+    let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now()).unwrap();
+    assert!(
+        !snap.findings.iter().any(|f| f.code == fleet_snapshot::FindingCode::DuplicateNamespaceWorker),
+        "{:?}",
+        snap.findings
+    );
+    let _ = own.cancel().await;
 }

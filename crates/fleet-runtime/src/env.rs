@@ -26,11 +26,14 @@ pub mod vars {
     pub const REGISTRY: &str = "FLEET_REGISTRY";
     /// Where `fleet-mcp` reads its profiles.
     pub const PROFILES: &str = "FLEET_PROFILES";
+    /// The process `fleet-launch run` started for the launch (its client), as
+    /// `PID:START_TIME`: only servers that process starts register under the launch.
+    pub const LAUNCH_PROCESS: &str = "GITEA_MCP_LAUNCH_PROCESS";
 
     /// The variables a launch hands to each of its servers through the agent client.
     /// Client configs name these (never their values) so that one shared file serves
     /// every launch; `GITEA_MCP_PROFILE` is not among them, since each entry sets its own.
-    pub const FORWARDED: [&str; 8] = [
+    pub const FORWARDED: [&str; 9] = [
         CLIENT,
         CLIENT_INSTANCE,
         INSTANCE_PROVENANCE,
@@ -39,6 +42,7 @@ pub mod vars {
         CLIENT_MANAGED,
         REGISTRY,
         PROFILES,
+        LAUNCH_PROCESS,
     ];
 }
 
