@@ -73,11 +73,23 @@ impl Binding<'_> {
         )?)
     }
 
-    /// Acquires the binding, taking over a lapsed or released lease at its epoch.
+    /// Acquires the binding, taking over a lapsed or released lease at its epoch. A live
+    /// lease this connector itself holds — left by a run of it that ended without
+    /// releasing (a SIGKILL, a crash) — is resumed: renewed at the same epoch, as seed
+    /// 002's reconnect keeps the binding. The earlier run's command tree ended with it.
     fn hold(&mut self) -> Result<LeaseRecord, Failure> {
         let (connector, ttl, scopes) = (self.connector, self.ttl, self.scopes.clone());
         match self.lease(ConnectorRequest::Acquire { connector, scopes: &scopes, ttl })? {
             Ok(lease) => Ok(lease),
+            Err(LeaseDenial::LeaseHeld) => {
+                let (current, _) = self.registry.lease(&self.identity.lease_key())?;
+                match current.filter(|c| c.owner == connector) {
+                    Some(mine) => self
+                        .lease(ConnectorRequest::Renew { holder: &mine.holder(), ttl })?
+                        .map_err(|d| refused(&self.identity, d)),
+                    None => Err(refused(&self.identity, LeaseDenial::LeaseHeld)),
+                }
+            }
             Err(LeaseDenial::TakeoverRequired) => {
                 let (current, _) = self.registry.lease(&self.identity.lease_key())?;
                 let expected_epoch = current.map_or(FencingEpoch::FIRST, |c| c.fencing_epoch);
@@ -218,6 +230,15 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             continue;
         }
         next = Instant::now() + period;
+        // The policy is read again on every renewal: a grant withdrawn from the file stops
+        // the work at the next renewal, and an unreadable policy denies.
+        match load_policy(Some(&args.policy)) {
+            Ok(policy) => binding.policy = policy,
+            Err(e) => {
+                crate::child::stop_kept(&mut child);
+                break Err(e);
+            }
+        }
         let holder: Holder = lease.holder();
         let renewed = binding.lease(ConnectorRequest::Renew { holder: &holder, ttl: binding.ttl });
         let authorized = renewed.and_then(|r| r.map_err(|d| refused(&binding.identity, d))).and_then(|l| {

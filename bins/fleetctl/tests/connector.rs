@@ -118,3 +118,78 @@ fn a_takeover_stops_the_former_holders_command() {
     assert!(stderr.contains("stale_epoch") || stderr.contains("lease_expired"), "{stderr}");
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
 }
+
+/// A `connector run` that ended without releasing (SIGKILL) leaves its lease held; the
+/// same connector, started again, resumes it at the same epoch (seed 002's reconnect
+/// keeps the binding) instead of being refused `lease_held` until it lapses.
+#[test]
+fn a_restarted_connector_resumes_its_own_live_lease_at_the_same_epoch() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let first = fleet.dir.path().join("first");
+    let script = format!("echo $FLEET_CONNECTOR_FENCING_EPOCH > {}; exec sleep 60", first.display());
+    let mut holder = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "60"])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(10), || std::fs::read_to_string(&first).ok().filter(|e| !e.is_empty()));
+    kill(Pid::from_raw(i32::try_from(holder.id()).unwrap()), Signal::SIGKILL).unwrap();
+    let _ = holder.wait();
+
+    let second = fleet.dir.path().join("second");
+    let out = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "60"])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &format!("echo $FLEET_CONNECTOR_FENCING_EPOCH > {}", second.display())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&first).unwrap().trim(), "1");
+    assert_eq!(std::fs::read_to_string(&second).unwrap().trim(), "1", "the same epoch");
+    // Another connector is still refused while the lease lives.
+    let out = fleet
+        .fleetctl()
+        .args(["lease", "acquire", "--key", KEY, "--owner", "conn-b", "--scope", "chat.read", "--policy"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+}
+
+/// The policy is read again on every renewal: a grant withdrawn from the file stops the
+/// command at the next renewal.
+#[test]
+fn a_policy_withdrawn_while_running_stops_the_command() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let pidfile = fleet.dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut holder = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command: i32 =
+        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+    let withdrawn = fleet.dir.path().join("withdrawn.json");
+    std::fs::write(&withdrawn, r#"{"allow": []}"#).unwrap();
+    std::fs::rename(&withdrawn, &policy).unwrap();
+    let status = holder.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("policy_denied"), "{stderr}");
+    wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+}
