@@ -312,3 +312,67 @@ pub(crate) fn check_executable(program: &OsStr) -> Result<(), String> {
         Err(format!("cannot run {shown}: not found on PATH"))
     }
 }
+
+/// The variables that mark a kept command's tree with the lease it runs under: which
+/// lease of which registry, and which tenure of it.
+const TENURE: &str = "FLEET_TENURE";
+const TENURE_LEASE_ID: &str = "FLEET_TENURE_LEASE_ID";
+
+/// Which lease of which registry: the registry's location (printed without credentials)
+/// and the lease key, so that registries that use the same key never touch each other.
+pub(crate) fn tenure(location: &fleet_runtime::RegistryLocation, lease_key: &str) -> String {
+    format!("{location} {lease_key}")
+}
+
+/// Marks `cmd`'s tree as running under `lease_id` of `tenure`.
+pub(crate) fn mark_tenure(cmd: &mut Command, tenure: &str, lease_id: &str) {
+    cmd.env(TENURE, tenure).env(TENURE_LEASE_ID, lease_id);
+}
+
+/// Ends, before a new owner runs anything, every process of this host left over from an
+/// earlier tenure of the same work: processes marked with `tenure` ([`mark_tenure`])
+/// but another lease than `lease_id`. A former owner that was paused
+/// past its lease (SIGSTOP, a debugger) still has its tree running; it acts on authority
+/// that has passed, so it is killed, and this returns only once none is left (or after
+/// `GRACE` plus a few seconds, with how many remain). Processes of other users are not
+/// visible here, and a process that cleared its environment is not found.
+pub(crate) fn end_former_trees(tenure: &str, lease_id: &str) -> usize {
+    let (key_var, lease_var) = (TENURE, TENURE_LEASE_ID);
+    let mine = format!("{lease_var}={lease_id}");
+    let wanted = format!("{key_var}={tenure}");
+    let lease_prefix = format!("{lease_var}=");
+    let me = std::process::id();
+    let former = || -> Vec<nix::unistd::Pid> {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| *pid != me)
+            .filter(|pid| {
+                let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
+                let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+                vars.contains(&wanted.as_bytes())
+                    && vars.iter().any(|v| v.starts_with(lease_prefix.as_bytes()))
+                    && !vars.contains(&mine.as_bytes())
+            })
+            .filter(|pid| {
+                // Zombies have ended; they only wait to be reaped by their parent.
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
+                !matches!(state, Some("Z" | "X") | None)
+            })
+            .filter_map(|pid| i32::try_from(pid).ok().map(nix::unistd::Pid::from_raw))
+            .collect()
+    };
+    let deadline = Instant::now() + GRACE + Duration::from_secs(5);
+    loop {
+        let left = former();
+        if left.is_empty() || Instant::now() >= deadline {
+            return left.len();
+        }
+        for pid in left {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -172,6 +172,16 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
 
     let mut lease = binding.hold()?;
     let context = binding.authorize()?;
+    // A former holder paused past its lease may still have its command's tree running
+    // here: nothing of it may run beside this tenure.
+    let tenure = crate::child::tenure(location, &binding.identity.lease_key().to_string());
+    let left = crate::child::end_former_trees(&tenure, context.lease_id.as_str());
+    if left > 0 {
+        let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
+        return Err(Failure::refused(format!(
+            "{left} processes of a former holder's command would not end; not running beside them"
+        )));
+    }
     let dir = fleet_runtime::user_file::private_dir("fleetctl-connector-")
         .map_err(|e| Failure::store(format!("cannot create a private directory for the context: {e}")))?;
     let context_file = dir.path().join("context.json");
@@ -190,6 +200,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         .env("FLEET_CONNECTOR_LEASE_ID", context.lease_id.as_str())
         .env("FLEET_CONNECTOR_FENCING_EPOCH", context.fencing_epoch.to_string())
         .env("FLEET_CONNECTOR_SCOPES", context.scopes.join(" "));
+    crate::child::mark_tenure(&mut command, &tenure, context.lease_id.as_str());
     // A stop asked of this process (SIGTERM, SIGINT, SIGHUP) ends the command's tree
     // gracefully and releases the lease; watched from before the command starts.
     let asked = Arc::new(AtomicI32::new(0));

@@ -50,6 +50,15 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         // runs a second copy beside a first that outlived its authority. The command is
         // told its fencing token, to fence its own writes where no local mechanism reaches.
         let holder = cancel.holder();
+        // A former owner paused past its lease may still have its tree running here:
+        // nothing of it may run beside this tenure.
+        let tenure = crate::child::tenure(location, &format!("init:{}", args.key));
+        let left = crate::child::end_former_trees(&tenure, holder.lease_id.as_str());
+        if left > 0 {
+            return Err(format!(
+                "{left} processes of a former owner's run would not end; not running beside them"
+            ));
+        }
         let mut command =
             crate::child::kept(program, rest).map_err(|e| format!("cannot start the keeper: {e}"))?;
         command
@@ -57,6 +66,7 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
             .env("FLEET_INIT_TARGET_VERSION", args.target_version.to_string())
             .env("FLEET_INIT_EPOCH", holder.fencing_epoch.to_string())
             .env("FLEET_INIT_LEASE_ID", holder.lease_id.as_str());
+        crate::child::mark_tenure(&mut command, &tenure, holder.lease_id.as_str());
         let mut child =
             command.spawn().map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         loop {

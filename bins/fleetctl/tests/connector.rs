@@ -193,3 +193,48 @@ fn a_policy_withdrawn_while_running_stops_the_command() {
     assert!(stderr.contains("policy_denied"), "{stderr}");
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
 }
+
+/// A holder paused past its lease (SIGSTOP) still has its command running; a `connector
+/// run` of another connector that takes the binding over ends that command before its
+/// own starts.
+#[test]
+fn a_takeover_by_connector_run_ends_a_paused_former_holders_command_first() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let pidfile = fleet.dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut holder = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let command: i32 =
+        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+    let holder_pid = Pid::from_raw(i32::try_from(holder.id()).unwrap());
+    kill(holder_pid, Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let seen = fleet.dir.path().join("seen");
+    // Alive is any state but zombie (ended, waiting to be reaped) or gone.
+    let check = format!(
+        "s=$(sed 's/.*) //' /proc/{command}/stat 2>/dev/null | cut -d' ' -f1); \
+         case \"$s\" in ''|Z|X) echo alone > {0};; *) echo overlap > {0};; esac",
+        seen.display()
+    );
+    let out = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-b", "--scope", "chat.read", "--ttl", "30"])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &check])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&seen).unwrap().trim(), "alone");
+    kill(holder_pid, Signal::SIGCONT).unwrap();
+    assert_eq!(holder.wait().unwrap().code(), Some(1));
+}

@@ -259,3 +259,73 @@ fn a_connector_commands_tree_ends_with_its_owner_killed_or_stopped() {
         }
     }
 }
+
+/// A former owner paused past its lease (SIGSTOP) still has its command's tree running:
+/// the owner that takes over ends that tree before it runs anything, so the two runs
+/// never overlap; the paused owner, resumed, finds its lease gone and records nothing.
+#[test]
+fn a_takeover_ends_a_paused_former_owners_tree_before_running() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let log = fleet.dir.path().join("runs.log");
+    let token = token();
+    let first = tree_script(&log);
+    let mut owner = fleet
+        .fleetctl()
+        .env("FLEET_TEST_TREE", &token)
+        .args([
+            "initialize",
+            "--key",
+            "schema",
+            "--target-version",
+            "1",
+            "--ttl",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            &first,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_tree(&token, &log);
+    let owner_pid = Pid::from_raw(i32::try_from(owner.id()).unwrap());
+    kill(owner_pid, Signal::SIGSTOP).unwrap();
+
+    let second = format!(
+        "echo \"start $FLEET_INIT_EPOCH\" >> {log}; sleep 0.5; echo \"done $FLEET_INIT_EPOCH\" >> {log}",
+        log = log.display()
+    );
+    let out = fleet
+        .fleetctl()
+        .args([
+            "initialize",
+            "--key",
+            "schema",
+            "--target-version",
+            "1",
+            "--ttl",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            &second,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(str::to_owned).collect();
+    let second_start = lines.iter().position(|l| l == "start 2").expect("the second run at epoch 2");
+    assert_eq!(
+        &lines[second_start..],
+        ["start 2", "done 2"],
+        "nothing of the first run after the second began"
+    );
+
+    kill(owner_pid, Signal::SIGCONT).unwrap();
+    let status = owner.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the former owner lost its lease");
+    assert!(carrying(&token).is_empty(), "no process of the first run is left");
+}
