@@ -7,6 +7,8 @@ use fleet_mcp::{profiles, server, stdio};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
 use fleet_identity::{Namespace, Repository};
@@ -110,6 +112,13 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     cli.profiles = cli.profiles.filter(|p| !p.is_empty());
     let location = RegistryLocation::resolve(cli.registry.as_deref())?.absolute();
     let env = instance_env(cli.config_client);
+    // Stop signals are watched from before the registration: one that arrives before the
+    // client's initialize (a client that gives up at once) still releases the row.
+    let stopped = Arc::new(AtomicUsize::new(0));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_usize(sig, Arc::clone(&stopped), usize::try_from(sig).unwrap_or(1))
+            .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
+    }
     let session = register(&location, &env, &cli);
     if let Err(e) = &session {
         fleet_runtime::warn(format_args!("fleet-mcp: not registered, serving diagnostic reads only: {e}"));
@@ -141,13 +150,20 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         let stdout = stdio::GrowingStdout::new()
             .map_err(|e| Failure::store(format!("cannot write to standard output: {e}")))?;
         let transport = stdio::guard(tokio::io::stdin(), stdout, bodies);
-        let service = server
-            .clone()
-            .serve(transport)
-            .await
-            .map_err(|e| Failure::usage(format!("MCP initialization failed: {e}")))?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| Failure::store(format!("cannot watch SIGTERM: {e}")))?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| Failure::store(format!("cannot watch SIGINT: {e}")))?;
+        if stopped.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        let service = tokio::select! {
+            served = server.clone().serve(transport) => {
+                served.map_err(|e| Failure::usage(format!("MCP initialization failed: {e}")))?
+            }
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+        };
         let cancel = service.cancellation_token();
         let waiting = service.waiting();
         tokio::pin!(waiting);
@@ -157,7 +173,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
                 cancel.cancel();
                 let _ = waiting.await;
             }
-            _ = tokio::signal::ctrl_c() => {
+            _ = int.recv() => {
                 cancel.cancel();
                 let _ = waiting.await;
             }
@@ -172,5 +188,10 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     drop(server);
-    served
+    // Stopped by a signal: the exit status says so (128 + signal), as a shell reports it,
+    // whatever the interrupted session made of it.
+    match stopped.load(Ordering::SeqCst) {
+        0 => served,
+        sig => Err(Failure::signalled(sig)),
+    }
 }

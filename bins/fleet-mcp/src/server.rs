@@ -286,6 +286,17 @@ fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
     }
 }
 
+/// What a namespace's server says it offers: only the tools it lists.
+fn instructions(namespace: Namespace) -> String {
+    match namespace {
+        Namespace::Controller | Namespace::Reconciler => format!(
+            "Fleetward {namespace} namespace worker: fleet snapshot, stale retirement, workflow leases and the \
+             runtime context."
+        ),
+        _ => format!("Fleetward {namespace} namespace worker: workflow leases and the runtime context."),
+    }
+}
+
 impl FleetServer {
     /// The server for `ctx`, listing only the tools its namespace may call.
     pub fn new(ctx: Context) -> Self {
@@ -741,10 +752,7 @@ impl ServerHandler for FleetServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("fleet-mcp", env!("CARGO_PKG_VERSION")))
-            .with_instructions(format!(
-                "Fleetward {} namespace worker: fleet snapshot, stale retirement and workflow leases.",
-                self.ctx.namespace
-            ))
+            .with_instructions(instructions(self.ctx.namespace))
     }
 }
 

@@ -42,10 +42,41 @@ fn judge(line: &[u8]) -> Verdict {
         Ok(value) => value,
         Err(e) => return Verdict::Answer(error(Value::Null, -32700, format!("Parse error: {e}"))),
     };
+    let id = value.get("id");
+    let answerable = matches!(id, Some(Value::String(_) | Value::Number(_)));
+    // tools/call whose params lack a string name, or carry arguments that are not an
+    // object, is invalid params (-32602), not a method the server does not know.
+    if answerable && value.get("method") == Some(&Value::from("tools/call")) {
+        let params = value.get("params");
+        let name_ok = params.and_then(|p| p.get("name")).is_some_and(Value::is_string);
+        let arguments_ok =
+            params.and_then(|p| p.get("arguments")).is_none_or(|a| a.is_object() || a.is_null());
+        // Params that are not structured at all make the request itself invalid (below).
+        if params.is_none_or(Value::is_object) && !(name_ok && arguments_ok) {
+            let why =
+                if !name_ok { "params.name must be a string" } else { "params.arguments must be an object" };
+            return Verdict::Answer(error(
+                id.cloned().unwrap_or_default(),
+                -32602,
+                format!("Invalid params: {why}"),
+            ));
+        }
+    }
     if serde_json::from_value::<ClientJsonRpcMessage>(value.clone()).is_ok() {
         return Verdict::Pass;
     }
-    match value.get("id") {
+    match id {
+        // JSON-RPC 2.0: an id that is neither a string nor a number is an invalid
+        // request, answered with id null.
+        Some(Value::Null | Value::Bool(_) | Value::Object(_) | Value::Array(_))
+            if value.get("method").is_some() =>
+        {
+            Verdict::Answer(error(
+                Value::Null,
+                -32600,
+                "Invalid Request: id must be a string or a number".into(),
+            ))
+        }
         Some(id @ (Value::String(_) | Value::Number(_))) if value.get("method").is_some() => {
             let detail = serde_json::from_value::<ClientJsonRpcMessage>(value.clone())
                 .err()
@@ -357,6 +388,26 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_of_the_wrong_type_and_bad_tool_call_params_get_their_codes() {
+        for id in ["null", "true", "{}", "[1]"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            let Verdict::Answer(a) = judge(line.as_bytes()) else { panic!("{id} is answered") };
+            assert_eq!((a["id"].clone(), a["error"]["code"].clone()), (Value::Null, json!(-32600)), "{id}");
+        }
+        for params in [
+            r#"{"name":"gitea_get_runtime_context","arguments":"x"}"#,
+            r#"{"arguments":{}}"#,
+            r#"{"name":5}"#,
+        ] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{params}}}"#);
+            let Verdict::Answer(a) = judge(line.as_bytes()) else { panic!("{params} is answered") };
+            assert_eq!((a["id"].clone(), a["error"]["code"].clone()), (json!(3), json!(-32602)), "{params}");
+        }
+        let line = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x","arguments":{}}}"#;
+        assert_eq!(judge(line), Verdict::Pass);
+    }
 
     #[test]
     fn each_kind_of_bad_line_gets_its_answer() {

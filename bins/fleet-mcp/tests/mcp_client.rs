@@ -1063,3 +1063,50 @@ async fn a_worker_killed_between_two_snapshots_is_gone_in_the_second() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// SIGTERM or SIGINT before the client's `initialize` (a client that gives up at once):
+/// the server releases its row and exits `128 + signal`.
+#[test]
+fn a_stop_signal_before_initialize_releases_the_row() {
+    for (signal, code) in [(nix::sys::signal::Signal::SIGTERM, 143), (nix::sys::signal::Signal::SIGINT, 130)]
+    {
+        let fleet = Fleet::new();
+        let id = fleet.mint();
+        let mut server = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
+            .args(["--namespace", "author"])
+            .env("FLEET_REGISTRY", &fleet.location)
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .env_remove("GITEA_MCP_LAUNCH_PROCESS")
+            .current_dir(fleet.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while workers(&fleet).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never registered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(server.id()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let status = server.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "{signal}");
+        assert_eq!(workers(&fleet)[0].status, fleet_registry::WorkerStatus::Released, "{signal}");
+    }
+}
+
+/// A namespace's instructions name only what it lists: author, reviewer and merger
+/// do not announce the fleet tools they cannot call.
+#[tokio::test]
+async fn instructions_name_only_the_tools_a_namespace_lists() {
+    let fleet = Fleet::new();
+    for (ns, fleet_tools) in [("author", false), ("merger", false), ("reconciler", true)] {
+        let client = fleet.connect(ns, None, None).await;
+        let info = client.peer_info().unwrap();
+        let text = info.instructions.clone().unwrap_or_default();
+        assert_eq!(text.contains("snapshot") || text.contains("retirement"), fleet_tools, "{ns}: {text}");
+        client.cancel().await.unwrap();
+    }
+}

@@ -30,6 +30,12 @@ impl Failure {
         Self { code: 3, message: message.into() }
     }
 
+    /// Stopped by signal `sig` as asked: exit `128 + sig`, as a shell reports it, with
+    /// nothing to say.
+    pub fn signalled(sig: usize) -> Self {
+        Self { code: u8::try_from(128 + sig).unwrap_or(255), message: String::new() }
+    }
+
     /// Standard output could not be written. A closed pipe (`fleetctl … | head`) ends
     /// the program quietly with success, as ripgrep does; any other failure (a full disk)
     /// is an error that exits 3.
