@@ -1,18 +1,27 @@
-//! The output schema each tool declares: the fields its `structuredContent` always
-//! carries, with their JSON types. Clients validate successful results against these, so
-//! every field named here is present in every success.
+//! The output schema each tool declares: the fields its `structuredContent` carries, with
+//! their JSON types. Clients validate every result against these — the TypeScript SDK
+//! validates a refusal's too — so each schema is the union of the tool's success (every
+//! field named here present) and the refusal body every tool shares
+//! (`{"error": CODE, "detail": {…}}`).
 
 use std::sync::Arc;
 
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
-/// An object schema with these required properties of these types.
+/// An object schema: either these properties of these types, all present, or the
+/// refusal body.
 fn object(fields: &[(&str, &str)]) -> Arc<JsonObject> {
-    let properties: serde_json::Map<String, Value> =
+    let mut properties: serde_json::Map<String, Value> =
         fields.iter().map(|(name, ty)| ((*name).to_owned(), json!({ "type": ty }))).collect();
+    properties.insert("error".into(), json!({ "type": "string" }));
+    properties.insert("detail".into(), json!({ "type": "object" }));
     let required: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
-    let schema = json!({ "type": "object", "properties": properties, "required": required });
+    let schema = json!({
+        "type": "object",
+        "properties": properties,
+        "anyOf": [{ "required": required }, { "required": ["error", "detail"] }],
+    });
     match schema {
         Value::Object(map) => Arc::new(map),
         _ => Arc::default(),

@@ -453,24 +453,31 @@ async fn a_namespace_lists_only_its_tools_with_plain_schemas() {
 }
 
 /// Whether `value` has every required property of `schema` with its declared type.
+/// Whether `value` matches one of the schema's `anyOf` branches: every property its
+/// `required` names present, of the type `properties` declares.
 fn conforms(value: &Value, schema: &serde_json::Map<String, Value>) -> Result<(), String> {
-    for field in schema["required"].as_array().unwrap() {
-        let field = field.as_str().unwrap();
-        let ty = schema["properties"][field]["type"].as_str().unwrap();
-        let v = value.get(field).ok_or(format!("missing {field}"))?;
-        let ok = match ty {
-            "string" => v.is_string(),
-            "boolean" => v.is_boolean(),
-            "integer" => v.is_u64() || v.is_i64(),
-            "array" => v.is_array(),
-            "object" => v.is_object(),
-            _ => false,
-        };
-        if !ok {
-            return Err(format!("{field} is not {ty}: {v}"));
+    let branch = |required: &Value| -> Result<(), String> {
+        for field in required.as_array().unwrap() {
+            let field = field.as_str().unwrap();
+            let ty = schema["properties"][field]["type"].as_str().unwrap();
+            let v = value.get(field).ok_or(format!("missing {field}"))?;
+            let ok = match ty {
+                "string" => v.is_string(),
+                "boolean" => v.is_boolean(),
+                "integer" => v.is_u64() || v.is_i64(),
+                "array" => v.is_array(),
+                "object" => v.is_object(),
+                _ => false,
+            };
+            if !ok {
+                return Err(format!("{field} is not {ty}: {v}"));
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    };
+    let branches = schema["anyOf"].as_array().ok_or("no anyOf")?;
+    let failures: Vec<String> = branches.iter().filter_map(|b| branch(&b["required"]).err()).collect();
+    if failures.len() < branches.len() { Ok(()) } else { Err(failures.join("; ")) }
 }
 
 /// Successes carry `structuredContent` that matches the declared output schema, and the
@@ -512,6 +519,38 @@ async fn results_are_structured_and_match_their_output_schemas() {
             result.structured_content.clone().unwrap_or_else(|| panic!("{tool}: no structuredContent"));
         conforms(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}"));
         assert_eq!(body(&result), structured, "{tool}: the text block says the same");
+    }
+    client.cancel().await.unwrap();
+}
+
+/// Every refusal's `structuredContent` matches its tool's declared output schema too: the
+/// TypeScript SDK (and so Gemini CLI) validates it even when `isError` is set.
+#[tokio::test]
+async fn refusals_match_their_output_schemas() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let client = fleet.connect("reconciler", Some(&id), None).await;
+    let schemas: BTreeMap<String, serde_json::Map<String, Value>> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name.to_string(), (*t.output_schema.unwrap()).clone()))
+        .collect();
+    let cases = [
+        (
+            "gitea_apply_stale_worker_retirement",
+            json!({"registry_fingerprint": "x", "candidate_fingerprint": "y", "worker_identities": []}),
+        ),
+        ("gitea_acquire_workflow_lease", json!({"workflow": "w"})),
+        ("gitea_renew_workflow_lease", json!({"workflow": 5})),
+        ("gitea_snapshot_instance_fleet", json!({"expected_manifest": "x"})),
+    ];
+    for (tool, args) in cases {
+        let result = call(&client, tool, args).await;
+        assert!(failed(&result).is_some(), "{tool} refuses");
+        let structured = result.structured_content.clone().unwrap();
+        conforms(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}: {structured}"));
     }
     client.cancel().await.unwrap();
 }
