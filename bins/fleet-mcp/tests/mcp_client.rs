@@ -697,8 +697,7 @@ async fn the_fleet_retires_a_crashed_worker_through_mcp_alone() {
         clients.push(fleet.connect_with_ttl(ns, Some(&id), Some(&profiles), 2).await);
     }
     let author = workers(&fleet).into_iter().find(|r| r.namespace.as_str() == "author").unwrap();
-    let pid = i32::try_from(author.pid.unwrap().get()).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    kill_worker(&fleet, "author");
 
     let reconciler = &clients[4];
     let deadline = std::time::Instant::now() + Duration::from_secs(15);

@@ -23,6 +23,26 @@ fn policy(fleet: &Fleet) -> std::path::PathBuf {
     path
 }
 
+/// conn-a holding the binding with a 1 s TTL, its command a `sleep` that wrote its pid:
+/// the `connector run` process and the command's pid.
+fn conn_a_holding(fleet: &Fleet, policy: &std::path::Path) -> (std::process::Child, i32) {
+    let pidfile = fleet.dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let holder = fleet
+        .fleetctl()
+        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
+        .arg("--policy")
+        .arg(policy)
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command: i32 =
+        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+    (holder, command)
+}
+
 #[test]
 fn the_command_runs_with_its_context_and_its_exit_code_passes_through() {
     let fleet = Fleet::new();
@@ -80,20 +100,7 @@ fn without_a_policy_that_allows_it_nothing_runs() {
 fn a_takeover_stops_the_former_holders_command() {
     let fleet = Fleet::new();
     let policy = policy(&fleet);
-    let pidfile = fleet.dir.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
-    let mut holder = fleet
-        .fleetctl()
-        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
-        .arg("--policy")
-        .arg(&policy)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let command: i32 =
-        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+    let (mut holder, command) = conn_a_holding(&fleet, &policy);
 
     // The holder pauses past its TTL; conn-b takes the binding over.
     let holder_pid = Pid::from_raw(i32::try_from(holder.id()).unwrap());
@@ -169,20 +176,7 @@ fn a_restarted_connector_resumes_its_own_live_lease_at_the_same_epoch() {
 fn a_policy_withdrawn_while_running_stops_the_command() {
     let fleet = Fleet::new();
     let policy = policy(&fleet);
-    let pidfile = fleet.dir.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
-    let mut holder = fleet
-        .fleetctl()
-        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
-        .arg("--policy")
-        .arg(&policy)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let command: i32 =
-        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+    let (mut holder, command) = conn_a_holding(&fleet, &policy);
     let withdrawn = fleet.dir.path().join("withdrawn.json");
     std::fs::write(&withdrawn, r#"{"allow": []}"#).unwrap();
     std::fs::rename(&withdrawn, &policy).unwrap();
@@ -201,20 +195,7 @@ fn a_policy_withdrawn_while_running_stops_the_command() {
 fn a_takeover_by_connector_run_ends_a_paused_former_holders_command_first() {
     let fleet = Fleet::new();
     let policy = policy(&fleet);
-    let pidfile = fleet.dir.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
-    let mut holder = fleet
-        .fleetctl()
-        .args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "1"])
-        .arg("--policy")
-        .arg(&policy)
-        .args(["--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let command: i32 =
-        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok());
+    let (mut holder, command) = conn_a_holding(&fleet, &policy);
     let holder_pid = Pid::from_raw(i32::try_from(holder.id()).unwrap());
     kill(holder_pid, Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_millis(1200));

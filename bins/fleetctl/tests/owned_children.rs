@@ -129,6 +129,22 @@ fn assert_tree_gone(token: &str, what: &str) {
     }
 }
 
+/// `fleetctl initialize --key schema --target-version 1 --ttl 2` running the tree of
+/// [`tree_script`] marked with `token`, once its daemon has started.
+fn initialize_tree(fleet: &Fleet, log: &Path, token: &str) -> std::process::Child {
+    let owner = fleet
+        .fleetctl()
+        .env("FLEET_TEST_TREE", token)
+        .args(["initialize", "--key", "schema", "--target-version", "1", "--ttl", "2", "--", "sh", "-c"])
+        .arg(tree_script(log))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_tree(token, log);
+    owner
+}
+
 fn token() -> String {
     format!("{}-{:?}", std::process::id(), std::time::Instant::now())
 }
@@ -143,27 +159,7 @@ fn a_killed_initialize_owner_takes_its_whole_tree_and_the_next_run_never_overlap
     assert!(fleet.ctl(&["registry", "init"]).status.success());
     let log = fleet.dir.path().join("runs.log");
     let token = token();
-    let first = tree_script(&log);
-    let mut owner = fleet
-        .fleetctl()
-        .env("FLEET_TEST_TREE", &token)
-        .args([
-            "initialize",
-            "--key",
-            "schema",
-            "--target-version",
-            "1",
-            "--ttl",
-            "2",
-            "--",
-            "sh",
-            "-c",
-            &first,
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_tree(&token, &log);
+    let mut owner = initialize_tree(&fleet, &log, &token);
     kill(Pid::from_raw(i32::try_from(owner.id()).unwrap()), Signal::SIGKILL).unwrap();
     let _ = owner.wait();
     assert_tree_gone(&token, "initialize owner killed");
@@ -269,28 +265,7 @@ fn a_takeover_ends_a_paused_former_owners_tree_before_running() {
     assert!(fleet.ctl(&["registry", "init"]).status.success());
     let log = fleet.dir.path().join("runs.log");
     let token = token();
-    let first = tree_script(&log);
-    let mut owner = fleet
-        .fleetctl()
-        .env("FLEET_TEST_TREE", &token)
-        .args([
-            "initialize",
-            "--key",
-            "schema",
-            "--target-version",
-            "1",
-            "--ttl",
-            "2",
-            "--",
-            "sh",
-            "-c",
-            &first,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_tree(&token, &log);
+    let mut owner = initialize_tree(&fleet, &log, &token);
     let owner_pid = Pid::from_raw(i32::try_from(owner.id()).unwrap());
     kill(owner_pid, Signal::SIGSTOP).unwrap();
 
