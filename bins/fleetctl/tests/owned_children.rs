@@ -304,3 +304,19 @@ fn a_takeover_ends_a_paused_former_owners_tree_before_running() {
     assert_eq!(status.code(), Some(1), "the former owner lost its lease");
     assert!(carrying(&token).is_empty(), "no process of the first run is left");
 }
+
+/// `initialize` stopped with SIGTERM or SIGINT, as operators and supervisors stop
+/// things: no process of its command's tree survives.
+#[test]
+fn a_stopped_initialize_owner_takes_its_whole_tree() {
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let fleet = Fleet::new();
+        assert!(fleet.ctl(&["registry", "init"]).status.success());
+        let log = fleet.dir.path().join("runs.log");
+        let token = token();
+        let mut owner = initialize_tree(&fleet, &log, &token);
+        kill(Pid::from_raw(i32::try_from(owner.id()).unwrap()), signal).unwrap();
+        let _ = owner.wait();
+        assert_tree_gone(&token, &format!("initialize {signal}"));
+    }
+}
