@@ -149,7 +149,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     let served = runtime.block_on(async {
         let stdout = stdio::GrowingStdout::new()
             .map_err(|e| Failure::store(format!("cannot write to standard output: {e}")))?;
-        let transport = stdio::guard(tokio::io::stdin(), stdout, bodies);
+        let (transport, writer) = stdio::guard(tokio::io::stdin(), stdout, bodies);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| Failure::store(format!("cannot watch SIGTERM: {e}")))?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -178,6 +178,9 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
                 let _ = waiting.await;
             }
         }
+        // The session is over: what it wrote reaches stdout whole before the process ends
+        // (bounded, for a client that stopped reading).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
         Ok::<(), Failure>(())
     });
     // stdin closed, SIGTERM or Ctrl-C: release the registration either way.

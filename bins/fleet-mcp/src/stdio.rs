@@ -306,9 +306,15 @@ async fn write_line<W: AsyncWrite + Unpin>(
 }
 
 /// Starts the guard over `input` and `output`; returns the reader and writer the SDK
-/// should use as its transport. Bodies parked in `bodies` are written in place of their
-/// placeholders.
-pub fn guard<R, W>(input: R, output: W, bodies: Arc<Bodies>) -> (DuplexStream, DuplexStream)
+/// should use as its transport, and the task that writes to `output`: it ends once the
+/// SDK's side is closed and every line the SDK wrote is out whole, so a caller that
+/// awaits it before exiting never leaves a cut line on stdout. Bodies parked in `bodies`
+/// are written in place of their placeholders.
+pub fn guard<R, W>(
+    input: R,
+    output: W,
+    bodies: Arc<Bodies>,
+) -> ((DuplexStream, DuplexStream), tokio::task::JoinHandle<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -348,16 +354,17 @@ where
         // End of input: closing the SDK's side ends the session.
     });
 
-    tokio::spawn(async move {
+    let writer = tokio::spawn(async move {
         let mut output = output;
         let mut from_sdk = BufReader::new(from_sdk);
         let mut line = Vec::new();
-        let mut sdk_open = true;
+        let mut answering = true;
         loop {
             tokio::select! {
-                read = from_sdk.read_until(b'\n', &mut line), if sdk_open => {
+                read = from_sdk.read_until(b'\n', &mut line) => {
                     match read {
-                        Ok(0) | Err(_) => sdk_open = false,
+                        // The session is over and all it wrote is out.
+                        Ok(0) | Err(_) => return,
                         Ok(_) => {
                             if write_line(&mut output, &bodies, &line).await.is_err() {
                                 return;
@@ -366,9 +373,10 @@ where
                         }
                     }
                 }
-                answer = answer_rx.recv() => {
+                answer = answer_rx.recv(), if answering => {
+                    // Answers to bad lines end with the reader; the SDK's side may go on.
                     let Some(answer) = answer else {
-                        if !sdk_open { return; }
+                        answering = false;
                         continue;
                     };
                     let mut text = answer.to_string();
@@ -382,7 +390,7 @@ where
         }
     });
 
-    (sdk_in, sdk_out)
+    ((sdk_in, sdk_out), writer)
 }
 
 #[cfg(test)]

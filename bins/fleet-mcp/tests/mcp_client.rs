@@ -1148,3 +1148,56 @@ async fn instructions_name_only_the_tools_a_namespace_lists() {
         client.cancel().await.unwrap();
     }
 }
+
+/// The client closes stdin, or sends SIGTERM, right after asking for a snapshot of
+/// megabytes: whatever reaches stdout is whole JSON-RPC lines — the answer in flight is
+/// written whole or not at all — and the row is released.
+#[test]
+fn stdin_closed_or_sigterm_mid_answer_leaves_only_whole_lines() {
+    use std::io::{Read, Write};
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    import_healthy_rows(&fleet.registry, 5_000);
+    for (round, by_signal) in [false, true, false, true].into_iter().enumerate() {
+        let mut server = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
+            .args(["--namespace", "controller"])
+            .env("FLEET_REGISTRY", &fleet.location)
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .env_remove("GITEA_MCP_LAUNCH_PROCESS")
+            .env_remove("FLEET_PROFILES")
+            .current_dir(fleet.dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = server.stdin.take().unwrap();
+        let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+        let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gitea_snapshot_instance_fleet","arguments":{}}});
+        writeln!(stdin, "{init}").unwrap();
+        writeln!(stdin, "{}", json!({"jsonrpc":"2.0","method":"notifications/initialized"})).unwrap();
+        writeln!(stdin, "{call}").unwrap();
+        stdin.flush().unwrap();
+        // Let the answer start, then end the session.
+        std::thread::sleep(Duration::from_millis(150 + 50 * round as u64));
+        if by_signal {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(server.id()).unwrap());
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        }
+        drop(stdin);
+        let mut out = Vec::new();
+        server.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+        let status = server.wait().unwrap();
+        assert!(out.is_empty() || out.ends_with(b"\n"), "round {round}: stdout ends mid-line");
+        for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            serde_json::from_slice::<Value>(line)
+                .unwrap_or_else(|e| panic!("round {round}: a cut line ({} bytes): {e}", line.len()));
+        }
+        assert_eq!(status.code(), Some(if by_signal { 143 } else { 0 }), "round {round}");
+    }
+    let rows = workers(&fleet);
+    let servers: Vec<_> =
+        rows.iter().filter(|r| r.client_instance_id.as_deref() == Some(id.as_str())).collect();
+    assert!(servers.iter().all(|r| r.status == fleet_registry::WorkerStatus::Released), "every row released");
+}
