@@ -85,6 +85,7 @@ fn a_killed_worker_stays_active_until_its_ttl_lapses_then_turns_stale() {
         .unwrap();
     let row = wait_for(Duration::from_secs(30), || fleet.workers_once_created()?.into_iter().next());
     let pid = row.pid.unwrap();
+    common::wait_until_running(pid);
     Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
     let status = wrapper.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 9), "the wrapper reports the signal death");

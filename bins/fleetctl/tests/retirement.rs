@@ -46,7 +46,9 @@ fn start_workers(fleet: &Fleet, namespaces: &[&str]) -> (String, Vec<Child>) {
 /// Kills the worker process of `namespace` and waits until the sweep marks it stale.
 fn crash(fleet: &Fleet, namespace: &str) -> String {
     let row = fleet.workers().into_iter().find(|r| r.namespace.as_str() == namespace).unwrap();
-    Command::new("kill").args(["-KILL", &row.pid.unwrap().to_string()]).status().unwrap();
+    let pid = row.pid.unwrap();
+    common::wait_until_running(pid);
+    Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
     wait_for(Duration::from_secs(30), || {
         fleet.ctl(&["registry", "sweep"]);
         let r = fleet.workers().into_iter().find(|r| r.worker_identity == row.worker_identity)?;

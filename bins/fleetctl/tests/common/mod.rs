@@ -92,6 +92,17 @@ impl Fleet {
     }
 }
 
+/// Waits until the worker whose row names `pid` runs: `worker run` writes the row before
+/// it lets the worker go, and then the worker's keeper (the registered process) starts
+/// the command. A test that plays a crash kills the worker after that, as a crash finds
+/// it, not while `worker run` still holds it.
+pub fn wait_until_running(pid: impl std::fmt::Display) {
+    wait_for(Duration::from_secs(30), || {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        (!children.trim().is_empty()).then_some(())
+    });
+}
+
 /// Polls `check` every 25 ms until it returns `Some`, for at most `limit`.
 pub fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
