@@ -312,6 +312,7 @@ pub enum LeaseDenial {
     LeaseLive,
     /// No such lease.
     #[error("lease_not_found: no such lease")]
+    #[serde(rename = "lease_not_found")]
     NotFound,
     /// The presented tenure is not the current one (a takeover happened).
     #[error("stale_epoch: the lease was taken over; this holder's epoch is stale")]
@@ -321,9 +322,11 @@ pub enum LeaseDenial {
     NotHolder,
     /// The holder's lease lapsed before it renewed.
     #[error("lease_expired: the lease lapsed before renewal")]
+    #[serde(rename = "lease_expired")]
     Expired,
     /// The lease was released.
     #[error("lease_released: the lease was released")]
+    #[serde(rename = "lease_released")]
     ReleasedLease,
     /// The requested TTL exceeds the cap.
     #[error("ttl_exceeds_cap: the requested ttl is above the configured cap")]
@@ -501,6 +504,30 @@ pub fn decide_release(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A denial is spelled one way everywhere: JSON (the CLI's `--json`, MCP) as the
+    /// audit log and the docs spell it.
+    #[test]
+    fn every_denial_serializes_as_its_code() {
+        use LeaseDenial as D;
+        for d in [
+            D::LeaseHeld,
+            D::TakeoverRequired,
+            D::EpochMismatch,
+            D::LeaseLive,
+            D::NotFound,
+            D::StaleEpoch,
+            D::NotHolder,
+            D::Expired,
+            D::ReleasedLease,
+            D::TtlExceedsCap,
+            D::PolicyDenied,
+            D::EpochExhausted,
+        ] {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str(), "{d:?}");
+            assert_eq!(serde_json::from_value::<LeaseDenial>(d.as_str().into()).unwrap(), d);
+        }
+    }
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_unix_millis(1_785_412_800_000 + s * 1000).unwrap()
