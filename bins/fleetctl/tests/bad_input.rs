@@ -330,3 +330,13 @@ fn prune_writes_the_rows_down_before_removing_them_and_keeps_active_ones() {
     let out = fleet.ctl(&["registry", "prune", "--before", "yesterday", "--export", "x.json"]);
     assert_one_line_error(&out, 2, "--before");
 }
+
+/// A URL typed without its slashes is bad input, never a file name to create.
+#[test]
+fn a_scheme_without_its_slashes_is_refused_and_creates_nothing() {
+    let fleet = Fleet::new();
+    let out =
+        fleet.fleetctl().env("FLEET_REGISTRY", "postgres:/bad").args(["registry", "init"]).output().unwrap();
+    assert_one_line_error(&out, 2, "unsupported scheme");
+    assert!(!fleet.dir.path().join("postgres:").exists(), "nothing created");
+}

@@ -52,11 +52,17 @@ impl RegistryLocation {
                 _ => Err(LocationError::UnsupportedScheme(scheme.to_owned())),
             };
         }
-        let path = text;
-        if path.is_empty() {
-            return Err(LocationError::Empty);
+        // A scheme-like prefix without `//` (`postgres:/db`, `sqlite:reg`) is a URL typed
+        // wrong, not a file name: refused, where it would have created `./postgres:/db`.
+        // A path that starts with `/` or `.` is a path whatever it holds.
+        if !text.starts_with(['/', '.'])
+            && let Some((scheme, _)) = text.split_once(':')
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c))
+        {
+            return Err(LocationError::UnsupportedScheme(scheme.to_owned()));
         }
-        Ok(Self::Sqlite(PathBuf::from(path)))
+        Ok(Self::Sqlite(PathBuf::from(text)))
     }
 
     /// The location given, or the default file under the user's state directory
@@ -239,6 +245,19 @@ mod tests {
         ] {
             let loc = RegistryLocation::parse(url).unwrap();
             assert!(!loc.to_string().contains("secret") && !loc.to_string().contains("cret"), "{loc}");
+        }
+    }
+
+    #[test]
+    fn a_scheme_typed_without_its_slashes_is_refused_not_taken_for_a_file() {
+        for text in ["postgres:/bad", "postgresql:db", "sqlite:reg.sqlite3", "mysql:x"] {
+            assert!(
+                matches!(RegistryLocation::parse(text), Err(LocationError::UnsupportedScheme(_))),
+                "{text}"
+            );
+        }
+        for text in ["./postgres:/x", "/srv/a:b.sqlite3", "registry.sqlite3"] {
+            assert!(matches!(RegistryLocation::parse(text), Ok(RegistryLocation::Sqlite(_))), "{text}");
         }
     }
 
