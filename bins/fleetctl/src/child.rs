@@ -76,28 +76,13 @@ pub(crate) fn stop_kept(child: &mut Child) -> Option<std::process::ExitStatus> {
 /// `fleetctl __keep -- CMD…`: runs `CMD` as a child subreaper's child, ends every
 /// descendant when told to stop or when `CMD` ends, and exits as `CMD` did.
 pub(crate) fn keep(command: &[OsString]) -> ExitCode {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Some((program, args)) = command.split_first() else { return ExitCode::from(NOT_STARTED) };
     // The owner may have died before the death signal was armed.
     let owner = nix::unistd::getppid();
     if prctl::set_child_subreaper(true).is_err() || owner.as_raw() == 1 {
         return ExitCode::from(NOT_STARTED);
     }
-    let stop = Arc::new(AtomicI32::new(0));
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) else {
-        return ExitCode::from(NOT_STARTED);
-    };
-    {
-        let stop = Arc::clone(&stop);
-        let watching = std::thread::Builder::new().name("fleet-keep".into()).spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                stop.store(sig, Ordering::SeqCst);
-            }
-        });
-        if watching.is_err() {
-            return ExitCode::from(NOT_STARTED);
-        }
-    }
+    let Ok(stop) = watch_stop_signals(None) else { return ExitCode::from(NOT_STARTED) };
     if nix::unistd::getppid() != owner {
         return ExitCode::from(NOT_STARTED);
     }
@@ -129,6 +114,26 @@ pub(crate) fn keep(command: &[OsString]) -> ExitCode {
         Some(WaitStatus::Signaled(_, sig, _)) => exit_by(sig),
         _ => Signal::try_from(asked).map_or(ExitCode::from(1), exit_by),
     }
+}
+
+/// Watches SIGTERM, SIGINT and SIGHUP from a thread that signal-hook wakes (no code runs
+/// inside a signal handler): each is noted as the last stop asked for (0: none yet) and,
+/// given `forward_to`, passed on to that process. Once watched, these signals no longer
+/// end this process by themselves: the caller acts on the note.
+pub(crate) fn watch_stop_signals(forward_to: Option<i32>) -> std::io::Result<Arc<AtomicI32>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let asked = Arc::new(AtomicI32::new(0));
+    let noted = Arc::clone(&asked);
+    std::thread::Builder::new().name("fleet-signals".into()).spawn(move || {
+        for raw in signals.forever() {
+            noted.store(raw, Ordering::SeqCst);
+            if let (Some(pid), Ok(sig)) = (forward_to, Signal::try_from(raw)) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }
+    })?;
+    Ok(asked)
 }
 
 /// Ends this process by `sig`, as the command did, so the owner sees the same status.

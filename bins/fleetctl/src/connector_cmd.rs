@@ -7,8 +7,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration as StdDuration, Instant};
 
 use fleet_lease::{
@@ -203,21 +202,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     crate::child::mark_tenure(&mut command, &tenure, context.lease_id.as_str());
     // A stop asked of this process (SIGTERM, SIGINT, SIGHUP) ends the command's tree
     // gracefully and releases the lease; watched from before the command starts.
-    let asked = Arc::new(AtomicI32::new(0));
-    {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
-            .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
-        let asked = Arc::clone(&asked);
-        std::thread::Builder::new()
-            .name("fleet-stop".into())
-            .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
-                    asked.store(sig, Ordering::SeqCst);
-                }
-            })
-            .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
-    }
+    let asked = crate::child::watch_stop_signals(None)
+        .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
     let mut child = command
         .spawn()
         .map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;

@@ -4,8 +4,7 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::Ordering;
 
 use clap::Subcommand;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
@@ -15,7 +14,6 @@ use fleet_runtime::out;
 use fleet_runtime::{
     Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
 };
-use nix::sys::signal::{self, Signal};
 
 use crate::child::HeldChild;
 use crate::table;
@@ -81,29 +79,6 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
     }
 }
 
-/// Forwards SIGTERM, SIGINT and SIGHUP sent to the supervisor to the worker, from a
-/// thread that signal-hook wakes (no code runs inside a signal handler). Returns the
-/// last signal forwarded (0: none): a stop someone asked for.
-fn forward_signals_to(child: i32) -> Result<Arc<AtomicI32>, Failure> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|e| Failure::store(format!("cannot watch signals to forward: {e}")))?;
-    let asked = Arc::new(AtomicI32::new(0));
-    let noted = Arc::clone(&asked);
-    std::thread::Builder::new()
-        .name("fleet-signals".into())
-        .spawn(move || {
-            for raw in signals.forever() {
-                if let Ok(sig) = Signal::try_from(raw) {
-                    noted.store(raw, Ordering::SeqCst);
-                    let _ = signal::kill(nix::unistd::Pid::from_raw(child), sig);
-                }
-            }
-        })
-        .map_err(|e| Failure::store(format!("cannot start the signal forwarder: {e}")))?;
-    Ok(asked)
-}
-
 fn run_worker(
     location: &RegistryLocation,
     namespace: Namespace,
@@ -132,11 +107,12 @@ fn run_worker(
     let child_pid = i32::try_from(held.id()).unwrap_or(0);
     // Watched from before the registration, so a stop asked for at any moment reaches
     // the worker (or its gate) and counts as asked for.
-    let asked = match forward_signals_to(child_pid) {
+    // Forwarded to the worker (or its gate) and noted as asked for.
+    let asked = match crate::child::watch_stop_signals(Some(child_pid)) {
         Ok(asked) => asked,
         Err(e) => {
             held.abort();
-            return Err(e);
+            return Err(Failure::store(format!("cannot watch signals to forward: {e}")));
         }
     };
     let registered =
