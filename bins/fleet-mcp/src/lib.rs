@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod profiles;
+pub mod registration;
 mod schemas;
 pub mod server;
 pub mod stdio;

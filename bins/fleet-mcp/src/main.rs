@@ -3,6 +3,7 @@
 //! tools under profiles.json, and releases its registration when stdin closes or it is
 //! told to stop. A worker that cannot register still serves diagnostic reads.
 
+use fleet_mcp::registration::{AttemptError, Registrar};
 use fleet_mcp::{profiles, server, stdio};
 
 use std::path::PathBuf;
@@ -68,11 +69,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn register(
-    location: &RegistryLocation,
+/// What registering needs, checked before the first attempt: a launch identity from a
+/// trusted launcher, and this process's evidence.
+fn registration_options(
     env: &Result<InstanceEnv, String>,
     cli: &Cli,
-) -> Result<WorkerSession, String> {
+) -> Result<(InstanceEnv, WorkerOptions), String> {
     let env = env.as_ref().map_err(Clone::clone)?;
     fleet_runtime::check_launch_lineage(env.client_type.as_str()).map_err(|e| e.to_string())?;
     // Read through /proc/self: right in any PID namespace, where our own pid number is
@@ -93,7 +95,22 @@ fn register(
             ..Revisions::default()
         },
     };
-    WorkerSession::start(location, env, options).map_err(|e| e.to_string())
+    Ok((env.clone(), options))
+}
+
+/// Registers in the background, so `initialize` is answered whatever the registry does.
+fn start_registering(
+    location: &RegistryLocation,
+    env: &Result<InstanceEnv, String>,
+    cli: &Cli,
+) -> Result<Registrar, Failure> {
+    let prepared = registration_options(env, cli);
+    let location = location.clone();
+    Registrar::start(move || {
+        let (env, options) = prepared.clone().map_err(AttemptError::permanent)?;
+        Ok(WorkerSession::start(&location, &env, options)?)
+    })
+    .map_err(|e| Failure::store(format!("cannot start registering: {e}")))
 }
 
 /// The instance environment, or why it is unusable; a missing variable is explained by
@@ -119,10 +136,8 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         signal_hook::flag::register_usize(sig, Arc::clone(&stopped), usize::try_from(sig).unwrap_or(1))
             .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
     }
-    let session = register(&location, &env, &cli);
-    if let Err(e) = &session {
-        fleet_runtime::warn(format_args!("fleet-mcp: not registered, serving diagnostic reads only: {e}"));
-    }
+    let registrar = start_registering(&location, &env, &cli)?;
+    registrar.registration().wait_first_attempt(fleet_mcp::registration::FIRST_ATTEMPT_WAIT);
     let profile = std::env::var(vars::PROFILE)
         .ok()
         .filter(|p| !p.is_empty())
@@ -133,7 +148,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         profile,
         profiles: profiles::Profiles::new(cli.profiles.clone().map(PathBuf::from)),
         env,
-        registration: session.as_ref().map(|s| s.row().clone()).map_err(Clone::clone),
+        registration: registrar.registration(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -184,7 +199,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         Ok::<(), Failure>(())
     });
     // stdin closed, SIGTERM or Ctrl-C: release the registration either way.
-    if let Ok(session) = session
+    if let Some(session) = registrar.finish()
         && let Err(e) = session.release()
     {
         fleet_runtime::warn(format_args!("fleet-mcp: could not release the registration: {e}"));

@@ -40,7 +40,7 @@ pub struct Context {
     pub profile: String,
     pub profiles: Profiles,
     pub env: Result<InstanceEnv, String>,
-    pub registration: Result<WorkerRow, String>,
+    pub registration: crate::registration::Registration,
 }
 
 /// What a tool acts on: the whole fleet (controller and reconciler roles only), or only
@@ -417,8 +417,8 @@ impl FleetServer {
         Ok(())
     }
 
-    fn me(&self) -> Result<&WorkerRow, CallToolResult> {
-        self.ctx.registration.as_ref().map_err(|e| refuse("worker_not_registered", e))
+    fn me(&self) -> Result<WorkerRow, CallToolResult> {
+        self.ctx.registration.row().map_err(|e| refuse("worker_not_registered", e))
     }
 
     fn apply_body(&self, p: ApplyParams) -> Outcome {
@@ -539,6 +539,7 @@ impl FleetServer {
     fn runtime_context(&self) -> CallToolResult {
         let ctx = &self.ctx;
         let instance = ctx.env.as_ref().ok().map(|e| e.instance.as_str().to_owned());
+        let mine = ctx.registration.row();
         // The rows the server keeps (read again only when the store moved), so a large
         // fleet is not exported afresh for one worker's context.
         let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -546,7 +547,7 @@ impl FleetServer {
             let ledger: std::collections::HashSet<_> =
                 dump.instances.iter().map(|i| &i.client_instance_id).collect();
             // The registration as the registry holds it now, not as it was at start.
-            let registration = ctx.registration.as_ref().ok().map(|me| {
+            let registration = mine.as_ref().ok().map(|me| {
                 dump.worker_registrations
                     .iter()
                     .find(|r| r.worker_identity == me.worker_identity)
@@ -557,9 +558,9 @@ impl FleetServer {
         });
         let (instance_trust, registration) = match &read {
             Ok((trust, registration)) => (Some(*trust), registration.clone()),
-            Err(_) => (None, ctx.registration.as_ref().ok().cloned()),
+            Err(_) => (None, mine.as_ref().ok().cloned()),
         };
-        let gate = ctx.registration.as_ref().ok().and_then(|me| {
+        let gate = mine.as_ref().ok().and_then(|me| {
             let snap = fleet.snapshot(None, &Policy::default(), now()).ok()?;
             Some(mutation_gate(&snap, &me.worker_identity))
         });
@@ -572,7 +573,7 @@ impl FleetServer {
             "instance_trust": instance_trust,
             "environment_error": ctx.env.as_ref().err(),
             "registration": registration,
-            "registration_error": ctx.registration.as_ref().err(),
+            "registration_error": mine.as_ref().err(),
             "registry_available": read.is_ok(),
             "registry_error": read.as_ref().err().map(ToString::to_string),
             "pid": std::process::id(),
@@ -773,7 +774,7 @@ mod tests {
             profile: "controller".into(),
             profiles: Profiles::new(None),
             env: Err("none".into()),
-            registration: Err("none".into()),
+            registration: crate::registration::Registration::settled(Err("none".into())),
         });
         match bodies {
             Some(bodies) => server.with_bodies(bodies),
@@ -892,7 +893,7 @@ mod tests {
             profile: "reconciler".into(),
             profiles: Profiles::scripted(vec![with, without]),
             env: Ok(launch.env.clone()),
-            registration: Ok(session.row().clone()),
+            registration: crate::registration::Registration::settled(Ok(session.row().clone())),
         });
         let before = open_registry(&location, OpenMode::MustExist).unwrap().export().unwrap();
         let params = ApplyParams {

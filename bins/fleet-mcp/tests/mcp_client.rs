@@ -206,6 +206,56 @@ async fn each_tool_answers_a_controller_on_postgres() {
     }
 }
 
+/// A registry whose writers are stalled (another client holds the table's write lock)
+/// must not hold the client's `initialize`: clients give a server a few seconds to
+/// start and then drop it. The server answers, says its registration is pending, and
+/// registers once the writer lets go.
+#[tokio::test]
+async fn a_stalled_writer_delays_the_registration_never_the_initialize() {
+    let Ok(base) = std::env::var("FLEET_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = PgSchema::create(&base, format!("fleet_mcp_stall_{}", std::process::id()));
+    // A short lock_timeout: each attempt holds the registry's write lock at most a second
+    // while it waits, so other tests sharing the database are not held up.
+    let fleet = Fleet::on_postgres(&format!("{}%20-clock_timeout%3D1s", schema.url()));
+    let id = fleet.mint();
+    let held =
+        HeldLock::take(&base, &format!("LOCK TABLE {}.worker_registrations IN EXCLUSIVE MODE", schema.name));
+    let profiles = fleet.profiles("leases.json", false);
+    let client = tokio::time::timeout(
+        Duration::from_secs(30),
+        fleet.connect("controller", Some(&id), Some(&profiles)),
+    )
+    .await
+    .expect("initialize is answered while the registry's writers are stalled");
+    let context = body(&call(&client, "gitea_get_runtime_context", json!({})).await);
+    assert!(context["registration"].is_null(), "{context}");
+    let pending = context["registration_error"].as_str().unwrap_or_default();
+    assert!(pending.starts_with("registration pending"), "{context}");
+    let lease = call(&client, "gitea_acquire_workflow_lease", json!({"workflow": "x"})).await;
+    assert_eq!(failed(&lease).as_deref(), Some("worker_not_registered"));
+
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let context = body(&call(&client, "gitea_get_runtime_context", json!({})).await);
+        if !context["registration"].is_null() {
+            assert!(context["registration_error"].is_null(), "{context}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never registered after the lock was let go: {context}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let active = format!("SELECT count(*) FROM {}.worker_registrations WHERE status = 'active'", schema.name);
+    assert_eq!(schema.count(&active), 1);
+    client.cancel().await.unwrap();
+}
+
 /// A schema of the test PostgreSQL server, dropped with this value (a failed test
 /// leaves nothing behind). Its client runs on a thread of its own: the blocking
 /// PostgreSQL client cannot run on a thread that drives an async runtime.
@@ -243,6 +293,40 @@ impl PgSchema {
     fn count(&self, sql: &str) -> i64 {
         let (base, sql) = (self.base.clone(), sql.to_owned());
         std::thread::spawn(move || Self::client(&base).query_one(&sql, &[]).unwrap().get(0)).join().unwrap()
+    }
+}
+
+/// A transaction of another client that holds what `sql` locks until this value is
+/// dropped: a writer stalled with its locks held.
+struct HeldLock {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HeldLock {
+    fn take(base: &str, sql: &str) -> Self {
+        let (base, sql) = (base.to_owned(), sql.to_owned());
+        let (held, is_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut client = PgSchema::client(&base);
+            let mut tx = client.transaction().unwrap();
+            tx.batch_execute(&sql).unwrap();
+            held.send(()).unwrap();
+            let _ = released.recv();
+            tx.rollback().unwrap();
+        });
+        is_held.recv().expect("the lock was taken");
+        Self { release: Some(release), thread: Some(thread) }
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
