@@ -11,6 +11,7 @@
 //! | `verify-full` | yes | yes | yes |
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use postgres::config::SslMode;
 use rustls::client::WebPkiServerVerifier;
@@ -32,6 +33,15 @@ enum Mode {
     VerifyCa,
     VerifyFull,
 }
+
+/// Idle seconds before the first keepalive probe, unless the URL sets `keepalives_idle`.
+pub(crate) const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+/// Seconds between probes, unless the URL sets `keepalives_interval`.
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Unanswered probes before the connection is dropped, unless the URL sets `keepalives_retries`.
+pub(crate) const KEEPALIVE_RETRIES: u32 = 3;
+/// How long sent data may go unacknowledged, unless the URL sets `tcp_user_timeout`.
+pub(crate) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The connection settings and the TLS connector for `url`. The `sslmode` and
 /// `sslrootcert` parameters are read here, and the rest of the URL is left to the
@@ -67,6 +77,22 @@ pub(crate) fn prepare(url: &str) -> Result<(postgres::Config, MakeRustlsConnect)
     let mut config: postgres::Config = rest
         .parse()
         .map_err(|e| StoreError::invalid(format!("the PostgreSQL registry URL is not valid: {e}")))?;
+    let given = |key: &str| kept.iter().any(|pair| pair.split('=').next() == Some(key));
+    // A host that vanishes mid-session (powered off, cut off by the network) is noticed
+    // in under a minute rather than after the kernel's two hours: keepalive probes and
+    // a bound on unacknowledged data, unless the URL chooses its own.
+    if !given("keepalives_idle") {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if !given("keepalives_interval") {
+        config.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if !given("keepalives_retries") {
+        config.keepalives_retries(KEEPALIVE_RETRIES);
+    }
+    if !given("tcp_user_timeout") {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
     config.ssl_mode(match mode {
         Mode::Disable => SslMode::Disable,
         Mode::Prefer => SslMode::Prefer,
@@ -194,6 +220,20 @@ mod tests {
         let err =
             prepare("postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fno%2Fsuch.pem").err().unwrap();
         assert!(err.to_string().contains("sslrootcert /no/such.pem"), "{err}");
+    }
+
+    #[test]
+    fn a_vanished_host_is_noticed_within_a_minute_unless_the_url_says_otherwise() {
+        let (config, _) = prepare("postgres://u@h/db").unwrap();
+        assert_eq!(config.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(config.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
+        assert_eq!(config.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+        let (config, _) =
+            prepare("postgres://u@h/db?keepalives_idle=600&tcp_user_timeout=60&sslmode=disable").unwrap();
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(600));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(60)));
+        assert_eq!(config.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
     }
 
     #[test]
