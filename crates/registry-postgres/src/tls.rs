@@ -216,7 +216,7 @@ mod tests {
         let (config, _) =
             prepare("postgres://u@db.example/fleet?sslmode=verify-ca&connect_timeout=5").unwrap();
         assert_eq!(config.get_ssl_mode(), SslMode::Require);
-        assert_eq!(config.get_connect_timeout(), Some(&std::time::Duration::from_secs(5)));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
         let err =
             prepare("postgres://u@h/db?sslmode=verify-full&sslrootcert=%2Fno%2Fsuch.pem").err().unwrap();
         assert!(err.to_string().contains("sslrootcert /no/such.pem"), "{err}");
