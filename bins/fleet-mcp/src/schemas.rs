@@ -28,6 +28,32 @@ fn object(fields: &[(&str, &str)]) -> Arc<JsonObject> {
     }
 }
 
+/// An input schema as every client reads it: schemars' integer formats (`uint64`, …)
+/// are unknown to JSON Schema and to ajv's strict mode, and a `"default": null` on a
+/// property whose type is not null contradicts it; both go, recursively. The ranges
+/// the formats stood for are stated with `minimum`/`maximum` on the fields.
+pub(crate) fn plain_input(schema: &JsonObject) -> JsonObject {
+    fn clean(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("format");
+                if map.get("default") == Some(&Value::Null) {
+                    map.remove("default");
+                }
+                map.values_mut().for_each(clean);
+            }
+            Value::Array(items) => items.iter_mut().for_each(clean),
+            _ => {}
+        }
+    }
+    let mut value = Value::Object(schema.clone());
+    clean(&mut value);
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
 /// `gitea_snapshot_instance_fleet`.
 pub(crate) fn snapshot() -> Arc<JsonObject> {
     object(&[

@@ -189,6 +189,11 @@ fn refusal(reason: &str, detail: Value) -> CallToolResult {
     CallToolResult::structured_error(json!({ "error": reason, "detail": detail }))
 }
 
+/// An argument the tool cannot use: `invalid_arguments`, naming the argument at fault.
+fn invalid(field: &str, message: impl std::fmt::Display) -> CallToolResult {
+    refusal("invalid_arguments", json!({ "field": field, "message": message.to_string() }))
+}
+
 /// A failure whose detail is one sentence.
 fn refuse(reason: &str, detail: impl std::fmt::Display) -> CallToolResult {
     refusal(reason, Value::String(detail.to_string()))
@@ -242,7 +247,7 @@ pub(crate) struct LeaseAcquireParams {
     workflow: String,
     /// Seconds until the lease lapses unless renewed (1 to 3600, default 60).
     #[serde(default)]
-    #[schemars(with = "u64")]
+    #[schemars(with = "u64", range(min = 1, max = 3600))]
     ttl_s: Option<u64>,
 }
 
@@ -253,10 +258,11 @@ pub(crate) struct LeaseHolderParams {
     /// The lease id the acquisition returned.
     lease_id: String,
     /// The fencing epoch the acquisition returned.
+    #[schemars(range(min = 1))]
     fencing_epoch: u64,
     /// Seconds from now (renew only; default 60).
     #[serde(default)]
-    #[schemars(with = "u64")]
+    #[schemars(with = "u64", range(min = 1, max = 3600))]
     ttl_s: Option<u64>,
 }
 
@@ -282,7 +288,7 @@ fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
     if (1..=3600).contains(&s) {
         Ok(time::Duration::seconds(i64::try_from(s).unwrap_or(60)))
     } else {
-        Err(refuse("invalid_arguments", format!("ttl_s {s} is outside 1..=3600")))
+        Err(invalid("ttl_s", format!("ttl_s {s} is outside 1..=3600")))
     }
 }
 
@@ -301,6 +307,9 @@ impl FleetServer {
     /// The server for `ctx`, listing only the tools its namespace may call.
     pub fn new(ctx: Context) -> Self {
         let mut tool_router = Self::tool_router();
+        for route in tool_router.map.values_mut() {
+            route.attr.input_schema = Arc::new(schemas::plain_input(&route.attr.input_schema));
+        }
         // A namespace lists only the tools its role may call: the fleet-wide tools are
         // for the controller and the reconciler.
         let fleet_role = matches!(ctx.namespace, Namespace::Controller | Namespace::Reconciler);
@@ -424,16 +433,13 @@ impl FleetServer {
     fn apply_body(&self, p: ApplyParams) -> Outcome {
         // Permission at entry, then role as defence in depth.
         self.authorize(RETIRE, Reach::Fleet)?;
-        let ids = parse_identities(&p.worker_identities).map_err(|e| refuse("invalid_arguments", e))?;
+        let ids = parse_identities(&p.worker_identities).map_err(|e| invalid("worker_identities", e))?;
         for (field, value) in [
             ("registry_fingerprint", &p.registry_fingerprint),
             ("candidate_fingerprint", &p.candidate_fingerprint),
         ] {
             if !fleet_retirement::is_fingerprint(value) {
-                return Err(refusal(
-                    "invalid_arguments",
-                    json!({ "field": field, "message": "not a fingerprint the plan returned (b3: and 64 hex digits)" }),
-                ));
+                return Err(invalid(field, "not a fingerprint the plan returned (b3: and 64 hex digits)"));
             }
         }
         let me = self.me()?;
@@ -497,19 +503,16 @@ impl FleetServer {
 
     fn lease_key(workflow: &str) -> Result<LeaseKey, CallToolResult> {
         if workflow.trim().is_empty() {
-            return Err(refusal(
-                "invalid_arguments",
-                json!({ "field": "workflow", "message": "the workflow name must not be empty" }),
-            ));
+            return Err(invalid("workflow", "the workflow name must not be empty"));
         }
-        LeaseKey::new(format!("workflow:{workflow}")).map_err(|e| refuse("invalid_arguments", e))
+        LeaseKey::new(format!("workflow:{workflow}")).map_err(|e| invalid("workflow", e))
     }
 
     fn holder(&self, p: &LeaseHolderParams) -> Result<Holder, CallToolResult> {
         Ok(Holder {
             owner: self.me()?.worker_identity.to_string(),
-            lease_id: LeaseId::new(p.lease_id.clone()).map_err(|e| refuse("invalid_arguments", e))?,
-            fencing_epoch: FencingEpoch::new(p.fencing_epoch).map_err(|e| refuse("invalid_arguments", e))?,
+            lease_id: LeaseId::new(p.lease_id.clone()).map_err(|e| invalid("lease_id", e))?,
+            fencing_epoch: FencingEpoch::new(p.fencing_epoch).map_err(|e| invalid("fencing_epoch", e))?,
         })
     }
 
@@ -603,11 +606,15 @@ impl FleetServer {
     ) -> CallToolResult {
         self.blocking(|| {
             self.authorize(READ, Reach::Fleet)?;
-            let manifest = p
-                .expected_manifest
-                .map(|m| Manifest::from_json(&m.to_string()))
-                .transpose()
-                .map_err(|e| refuse("invalid_manifest", e))?;
+            let manifest =
+                p.expected_manifest.map(|m| Manifest::from_json(&m.to_string())).transpose().map_err(
+                    |e| {
+                        refusal(
+                            "invalid_manifest",
+                            json!({ "field": "expected_manifest", "message": e.to_string() }),
+                        )
+                    },
+                )?;
             self.with_snapshot(manifest.as_ref(), |taken| {
                 let mut full = Vec::new();
                 taken.write_json(&mut full).map_err(internal)?;
@@ -633,7 +640,7 @@ impl FleetServer {
         self.blocking(|| {
             self.authorize(READ, Reach::Fleet)?;
             let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
-                .map_err(|e| refuse("invalid_arguments", e))?;
+                .map_err(|e| invalid("canonical_repository", e))?;
             let plan =
                 plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
             self.plan_answer(&plan)

@@ -536,32 +536,88 @@ async fn a_namespace_lists_only_its_tools_with_plain_schemas() {
     }
 }
 
-/// Whether `value` has every required property of `schema` with its declared type.
-/// Whether `value` matches one of the schema's `anyOf` branches: every property its
-/// `required` names present, of the type `properties` declares.
-fn conforms(value: &Value, schema: &serde_json::Map<String, Value>) -> Result<(), String> {
-    let branch = |required: &Value| -> Result<(), String> {
-        for field in required.as_array().unwrap() {
-            let field = field.as_str().unwrap();
-            let ty = schema["properties"][field]["type"].as_str().unwrap();
-            let v = value.get(field).ok_or(format!("missing {field}"))?;
-            let ok = match ty {
-                "string" => v.is_string(),
-                "boolean" => v.is_boolean(),
-                "integer" => v.is_u64() || v.is_i64(),
-                "array" => v.is_array(),
-                "object" => v.is_object(),
-                _ => false,
-            };
-            if !ok {
-                return Err(format!("{field} is not {ty}: {v}"));
-            }
+/// Whether `value` validates against `schema` under JSON Schema 2020-12 (what MCP's
+/// schemas are written in) and under draft-07, which ajv — the TypeScript SDK's
+/// validator, so Claude Code's, Gemini CLI's and the Inspector's — reads by default.
+fn validates(value: &Value, schema: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let schema = Value::Object(schema.clone());
+    let drafts =
+        [("2020-12", jsonschema::draft202012::new(&schema)), ("draft-07", jsonschema::draft7::new(&schema))];
+    for (draft, validator) in drafts {
+        let validator = validator.map_err(|e| format!("{draft}: the schema does not compile: {e}"))?;
+        validator.validate(value).map_err(|e| format!("{draft}: {e} at {}", e.instance_path()))?;
+    }
+    Ok(())
+}
+
+/// The keywords ajv knows in strict mode (its draft-07 vocabulary and annotations); strict
+/// mode refuses a schema with any other, and any `format` without ajv-formats loaded.
+const AJV_KEYWORDS: [&str; 17] = [
+    "$schema",
+    "type",
+    "properties",
+    "required",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "items",
+    "additionalProperties",
+    "description",
+    "title",
+    "minimum",
+    "maximum",
+    "enum",
+    "const",
+    "default",
+    "examples",
+];
+
+/// Whether ajv's strict mode accepts `schema`: only keywords it knows, no `format` it
+/// would have to look up, and no `default` its own `type` contradicts (`null` on an
+/// integer, say).
+fn ajv_strict(schema: &Value, at: &str) -> Result<(), String> {
+    let Some(map) = schema.as_object() else { return Ok(()) };
+    for (key, value) in map {
+        if !AJV_KEYWORDS.contains(&key.as_str()) {
+            return Err(format!("{at}: keyword {key:?} is unknown to ajv strict mode"));
         }
-        Ok(())
-    };
-    let branches = schema["anyOf"].as_array().ok_or("no anyOf")?;
-    let failures: Vec<String> = branches.iter().filter_map(|b| branch(&b["required"]).err()).collect();
-    if failures.len() < branches.len() { Ok(()) } else { Err(failures.join("; ")) }
+        match key.as_str() {
+            "properties" => {
+                for (name, sub) in value.as_object().into_iter().flatten() {
+                    ajv_strict(sub, &format!("{at}/properties/{name}"))?;
+                }
+            }
+            "items" | "additionalProperties" => ajv_strict(value, &format!("{at}/{key}"))?,
+            "anyOf" | "oneOf" | "allOf" => {
+                for (i, sub) in value.as_array().into_iter().flatten().enumerate() {
+                    ajv_strict(sub, &format!("{at}/{key}/{i}"))?;
+                }
+            }
+            "default" if value.is_null() && map.get("type") != Some(&json!("null")) => {
+                return Err(format!("{at}: default null contradicts type {}", map["type"]));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every tool's input and output schema is one ajv's strict mode accepts, and compiles
+/// under 2020-12 and draft-07.
+#[tokio::test]
+async fn every_schema_is_one_strict_validators_accept() {
+    let fleet = Fleet::new();
+    let client = fleet.connect("reconciler", None, None).await;
+    for tool in client.list_all_tools().await.unwrap() {
+        let input = Value::Object((*tool.input_schema).clone());
+        ajv_strict(&input, &format!("{} input", tool.name)).unwrap();
+        validates(&json!({}), &tool.input_schema).map(drop).unwrap_or_else(|e| {
+            assert!(!e.contains("does not compile"), "{}: {e}", tool.name);
+        });
+        let output = Value::Object((*tool.output_schema.clone().unwrap()).clone());
+        ajv_strict(&output, &format!("{} output", tool.name)).unwrap();
+    }
+    client.cancel().await.unwrap();
 }
 
 /// Successes carry `structuredContent` that matches the declared output schema, and the
@@ -601,7 +657,7 @@ async fn results_are_structured_and_match_their_output_schemas() {
         assert_eq!(failed(&result), None, "{tool}: {:?}", result.structured_content);
         let structured =
             result.structured_content.clone().unwrap_or_else(|| panic!("{tool}: no structuredContent"));
-        conforms(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}"));
+        validates(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}"));
         assert_eq!(body(&result), structured, "{tool}: the text block says the same");
     }
     client.cancel().await.unwrap();
@@ -629,12 +685,15 @@ async fn refusals_match_their_output_schemas() {
         ("gitea_acquire_workflow_lease", json!({"workflow": "w"})),
         ("gitea_renew_workflow_lease", json!({"workflow": 5})),
         ("gitea_snapshot_instance_fleet", json!({"expected_manifest": "x"})),
+        ("gitea_snapshot_instance_fleet", json!({"expected_manifest": {"instances": 3}})),
+        ("gitea_plan_stale_worker_retirement", json!({"canonical_repository": 7})),
+        ("gitea_release_workflow_lease", json!({"workflow": "w", "lease_id": "l", "fencing_epoch": 0})),
     ];
     for (tool, args) in cases {
         let result = call(&client, tool, args).await;
         assert!(failed(&result).is_some(), "{tool} refuses");
         let structured = result.structured_content.clone().unwrap();
-        conforms(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}: {structured}"));
+        validates(&structured, &schemas[tool]).unwrap_or_else(|e| panic!("{tool}: {e}: {structured}"));
     }
     client.cancel().await.unwrap();
 }
@@ -660,10 +719,25 @@ async fn argument_errors_and_refusals_share_one_json_body() {
             json!({"workflow": "w", "lease_id": "l", "fencing_epoch": -1}),
             "fencing_epoch",
         ),
+        (
+            "gitea_renew_workflow_lease",
+            json!({"workflow": "w", "lease_id": "l", "fencing_epoch": 0}),
+            "fencing_epoch",
+        ),
+        ("gitea_acquire_workflow_lease", json!({"workflow": "w", "ttl_s": 99_999}), "ttl_s"),
+        ("gitea_apply_stale_worker_retirement", json!({"worker_identities": [1]}), "worker_identities"),
+        ("gitea_apply_stale_worker_retirement", json!({"worker_identities": 5}), "worker_identities"),
+        ("gitea_snapshot_instance_fleet", json!({"expected_manifest": "x"}), "expected_manifest"),
     ];
     for (tool, args, field) in cases {
+        let mut args = args;
+        if tool == "gitea_apply_stale_worker_retirement" && args.get("candidate_fingerprint").is_none() {
+            args["registry_fingerprint"] = json!(format!("b3:{}", "0".repeat(64)));
+            args["candidate_fingerprint"] = json!(format!("b3:{}", "1".repeat(64)));
+        }
         let result = call(&client, tool, args).await;
-        assert_eq!(failed(&result).as_deref(), Some("invalid_arguments"), "{tool}");
+        let expected = if field == "expected_manifest" { "invalid_manifest" } else { "invalid_arguments" };
+        assert_eq!(failed(&result).as_deref(), Some(expected), "{tool}");
         let body = result.structured_content.clone().unwrap();
         assert_eq!(body["detail"]["field"], field, "{tool}: {body}");
         assert!(body["detail"]["message"].is_string(), "{tool}: {body}");

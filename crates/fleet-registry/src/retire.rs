@@ -115,7 +115,9 @@ pub struct ApplyReport {
     pub retired_count: usize,
     /// Whether anything was written.
     pub mutation_performed: bool,
-    /// The error that rolled the transaction back.
+    /// The error that rolled the transaction back; absent from the JSON otherwise, so
+    /// `error` in an answer always means a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The `registry_fingerprint` the plan returned.
     pub plan_registry_fingerprint: String,
