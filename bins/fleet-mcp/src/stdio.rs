@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::model::ClientJsonRpcMessage;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{
     AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream,
@@ -88,6 +89,64 @@ fn judge(line: &[u8]) -> Verdict {
         }
         _ => Verdict::Drop,
     }
+}
+
+/// The protocol versions under which a client may send a JSON-RPC batch: 2025-03-26
+/// requires servers to accept them, 2024-11-05 follows JSON-RPC 2.0, and 2025-06-18
+/// removed them.
+const BATCH_VERSIONS: [&str; 2] = ["2024-11-05", "2025-03-26"];
+
+/// The batches whose answers are still being gathered: each answer the SDK writes for a
+/// request of a batch is held until the batch is whole, then all go out as one array.
+#[derive(Debug, Default)]
+struct Batches {
+    open: Vec<Batch>,
+}
+
+#[derive(Debug)]
+struct Batch {
+    /// The ids of the requests not answered yet.
+    waiting: Vec<Value>,
+    /// The answers so far, each one JSON object.
+    answers: Vec<Vec<u8>>,
+}
+
+impl Batches {
+    /// Takes `answer` (one outgoing line, bodies spliced in) into the batch that waits
+    /// for its id; returns the batch's array once it is whole. `Err(answer)` when no
+    /// batch waits for it.
+    fn settle(&mut self, answer: Vec<u8>) -> Result<Option<Vec<u8>>, Vec<u8>> {
+        #[derive(Deserialize)]
+        struct Id {
+            id: Option<Value>,
+        }
+        let Some(id) = serde_json::from_slice::<Id>(&answer).ok().and_then(|a| a.id) else {
+            return Err(answer);
+        };
+        let Some(index) = self.open.iter().position(|b| b.waiting.contains(&id)) else { return Err(answer) };
+        let batch = &mut self.open[index];
+        batch.waiting.retain(|w| *w != id);
+        let trimmed = answer.strip_suffix(b"\n").unwrap_or(&answer).to_vec();
+        batch.answers.push(trimmed);
+        if !batch.waiting.is_empty() {
+            return Ok(None);
+        }
+        let batch = self.open.swap_remove(index);
+        Ok(Some(array(&batch.answers)))
+    }
+}
+
+/// `[a,b,…]` and a newline, from answers that are each one JSON text.
+fn array(answers: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![b'['];
+    for (i, answer) in answers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(answer);
+    }
+    out.extend_from_slice(b"]\n");
+    out
 }
 
 /// Reads one line of at most [`MAX_LINE`] bytes into `buf`; `Ok(false)` at the end of
@@ -279,8 +338,33 @@ impl AsyncWrite for GrowingStdout {
     }
 }
 
+/// The id of a request (a message with a method and an id), if `message` is one.
+fn request_id(message: &[u8]) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct Request {
+        method: Option<serde::de::IgnoredAny>,
+        id: Option<Value>,
+    }
+    let request: Request = serde_json::from_slice(message).ok()?;
+    request.method.and(request.id)
+}
+
+/// The protocol version an `initialize` request asks for.
+fn initialize_version(message: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(message).ok()?;
+    if value.get("method")?.as_str()? != "initialize" {
+        return None;
+    }
+    Some(value.get("params")?.get("protocolVersion")?.as_str()?.to_owned())
+}
+
+/// Writes bytes that are already one whole line, and flushes.
+async fn write_all<W: AsyncWrite + Unpin>(output: &mut W, line: &[u8]) -> std::io::Result<()> {
+    output.write_all(line).await?;
+    output.flush().await
+}
+
 /// `line` with a parked body in place of its placeholder, as [`write_line`] sends it.
-#[cfg(test)]
 pub(crate) fn spliced(bodies: &Bodies, line: &[u8]) -> Vec<u8> {
     match bodies.take(line) {
         Some((head, body, tail)) => [head, &body, tail].concat(),
@@ -321,14 +405,27 @@ where
 {
     let (sdk_in, mut to_sdk) = tokio::io::duplex(1 << 20);
     let (sdk_out, from_sdk) = tokio::io::duplex(1 << 20);
-    let (answers, mut answer_rx) = mpsc::unbounded_channel::<Value>();
+    let (answers, mut answer_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let batches = Arc::new(Mutex::new(Batches::default()));
+    let reader_batches = Arc::clone(&batches);
+    let answer = move |value: Value| {
+        let mut text = value.to_string().into_bytes();
+        text.push(b'\n');
+        text
+    };
 
     tokio::spawn(async move {
         let mut reader = BufReader::new(input);
         let mut line = Vec::new();
+        // The protocol version the client asked for in `initialize`.
+        let mut version: Option<String> = None;
         while let Ok(Some(fits)) = read_line(&mut reader, &mut line).await {
             if !fits {
-                let _ = answers.send(error(Value::Null, -32600, "Invalid Request: message too large".into()));
+                let _ = answers.send(answer(error(
+                    Value::Null,
+                    -32600,
+                    "Invalid Request: message too large".into(),
+                )));
                 continue;
             }
             let body = line.strip_suffix(b"\n").unwrap_or(&line);
@@ -336,8 +433,65 @@ where
             if body.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
+            if body.first() == Some(&b'[') {
+                let batch_ok = version.as_deref().is_some_and(|v| BATCH_VERSIONS.contains(&v));
+                match serde_json::from_slice::<Vec<Box<serde_json::value::RawValue>>>(body) {
+                    Ok(items) if batch_ok && !items.is_empty() => {
+                        let mut messages = Vec::new();
+                        let mut batch = Batch { waiting: Vec::new(), answers: Vec::new() };
+                        for item in &items {
+                            let item = item.get().as_bytes();
+                            match judge(item) {
+                                Verdict::Pass => {
+                                    if let Some(id) = request_id(item) {
+                                        batch.waiting.push(id);
+                                    }
+                                    messages.push(item);
+                                }
+                                Verdict::Answer(value) => batch.answers.push(value.to_string().into_bytes()),
+                                Verdict::Drop => {}
+                            }
+                        }
+                        if batch.waiting.is_empty() {
+                            if !batch.answers.is_empty() {
+                                let _ = answers.send(array(&batch.answers));
+                            }
+                        } else {
+                            reader_batches.lock().unwrap_or_else(PoisonError::into_inner).open.push(batch);
+                        }
+                        for message in messages {
+                            if to_sdk.write_all(message).await.is_err()
+                                || to_sdk.write_all(b"\n").await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    Ok(items) if batch_ok && items.is_empty() => {
+                        let _ = answers.send(answer(error(
+                            Value::Null,
+                            -32600,
+                            "Invalid Request: an empty batch".into(),
+                        )));
+                        continue;
+                    }
+                    Ok(_) => {
+                        let why = format!(
+                            "Invalid Request: JSON-RPC batches are not supported under protocol version {}",
+                            version.as_deref().unwrap_or("(none negotiated)")
+                        );
+                        let _ = answers.send(answer(error(Value::Null, -32600, why)));
+                        continue;
+                    }
+                    Err(_) => {}
+                }
+            }
             match judge(body) {
                 Verdict::Pass => {
+                    if version.is_none() {
+                        version = initialize_version(body);
+                    }
                     if to_sdk.write_all(&line).await.is_err() {
                         break;
                     }
@@ -345,8 +499,8 @@ where
                         break;
                     }
                 }
-                Verdict::Answer(answer) => {
-                    let _ = answers.send(answer);
+                Verdict::Answer(value) => {
+                    let _ = answers.send(answer(value));
                 }
                 Verdict::Drop => {}
             }
@@ -366,7 +520,20 @@ where
                         // The session is over and all it wrote is out.
                         Ok(0) | Err(_) => return,
                         Ok(_) => {
-                            if write_line(&mut output, &bodies, &line).await.is_err() {
+                            let held = {
+                                let mut open = batches.lock().unwrap_or_else(PoisonError::into_inner);
+                                if open.open.is_empty() {
+                                    None
+                                } else {
+                                    Some(open.settle(spliced(&bodies, &line)))
+                                }
+                            };
+                            let written = match held {
+                                None => write_line(&mut output, &bodies, &line).await,
+                                Some(Ok(None)) => Ok(()),
+                                Some(Ok(Some(whole)) | Err(whole)) => write_all(&mut output, &whole).await,
+                            };
+                            if written.is_err() {
                                 return;
                             }
                             line.clear();
@@ -379,9 +546,7 @@ where
                         answering = false;
                         continue;
                     };
-                    let mut text = answer.to_string();
-                    text.push('\n');
-                    if output.write_all(text.as_bytes()).await.is_err() || output.flush().await.is_err() {
+                    if write_all(&mut output, &answer).await.is_err() {
                         return;
                     }
                 }

@@ -1108,6 +1108,68 @@ fn every_malformed_line_with_an_id_is_answered_and_garbage_gets_a_parse_error() 
     assert!(by_id(json!(9)).unwrap()["result"]["serverInfo"].is_object(), "{answers:?}");
 }
 
+/// Lines the server writes, each parsed, until `count` have come.
+fn read_answers(out: &mut impl std::io::BufRead, count: usize) -> Vec<Value> {
+    let mut answers = Vec::new();
+    while answers.len() < count {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the server closed before answering: {answers:?}");
+        answers.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    answers
+}
+
+/// Protocol 2025-03-26 requires a server to accept JSON-RPC batches ("Transports",
+/// JSON-RPC batching): a batch gets one array holding an answer per request, and a
+/// bad member its own error inside it. 2025-06-18 removed batches: there a batch is an
+/// invalid request.
+#[test]
+fn a_batch_is_answered_as_one_array_under_2025_03_26_only() {
+    use std::io::Write;
+    for (version, batches) in [("2025-03-26", true), ("2025-06-18", false)] {
+        let fleet = Fleet::new();
+        let mut child = fleet.raw_controller();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        writeln!(stdin, "{init}").unwrap();
+        read_answers(&mut out, 1);
+        writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
+        writeln!(
+            stdin,
+            r#"[{{"jsonrpc":"2.0","id":1,"method":"ping"}},{{"jsonrpc":"2.0","id":"two","method":"tools/list"}},{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"arguments":{{}}}}}}]"#
+        )
+        .unwrap();
+        writeln!(stdin, "[]").unwrap();
+        stdin.flush().unwrap();
+        let answers = read_answers(&mut out, 2);
+        drop(stdin);
+        let _ = child.wait();
+        if batches {
+            // The empty batch is answered at once; the batch once its last answer is in.
+            let array =
+                answers.iter().find_map(Value::as_array).unwrap_or_else(|| panic!("one array: {answers:?}"));
+            let empty = answers.iter().find(|a| a.is_object()).unwrap();
+            let by_id = |id: Value| array.iter().find(|a| a["id"] == id).cloned().unwrap();
+            assert_eq!(array.len(), 3, "{array:?}");
+            assert_eq!(by_id(json!(1))["result"], json!({}));
+            assert!(by_id(json!("two"))["result"]["tools"].is_array());
+            assert_eq!(by_id(json!(3))["error"]["code"], -32602);
+            assert_eq!(
+                (empty["id"].clone(), empty["error"]["code"].clone()),
+                (Value::Null, json!(-32600))
+            );
+        } else {
+            for answer in &answers {
+                assert_eq!(
+                    (answer["id"].clone(), answer["error"]["code"].clone()),
+                    (Value::Null, json!(-32600))
+                );
+            }
+        }
+    }
+}
+
 /// `workers` active rows of another host in `launches` of five, heartbeating now, with
 /// every launch in the ledger.
 fn import_healthy_rows(registry: &Path, workers: usize) {
