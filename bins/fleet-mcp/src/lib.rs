@@ -3,6 +3,7 @@
 //! fuzz targets) can link.
 #![warn(missing_docs)]
 
+mod pages;
 pub mod profiles;
 pub mod registration;
 mod schemas;

@@ -12,8 +12,13 @@ use serde_json::{Value, json};
 /// An object schema: either these properties of these types, all present, or the
 /// refusal body.
 fn object(fields: &[(&str, &str)]) -> Arc<JsonObject> {
+    with_optional(fields, &[])
+}
+
+/// [`object`] with `optional` fields too: typed when present, never required.
+fn with_optional(fields: &[(&str, &str)], optional: &[(&str, &str)]) -> Arc<JsonObject> {
     let mut properties: serde_json::Map<String, Value> =
-        fields.iter().map(|(name, ty)| ((*name).to_owned(), json!({ "type": ty }))).collect();
+        fields.iter().chain(optional).map(|(name, ty)| ((*name).to_owned(), json!({ "type": ty }))).collect();
     properties.insert("error".into(), json!({ "type": "string" }));
     properties.insert("detail".into(), json!({ "type": "object" }));
     let required: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
@@ -56,37 +61,43 @@ pub(crate) fn plain_input(schema: &JsonObject) -> JsonObject {
 
 /// `gitea_snapshot_instance_fleet`.
 pub(crate) fn snapshot() -> Arc<JsonObject> {
-    object(&[
-        ("snapshot_at", "string"),
-        ("consistency_token", "string"),
-        ("registry_revision", "string"),
-        ("live_fleet_safe", "boolean"),
-        ("manifest_supplied", "boolean"),
-        ("counts", "object"),
-        ("instances", "array"),
-        ("workers", "array"),
-        ("findings", "array"),
-    ])
+    with_optional(
+        &[
+            ("snapshot_at", "string"),
+            ("consistency_token", "string"),
+            ("registry_revision", "string"),
+            ("live_fleet_safe", "boolean"),
+            ("manifest_supplied", "boolean"),
+            ("counts", "object"),
+            ("instances", "array"),
+            ("workers", "array"),
+            ("findings", "array"),
+        ],
+        &[("page", "object")],
+    )
 }
 
 /// `gitea_plan_stale_worker_retirement`.
 pub(crate) fn plan() -> Arc<JsonObject> {
-    object(&[
-        ("outcome", "string"),
-        ("registry_fingerprint", "string"),
-        ("candidate_fingerprint", "string"),
-        ("candidate_worker_identities", "array"),
-        ("candidates", "array"),
-        ("preserved", "array"),
-        ("preserved_reason_counts", "object"),
-        ("assessed_count", "integer"),
-        ("candidate_count", "integer"),
-        ("preserved_count", "integer"),
-        ("protected_active_workflow_owners", "array"),
-        ("canonical_repository", "string"),
-        ("mutation_performed", "boolean"),
-        ("read_only", "boolean"),
-    ])
+    with_optional(
+        &[
+            ("outcome", "string"),
+            ("registry_fingerprint", "string"),
+            ("candidate_fingerprint", "string"),
+            ("candidate_worker_identities", "array"),
+            ("candidates", "array"),
+            ("preserved", "array"),
+            ("preserved_reason_counts", "object"),
+            ("assessed_count", "integer"),
+            ("candidate_count", "integer"),
+            ("preserved_count", "integer"),
+            ("protected_active_workflow_owners", "array"),
+            ("canonical_repository", "string"),
+            ("mutation_performed", "boolean"),
+            ("read_only", "boolean"),
+        ],
+        &[("next_eligible_after", "string"), ("page", "object")],
+    )
 }
 
 /// `gitea_apply_stale_worker_retirement`.

@@ -27,6 +27,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::pages::{Detail, PlanPage, SnapshotPage};
 use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
 use crate::stdio::Bodies;
@@ -212,6 +213,30 @@ pub(crate) struct SnapshotParams {
     #[serde(default)]
     #[schemars(with = "serde_json::Map<String, Value>")]
     expected_manifest: Option<Value>,
+    /// "summary" (default): the verdict, the counts, one instance in full and a page of
+    /// findings with their totals. "full": the whole snapshot (megabytes for a large fleet).
+    #[serde(default)]
+    detail: Detail,
+    /// The instance to show in full (default: this server's own).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    instance: Option<String>,
+    /// Only workers and findings of this namespace.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    namespace: Option<String>,
+    /// Only findings of this code (stale_worker, duplicate_namespace_worker, …).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    finding_code: Option<String>,
+    /// Findings per page (0 to 200, default 20).
+    #[serde(default)]
+    #[schemars(with = "u64", range(max = 200))]
+    limit: Option<u64>,
+    /// The next_cursor of the previous page.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -220,6 +245,18 @@ pub(crate) struct PlanParams {
     #[serde(default)]
     #[schemars(with = "String")]
     canonical_repository: Option<String>,
+    /// "summary" (default): every candidate, and the preserved rows counted by reason.
+    /// "full": every preserved row with its evidence too.
+    #[serde(default)]
+    detail: Detail,
+    /// Preserved rows to include (0 to 200, default 0).
+    #[serde(default)]
+    #[schemars(with = "u64", range(max = 200))]
+    limit: Option<u64>,
+    /// The next_cursor of the previous page of preserved rows.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -615,10 +652,26 @@ impl FleetServer {
                         )
                     },
                 )?;
-            self.with_snapshot(manifest.as_ref(), |taken| {
-                let mut full = Vec::new();
-                taken.write_json(&mut full).map_err(internal)?;
-                self.snapshot_answer(&taken.snapshot, full)
+            let page = SnapshotPage::new(
+                p.detail,
+                p.instance,
+                p.namespace.as_deref(),
+                p.finding_code.as_deref(),
+                p.limit,
+                p.cursor.as_deref(),
+            )
+            .map_err(|(field, message)| invalid(field, message))?;
+            let own = self.ctx.env.as_ref().ok().map(|e| e.instance.as_str());
+            self.with_snapshot(manifest.as_ref(), |taken| match &page {
+                Some(page) => {
+                    let body = page.body(&taken.snapshot, own).map_err(internal)?;
+                    self.answer(&body, || digest(&taken.snapshot))
+                }
+                None => {
+                    let mut full = Vec::new();
+                    taken.write_json(&mut full).map_err(internal)?;
+                    self.snapshot_answer(&taken.snapshot, full)
+                }
             })
             .map_err(|e| refuse("registry_unavailable", e))?
         })
@@ -641,9 +694,17 @@ impl FleetServer {
             self.authorize(READ, Reach::Fleet)?;
             let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
                 .map_err(|e| invalid("canonical_repository", e))?;
+            let page = PlanPage::new(p.detail, p.limit, p.cursor.as_deref())
+                .map_err(|(field, message)| invalid(field, message))?;
             let plan =
                 plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
-            self.plan_answer(&plan)
+            match page {
+                Some(page) => {
+                    let body = page.body(&plan).map_err(internal)?;
+                    self.answer(&body, || plan_digest(&plan))
+                }
+                None => self.plan_answer(&plan),
+            }
         })
         .unwrap_or_else(|refusal| refusal)
     }

@@ -139,6 +139,10 @@ fn body(result: &CallToolResult) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+fn structured(result: &CallToolResult) -> Value {
+    result.structured_content.clone().expect("structured content")
+}
+
 fn failed(result: &CallToolResult) -> Option<String> {
     (result.is_error == Some(true)).then(|| body(result)["error"].as_str().unwrap_or_default().to_owned())
 }
@@ -1155,10 +1159,7 @@ fn a_batch_is_answered_as_one_array_under_2025_03_26_only() {
             assert_eq!(by_id(json!(1))["result"], json!({}));
             assert!(by_id(json!("two"))["result"]["tools"].is_array());
             assert_eq!(by_id(json!(3))["error"]["code"], -32602);
-            assert_eq!(
-                (empty["id"].clone(), empty["error"]["code"].clone()),
-                (Value::Null, json!(-32600))
-            );
+            assert_eq!((empty["id"].clone(), empty["error"]["code"].clone()), (Value::Null, json!(-32600)));
         } else {
             for answer in &answers {
                 assert_eq!(
@@ -1174,6 +1175,13 @@ fn a_batch_is_answered_as_one_array_under_2025_03_26_only() {
 /// every launch in the ledger.
 fn import_healthy_rows(registry: &Path, workers: usize) {
     let now = fleet_identity::Timestamp::new(time::OffsetDateTime::now_utc()).to_string();
+    import_rows(registry, workers, &now);
+}
+
+/// `workers` active rows of another host (never probed) in launches of five, each last
+/// heartbeating at `beat` with a TTL of a day, and every launch in the ledger.
+fn import_rows(registry: &Path, workers: usize, beat: &str) {
+    let now = beat;
     let instance = |i: usize| format!("inst-codex-20260730T120000Z-{:012x}", i / 5);
     let instances: Vec<_> = (0..workers)
         .step_by(5)
@@ -1200,6 +1208,81 @@ fn import_healthy_rows(registry: &Path, workers: usize) {
     fleet_registry::Registry::new(store).import(&dump).unwrap();
 }
 
+/// By default an agent gets answers it can use at any fleet size: at 10 000 workers,
+/// all stale, the snapshot and the plan each stay within 100 KB (structured content and
+/// text together), say what they left out, and page or narrow to the rest; `detail:
+/// "full"` is the whole snapshot.
+#[tokio::test]
+async fn default_answers_stay_small_at_ten_thousand_workers_and_page_to_the_rest() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let client = fleet.connect("controller", Some(&id), None).await;
+    import_rows(&fleet.registry, 10_000, "2026-07-30T12:00:00.000Z");
+    let size = |r: &CallToolResult| {
+        r.structured_content.as_ref().unwrap().to_string().len() + body(r).to_string().len()
+    };
+
+    let first = call(&client, "gitea_snapshot_instance_fleet", json!({})).await;
+    assert!(size(&first) < 100_000, "{} bytes", size(&first));
+    let snap = first.structured_content.clone().unwrap();
+    assert_eq!(snap["live_fleet_safe"], false);
+    assert_eq!(snap["counts"]["total_rows"], 10_001);
+    assert_eq!(snap["instances"].as_array().unwrap().len(), 1, "the caller's own instance");
+    assert_eq!(snap["instances"][0]["client_instance_id"], json!(id));
+    assert_eq!(snap["workers"].as_array().unwrap().len(), 1, "its one worker, this server");
+    let page = &snap["page"];
+    assert_eq!((page["findings_returned"].clone(), page["next_cursor"].clone()), (json!(20), json!("20")));
+    assert!(page["findings_matching"].as_u64().unwrap() >= 10_000, "{page}");
+
+    let next = structured(
+        &call(
+            &client,
+            "gitea_snapshot_instance_fleet",
+            json!({"cursor": "20", "limit": 200, "finding_code": "stale_worker"}),
+        )
+        .await,
+    );
+    let findings = next["findings"].as_array().unwrap_or_else(|| panic!("{next}"));
+    assert_eq!(findings.len(), 200);
+    assert!(findings.iter().all(|f| f["code"] == "stale_worker"));
+    assert_ne!(findings[0], snap["findings"][0], "the next page, not the first again");
+    assert_eq!(next["page"]["next_cursor"], "220");
+
+    let one = structured(
+        &call(
+            &client,
+            "gitea_snapshot_instance_fleet",
+            json!({"instance": "inst-codex-20260730T120000Z-000000000007", "namespace": "merger"}),
+        )
+        .await,
+    );
+    assert_eq!(one["instances"][0]["client_instance_id"], "inst-codex-20260730T120000Z-000000000007");
+    assert_eq!(one["workers"].as_array().unwrap().len(), 1, "{}", one["workers"]);
+    assert!(one["findings"].as_array().unwrap().iter().all(|f| f["namespace"] == "merger"));
+
+    let full = call(&client, "gitea_snapshot_instance_fleet", json!({"detail": "full"})).await;
+    assert_eq!(full.structured_content.unwrap()["workers"].as_array().unwrap().len(), 10_001);
+    let mixed = call(&client, "gitea_snapshot_instance_fleet", json!({"detail": "full", "limit": 5})).await;
+    assert_eq!(failed(&mixed).as_deref(), Some("invalid_arguments"));
+
+    let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
+    assert!(size(&plan) < 100_000, "{} bytes", size(&plan));
+    let plan = plan.structured_content.unwrap();
+    assert_eq!(plan["assessed_count"], 10_001);
+    assert_eq!(plan["preserved"], json!([]), "summarised by reason");
+    assert_eq!(plan["page"]["preserved_total"], 10_001);
+    let counted: u64 =
+        plan["preserved_reason_counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(counted, 10_001);
+    let paged = structured(
+        &call(&client, "gitea_plan_stale_worker_retirement", json!({"limit": 50, "cursor": "100"})).await,
+    );
+    assert_eq!(paged["preserved"].as_array().unwrap().len(), 50);
+    assert_eq!(paged["page"]["next_cursor"], "150");
+    assert_eq!(paged["registry_fingerprint"], plan["registry_fingerprint"], "the same plan, another page");
+    client.cancel().await.unwrap();
+}
+
 /// Answers of several megabytes (the snapshot's and the plan's bodies, which the server
 /// writes to bytes once and splices into the outgoing line) reach the client whole,
 /// across many fills of the pipe, and say what the registry holds; their text blocks
@@ -1211,7 +1294,7 @@ async fn answers_of_megabytes_reach_the_client_whole() {
     import_healthy_rows(&fleet.registry, 5_000);
     let client = fleet.connect("controller", Some(&id), None).await;
     for _ in 0..2 {
-        let snapshot = call(&client, "gitea_snapshot_instance_fleet", json!({})).await;
+        let snapshot = call(&client, "gitea_snapshot_instance_fleet", json!({"detail": "full"})).await;
         let snap = snapshot.structured_content.clone().unwrap();
         assert!(snap.to_string().len() > 2 << 20, "larger than the widest pipe");
         assert_eq!(snap["counts"]["total_rows"], 5_001, "the rows and the server itself");
@@ -1219,7 +1302,7 @@ async fn answers_of_megabytes_reach_the_client_whole() {
         assert_eq!(snap["live_fleet_safe"], true, "{}", snap["findings"]);
         assert_eq!(body(&snapshot)["consistency_token"], snap["consistency_token"], "the digest agrees");
 
-        let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
+        let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({"detail": "full"})).await;
         let structured = plan.structured_content.clone().unwrap();
         assert_eq!(structured["assessed_count"], 5_001);
         assert_eq!(structured["preserved"].as_array().unwrap().len(), 5_001, "every row's assessment");
@@ -1267,7 +1350,7 @@ fn the_server_grows_its_stdout_pipe_only_for_a_large_answer() {
     writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
     let snapshot = |id: u64| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-               "params": {"name": "gitea_snapshot_instance_fleet", "arguments": {}}})
+               "params": {"name": "gitea_snapshot_instance_fleet", "arguments": {"detail": "full"}}})
     };
     let small = ask(&mut stdin, &mut out, snapshot(2));
     assert!(small < 64 << 10, "a small fleet's answer: {small} bytes");
@@ -1394,7 +1477,7 @@ fn stdin_closed_or_sigterm_mid_answer_leaves_only_whole_lines() {
             .unwrap();
         let mut stdin = server.stdin.take().unwrap();
         let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
-        let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gitea_snapshot_instance_fleet","arguments":{}}});
+        let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gitea_snapshot_instance_fleet","arguments":{"detail":"full"}}});
         writeln!(stdin, "{init}").unwrap();
         writeln!(stdin, "{}", json!({"jsonrpc":"2.0","method":"notifications/initialized"})).unwrap();
         writeln!(stdin, "{call}").unwrap();

@@ -1,0 +1,291 @@
+//! Answers sized for an agent. A 10 000-worker snapshot is 4.6 MB of JSON, far past what
+//! a client puts in a model's context (Claude Code's default limit for one MCP tool
+//! output is 25 000 tokens), so by default the snapshot tool answers with the verdict,
+//! the counts, the caller's own instance in full, and a bounded page of findings with
+//! their totals; arguments narrow or page it, and `detail: "full"` returns the whole
+//! snapshot. The plan's preserved rows are summarised by reason unless a page of them
+//! is asked for; its candidates are always complete, since apply needs them.
+
+use fleet_identity::Namespace;
+use fleet_snapshot::{FindingCode, FleetSnapshot};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// How much of the snapshot or plan to answer with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Detail {
+    /// The verdict, the counts, one instance in full and a page of findings.
+    #[default]
+    Summary,
+    /// Everything, in the seed's shape.
+    Full,
+}
+
+/// One plain string property with its values, inline: what every client's schema reader
+/// takes (a `$ref` to `$defs` is not).
+impl JsonSchema for Detail {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Detail".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "enum": ["summary", "full"] })
+    }
+}
+
+impl Detail {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Summary => "summary",
+            Self::Full => "full",
+        }
+    }
+}
+
+/// The most entries one page holds, and how many it holds unless told.
+pub(crate) const MAX_LIMIT: u64 = 200;
+/// Findings per page unless `limit` says otherwise.
+pub(crate) const DEFAULT_FINDINGS: u64 = 20;
+
+/// A refusal of one argument: its name and why.
+pub(crate) type ArgumentError = (&'static str, String);
+
+/// The offset a cursor stands for: the decimal index of the first entry of the page.
+fn offset(cursor: Option<&str>) -> Result<usize, ArgumentError> {
+    cursor.map_or(Ok(0), |c| {
+        c.parse().map_err(|_| ("cursor", format!("cursor {c:?} is not one this server returned")))
+    })
+}
+
+fn limit(value: Option<u64>, default: u64) -> Result<usize, ArgumentError> {
+    let limit = value.unwrap_or(default);
+    if limit > MAX_LIMIT {
+        return Err(("limit", format!("limit {limit} is outside 0..={MAX_LIMIT}")));
+    }
+    Ok(usize::try_from(limit).unwrap_or(0))
+}
+
+/// What a summary of the snapshot shows: the narrowing arguments, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SnapshotPage {
+    instance: Option<String>,
+    namespace: Option<Namespace>,
+    finding_code: Option<FindingCode>,
+    limit: usize,
+    offset: usize,
+}
+
+impl SnapshotPage {
+    /// Checks the narrowing arguments of a summary; under `detail: "full"` none may be
+    /// given, since the full answer is the whole snapshot.
+    pub(crate) fn new(
+        detail: Detail,
+        instance: Option<String>,
+        namespace: Option<&str>,
+        finding_code: Option<&str>,
+        limit_arg: Option<u64>,
+        cursor: Option<&str>,
+    ) -> Result<Option<Self>, ArgumentError> {
+        if detail == Detail::Full {
+            let given = [
+                ("instance", instance.is_some()),
+                ("namespace", namespace.is_some()),
+                ("finding_code", finding_code.is_some()),
+                ("limit", limit_arg.is_some()),
+                ("cursor", cursor.is_some()),
+            ];
+            return match given.into_iter().find(|(_, given)| *given) {
+                Some((field, _)) => Err((
+                    field,
+                    format!(
+                        "detail \"full\" answers with the whole snapshot; {field} narrows only a summary"
+                    ),
+                )),
+                None => Ok(None),
+            };
+        }
+        let namespace = namespace
+            .map(|ns| ns.parse::<Namespace>().map_err(|e| ("namespace", e.to_string())))
+            .transpose()?;
+        let finding_code = finding_code
+            .map(|code| {
+                FindingCode::ALL.into_iter().find(|c| c.as_str() == code).ok_or_else(|| {
+                    (
+                        "finding_code",
+                        format!("finding_code {code:?} is not a finding code (docs/SNAPSHOT.md)"),
+                    )
+                })
+            })
+            .transpose()?;
+        Ok(Some(Self {
+            instance,
+            namespace,
+            finding_code,
+            limit: limit(limit_arg, DEFAULT_FINDINGS)?,
+            offset: offset(cursor)?,
+        }))
+    }
+
+    /// The summary of `snap`: its verdict and counts; the instance named by `instance`
+    /// (else `own`, the caller's) with its workers, narrowed to `namespace`; and a page
+    /// of the findings that match, active blockers first, with their totals.
+    pub(crate) fn body(&self, snap: &FleetSnapshot<'_>, own: Option<&str>) -> serde_json::Result<Value> {
+        let instance = self.instance.as_deref().or(own);
+        let of_instance = |id: Option<&str>| instance.is_none_or(|wanted| id == Some(wanted));
+        let instances: Vec<_> = match instance {
+            Some(wanted) => {
+                snap.instances.iter().filter(|i| i.client_instance_id == Some(wanted)).take(1).collect()
+            }
+            None => Vec::new(),
+        };
+        let workers: Vec<_> = match instance {
+            Some(_) => snap
+                .workers
+                .iter()
+                .filter(|w| of_instance(w.client_instance_id()))
+                .filter(|w| self.namespace.is_none_or(|ns| w.row.namespace == ns))
+                .collect(),
+            None => Vec::new(),
+        };
+        let matching: Vec<_> = snap
+            .findings
+            .iter()
+            .filter(|f| self.instance.is_none() || of_instance(f.client_instance_id.as_deref()))
+            .filter(|f| self.namespace.is_none_or(|ns| f.namespace == Some(ns)))
+            .filter(|f| self.finding_code.is_none_or(|code| f.code == code))
+            .collect();
+        // Active blockers first, each group in report order: the page an agent reads
+        // first says why the fleet is unsafe.
+        let ordered =
+            matching.iter().filter(|f| f.active_blocker).chain(matching.iter().filter(|f| !f.active_blocker));
+        let page: Vec<_> = ordered.skip(self.offset).take(self.limit).collect();
+        let next = self.offset + page.len();
+        Ok(json!({
+            "snapshot_at": snap.snapshot_at,
+            "consistency_token": snap.consistency_token,
+            "registry_revision": snap.registry_revision,
+            "live_fleet_safe": snap.live_fleet_safe,
+            "manifest_supplied": snap.manifest_supplied,
+            "counts": snap.counts,
+            "instances": instances,
+            "workers": workers,
+            "findings": page,
+            "page": {
+                "detail": Detail::Summary.as_str(),
+                "instance": instance,
+                "namespace": self.namespace,
+                "finding_code": self.finding_code,
+                "instances_total": snap.instances.len(),
+                "workers_total": snap.workers.len(),
+                "findings_total": snap.findings.len(),
+                "findings_matching": matching.len(),
+                "findings_returned": page.len(),
+                "cursor": self.offset.to_string(),
+                "next_cursor": (next < matching.len()).then(|| next.to_string()),
+                "note": "a summary: narrow with instance, namespace and finding_code, page the findings \
+                         with limit and next_cursor, or ask detail \"full\" for the whole snapshot",
+            },
+        }))
+    }
+}
+
+/// What a summary of the plan shows of its preserved rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlanPage {
+    limit: usize,
+    offset: usize,
+}
+
+impl PlanPage {
+    /// Checks the paging arguments; `None` for `detail: "full"`.
+    pub(crate) fn new(
+        detail: Detail,
+        limit_arg: Option<u64>,
+        cursor: Option<&str>,
+    ) -> Result<Option<Self>, ArgumentError> {
+        if detail == Detail::Full {
+            return match (limit_arg, cursor) {
+                (Some(_), _) => Err(("limit", "detail \"full\" answers with every preserved row".into())),
+                (_, Some(_)) => Err(("cursor", "detail \"full\" answers with every preserved row".into())),
+                _ => Ok(None),
+            };
+        }
+        Ok(Some(Self { limit: limit(limit_arg, 0)?, offset: offset(cursor)? }))
+    }
+
+    /// `plan` with its preserved rows cut to the page (none unless `limit` asked for
+    /// some; `preserved_reason_counts` summarises them all), and the page's totals.
+    pub(crate) fn body(&self, plan: &fleet_retirement::Plan) -> serde_json::Result<Value> {
+        let page: Vec<_> = plan.preserved.iter().skip(self.offset).take(self.limit).collect();
+        let next = self.offset + page.len();
+        let mut body = json!({
+            "outcome": plan.outcome,
+            "registry_fingerprint": plan.registry_fingerprint,
+            "candidate_fingerprint": plan.candidate_fingerprint,
+            "candidate_worker_identities": plan.candidate_worker_identities,
+            "candidates": plan.candidates,
+            "preserved": page,
+            "preserved_reason_counts": plan.preserved_reason_counts,
+            "assessed_count": plan.assessed_count,
+            "candidate_count": plan.candidate_count,
+            "preserved_count": plan.preserved_count,
+            "protected_active_workflow_owners": plan.protected_active_workflow_owners,
+            "canonical_repository": plan.canonical_repository,
+            "mutation_performed": plan.mutation_performed,
+            "read_only": plan.read_only,
+            "page": {
+                "detail": Detail::Summary.as_str(),
+                "preserved_total": plan.preserved.len(),
+                "preserved_returned": page.len(),
+                "cursor": self.offset.to_string(),
+                "next_cursor": (next < plan.preserved.len()).then(|| next.to_string()),
+                "note": "preserved rows are summarised by reason; page them with limit and next_cursor, \
+                         or ask detail \"full\"",
+            },
+        });
+        if let (Some(after), Value::Object(map)) = (plan.next_eligible_after, &mut body) {
+            map.insert("next_eligible_after".into(), serde_json::to_value(after)?);
+        }
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_refuses_every_narrowing_argument_by_name() {
+        let cases = [
+            (Some("i".to_owned()), None, None, None, None, "instance"),
+            (None, Some("author"), None, None, None, "namespace"),
+            (None, None, Some("stale_worker"), None, None, "finding_code"),
+            (None, None, None, Some(5), None, "limit"),
+            (None, None, None, None, Some("5"), "cursor"),
+        ];
+        for (instance, ns, code, limit, cursor, field) in cases {
+            let err = SnapshotPage::new(Detail::Full, instance, ns, code, limit, cursor).unwrap_err();
+            assert_eq!(err.0, field);
+        }
+        assert_eq!(SnapshotPage::new(Detail::Full, None, None, None, None, None), Ok(None));
+    }
+
+    #[test]
+    fn bad_narrowing_arguments_are_named() {
+        let bad = |ns, code, limit, cursor| {
+            SnapshotPage::new(Detail::Summary, None, ns, code, limit, cursor).unwrap_err().0
+        };
+        assert_eq!(bad(Some("nobody"), None, None, None), "namespace");
+        assert_eq!(bad(None, Some("nothing_at_all"), None, None), "finding_code");
+        assert_eq!(bad(None, None, Some(MAX_LIMIT + 1), None), "limit");
+        assert_eq!(bad(None, None, None, Some("x")), "cursor");
+        assert_eq!(PlanPage::new(Detail::Summary, Some(MAX_LIMIT + 1), None).unwrap_err().0, "limit");
+        assert_eq!(PlanPage::new(Detail::Full, None, Some("3")).unwrap_err().0, "cursor");
+    }
+}
