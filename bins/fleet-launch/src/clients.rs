@@ -265,9 +265,13 @@ fn merge_toml(client: Client, command: &str, existing: &str, path: &Path) -> Res
             servers.get(&name).map(|e| e.get("command").and_then(|c| c.as_str()).map(str::to_owned));
         refuse_foreign(path, &name, existing)?;
         match servers.get_mut(&name).and_then(toml_edit::Item::as_table_mut) {
-            // Replace in place, keeping the table's position and its leading comments.
+            // Replace in place, keeping the table's position, its leading comments and
+            // the user's per-tool settings (`tools.NAME.approval_mode`, …).
             Some(old) => {
                 let decor = old.decor().clone();
+                if let Some(tools) = old.remove("tools") {
+                    table.insert("tools", tools);
+                }
                 *old = table;
                 *old.decor_mut() = decor;
             }
@@ -345,6 +349,135 @@ fn remove_json(client: Client, existing: &str, path: &Path) -> Result<String, Ed
             let value = prop.value().and_then(|v| v.to_serde_value());
             if runs_fleet_mcp(value.as_ref().and_then(|v| v["command"].as_str())) {
                 prop.remove();
+            }
+        }
+    }
+    Ok(root.to_string())
+}
+
+/// The tools each namespace's server lists that only read (`readOnlyHint: true`): the
+/// runtime context everywhere, the snapshot and the plan for the fleet roles. What
+/// `install --allow-read-only` lets run without a prompt; never a tool that writes.
+pub fn read_only_tools(namespace: Namespace) -> &'static [&'static str] {
+    const CONTEXT: &str = "gitea_get_runtime_context";
+    match namespace {
+        Namespace::Controller | Namespace::Reconciler => {
+            &[CONTEXT, "gitea_snapshot_instance_fleet", "gitea_plan_stale_worker_retirement"]
+        }
+        _ => &[CONTEXT],
+    }
+}
+
+/// What `install --allow-read-only` does for each client, by its own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOnlyApproval {
+    /// Codex: `approval_mode = "approve"` per tool, in the entries' own file.
+    CodexPerTool,
+    /// Claude Code: `permissions.allow` rules in its settings file beside the config.
+    ClaudePermissions,
+    /// Gemini CLI runs tools that declare `readOnlyHint` without asking: nothing to write.
+    ReadOnlyHintSuffices,
+    /// Cursor and VS Code keep approvals in their own interface: nothing to write.
+    NoSetting,
+}
+
+/// How `client` lets read-only tools run without a prompt.
+pub fn read_only_approval(client: Client) -> ReadOnlyApproval {
+    match client {
+        Client::Codex => ReadOnlyApproval::CodexPerTool,
+        Client::ClaudeCode => ReadOnlyApproval::ClaudePermissions,
+        Client::Gemini => ReadOnlyApproval::ReadOnlyHintSuffices,
+        Client::Cursor | Client::Vscode => ReadOnlyApproval::NoSetting,
+    }
+}
+
+/// A Codex config with `approval_mode = "approve"` on each read-only tool of our five
+/// entries (Codex's per-tool override, `[mcp_servers.NAME.tools.TOOL]`). The entries
+/// must be there already; an entry that runs something else is left alone.
+pub fn approve_read_only_codex(existing: &str, path: &Path) -> Result<String, EditError> {
+    let mut doc = toml_doc(existing, path)?;
+    let servers = toml_servers(&mut doc, path)?;
+    for ns in Namespace::ALL {
+        let Some(entry) = servers.get_mut(&entry_name(ns)).and_then(toml_edit::Item::as_table_mut) else {
+            continue;
+        };
+        if !runs_fleet_mcp(entry.get("command").and_then(|c| c.as_str())) {
+            continue;
+        }
+        let tools = entry.entry("tools").or_insert_with(|| {
+            let mut table = toml_edit::Table::new();
+            table.set_implicit(true);
+            toml_edit::Item::Table(table)
+        });
+        let tools = tools
+            .as_table_mut()
+            .ok_or_else(|| EditError::NotATable { path: path.display().to_string(), key: "tools".into() })?;
+        for tool in read_only_tools(ns) {
+            let mut approval = toml_edit::Table::new();
+            approval.insert("approval_mode", toml_edit::value("approve"));
+            tools.insert(tool, toml_edit::Item::Table(approval));
+        }
+    }
+    Ok(doc.to_string())
+}
+
+/// Claude Code's settings file that sits with `config`: `.claude/settings.json` beside a
+/// project's `.mcp.json`, `~/.claude/settings.json` for the user's `~/.claude.json`.
+pub fn claude_settings_path(config: &Path) -> PathBuf {
+    config.parent().unwrap_or(Path::new(".")).join(".claude/settings.json")
+}
+
+/// Claude Code's permission rule for one MCP tool: `mcp__SERVER__TOOL`.
+fn claude_rule(namespace: Namespace, tool: &str) -> String {
+    format!("mcp__{}__{tool}", entry_name(namespace))
+}
+
+/// Claude Code settings with a `permissions.allow` rule for each read-only tool of the
+/// five entries added (once), everything else kept as written.
+pub fn allow_read_only_claude(existing: &str, path: &Path) -> Result<String, EditError> {
+    let root = json_root(existing, path)?;
+    let top = json_object(&root, path)?;
+    let permissions = top.object_value_or_create("permissions").ok_or_else(|| EditError::NotATable {
+        path: path.display().to_string(),
+        key: "permissions".into(),
+    })?;
+    let allow = permissions.array_value_or_create("allow").ok_or_else(|| EditError::NotATable {
+        path: path.display().to_string(),
+        key: "permissions.allow".into(),
+    })?;
+    let present: Vec<String> =
+        allow.elements().iter().filter_map(|e| e.to_serde_value()?.as_str().map(str::to_owned)).collect();
+    for ns in Namespace::ALL {
+        for tool in read_only_tools(ns) {
+            let rule = claude_rule(ns, tool);
+            if !present.contains(&rule) {
+                allow.append(CstInputValue::String(rule));
+            }
+        }
+    }
+    let mut text = root.to_string();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// Claude Code settings without the rules [`allow_read_only_claude`] adds.
+pub fn disallow_read_only_claude(existing: &str, path: &Path) -> Result<String, EditError> {
+    let root = json_root(existing, path)?;
+    let top = json_object(&root, path)?;
+    let ours: Vec<String> = Namespace::ALL
+        .into_iter()
+        .flat_map(|ns| read_only_tools(ns).iter().map(move |tool| claude_rule(ns, tool)))
+        .collect();
+    if let Some(allow) = top.object_value("permissions").and_then(|p| p.array_value("allow")) {
+        for element in allow.elements() {
+            if element
+                .to_serde_value()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .is_some_and(|r| ours.contains(&r))
+            {
+                element.remove();
             }
         }
     }

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use fleet_runtime::AgentClient as Client;
 
-use fleet_launch::clients::{self, ClientConfig, EditError, Scope};
+use fleet_launch::clients::{self, ClientConfig, EditError, ReadOnlyApproval, Scope};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -100,6 +100,11 @@ enum Cmd {
         config: ConfigArgs,
         #[command(flatten)]
         file: FileArgs,
+        /// Also let the read-only tools (runtime context, snapshot, plan) run without a
+        /// prompt, by the client's own setting: Codex's per-tool approval_mode, Claude
+        /// Code's permissions.allow. Tools that write still ask.
+        #[arg(long)]
+        allow_read_only: bool,
     },
     /// Remove the five server entries from the client's config file, and nothing else.
     Uninstall {
@@ -145,16 +150,75 @@ fn mint_and_record(registry: Option<&str>, args: LaunchArgs) -> Result<Launch, F
     Ok(Launch::mint(&location, args.client, args.fleet_run_id, args.session)?)
 }
 
-fn default_server_command() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join("fleet-mcp")))
-        .filter(|p| p.exists())
-        .map_or_else(|| "fleet-mcp".to_owned(), |p| p.display().to_string())
+/// The first executable `name` on `path` (a `PATH` value), as the shell would run it.
+fn on_path(name: &str, path: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::split_paths(path).map(|dir| dir.join(name)).find(|candidate| {
+        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
-fn server_command(config: &ConfigArgs) -> String {
-    config.server_command.as_ref().map_or_else(default_server_command, |p| p.display().to_string())
+/// The command the entries run. The bare `fleet-mcp` when the one on `PATH` is the
+/// binary beside this launcher (or there is none beside it): a file naming it works on
+/// every machine with Fleetward installed, so it can be committed. Otherwise the
+/// absolute path of the one beside the launcher, with a warning that the file then
+/// names this machine's build.
+fn default_server_command() -> (String, Option<String>) {
+    let beside = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|dir| dir.join("fleet-mcp")));
+    let Some(beside) = beside.filter(|p| p.exists()) else {
+        return ("fleet-mcp".to_owned(), None);
+    };
+    let found = std::env::var_os("PATH").and_then(|path| on_path("fleet-mcp", &path));
+    let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(&beside).ok();
+    match found {
+        Some(found) if same(&found) => ("fleet-mcp".to_owned(), None),
+        found => {
+            let why = found.map_or_else(
+                || "fleet-mcp is not on PATH".to_owned(),
+                |other| format!("the fleet-mcp on PATH ({}) is another build", other.display()),
+            );
+            let path = beside.display().to_string();
+            let warning = format!(
+                "{why}, so the entries run {path}: the file works on this machine only; put this build's \
+                 fleet-mcp on PATH before sharing it"
+            );
+            (path, Some(warning))
+        }
+    }
+}
+
+/// The command the entries run, and a warning when the file will not work elsewhere.
+fn server_command(config: &ConfigArgs) -> (String, Option<String>) {
+    config.server_command.as_ref().map_or_else(default_server_command, |p| (p.display().to_string(), None))
+}
+
+/// Lets the read-only tools run without a prompt by `client`'s own setting; says what
+/// was done.
+fn allow_read_only_tools(client: Client, config: &Path) -> Result<String, Failure> {
+    Ok(match clients::read_only_approval(client) {
+        ReadOnlyApproval::CodexPerTool => {
+            format!("read-only tools run without approval: approval_mode = \"approve\" per tool in {}", config.display())
+        }
+        ReadOnlyApproval::ClaudePermissions => {
+            let settings = clients::claude_settings_path(config);
+            edit_config(&settings, |text| clients::allow_read_only_claude(text, &settings))?;
+            format!("read-only tools run without approval: permissions.allow rules in {}", settings.display())
+        }
+        ReadOnlyApproval::ReadOnlyHintSuffices => {
+            "read-only tools already run without approval: Gemini CLI allows tools that declare readOnlyHint, \
+             as these do; nothing written"
+                .to_owned()
+        }
+        ReadOnlyApproval::NoSetting => format!(
+            "{} keeps tool approvals in its own interface: nothing written; approve the read-only tools there",
+            client.as_str()
+        ),
+    })
+}
+
+/// How to start a session of `client` so its servers get the launch's identity.
+fn run_hint(client: Client) -> String {
+    format!("fleet-launch run --client {} -- {}", client.as_str(), client.program())
 }
 
 /// The config file `install` and `uninstall` edit.
@@ -215,16 +279,31 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Config { config } => {
-            out!("{}", clients::render(config.client, &server_command(&config)))?;
+            let (command, warning) = server_command(&config);
+            if let Some(warning) = warning {
+                fleet_runtime::warn(format_args!("fleet-launch: note: {warning}"));
+            }
+            out!("{}", clients::render(config.client, &command))?;
             Ok(())
         }
-        Cmd::Install { config, file } => {
-            let path = config_file(config.client, file)?;
-            let command = server_command(&config);
-            let changed = edit_config(&path, |text| clients::merge(config.client, &command, text, &path))?;
+        Cmd::Install { config, file, allow_read_only } => {
+            let client = config.client;
+            let path = config_file(client, file)?;
+            let (command, warning) = server_command(&config);
+            if let Some(warning) = warning {
+                fleet_runtime::warn(format_args!("fleet-launch: note: {warning}"));
+            }
+            let codex_approvals = allow_read_only && client == Client::Codex;
+            let changed = edit_config(&path, |text| {
+                let merged = clients::merge(client, &command, text, &path)?;
+                if codex_approvals { clients::approve_read_only_codex(&merged, &path) } else { Ok(merged) }
+            })?;
             let what = if changed { "installed" } else { "already installed, unchanged:" };
             outln!("{what} 5 fleet-mcp entries in {}", path.display())?;
-            outln!("start each session with: fleet-launch run --client <client type> -- <app>")?;
+            if allow_read_only {
+                outln!("{}", allow_read_only_tools(client, &path)?)?;
+            }
+            outln!("start each session with: {}", run_hint(client))?;
             Ok(())
         }
         Cmd::Uninstall { client, file } => {
@@ -232,6 +311,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let changed = edit_config(&path, |text| clients::remove(client, text, &path))?;
             let what = if changed { "removed the fleet-mcp entries from" } else { "no fleet-mcp entries in" };
             outln!("{what} {}", path.display())?;
+            let settings = clients::claude_settings_path(&path);
+            if client == Client::ClaudeCode && settings.exists() {
+                let changed =
+                    edit_config(&settings, |text| clients::disallow_read_only_claude(text, &settings))?;
+                if changed {
+                    outln!("removed the read-only tool rules from {}", settings.display())?;
+                }
+            }
             Ok(())
         }
         Cmd::Run { launch, app } => {

@@ -264,3 +264,172 @@ fn root_editing_a_users_config_leaves_it_the_users() {
     assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (65534, 65534, 0o600));
     assert!(std::fs::read_to_string(&file).unwrap().contains("gitea-author"));
 }
+
+/// The command `install` writes with no `--server-command`, what it said on stderr, for
+/// a `PATH` of `path`.
+fn installed_command(path: &std::ffi::OsStr) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(["install", "--client", "codex", "--file"])
+        .arg(&file)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: toml_edit::DocumentMut = std::fs::read_to_string(&file).unwrap().parse().unwrap();
+    let command = doc["mcp_servers"]["gitea-author"]["command"].as_str().unwrap().to_owned();
+    (command, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A config meant to be committed names the bare `fleet-mcp` when the one on PATH is
+/// this build (through a link, as `cargo install` or a package manager puts it there);
+/// otherwise it names this build's absolute path and says the file is not shareable.
+#[test]
+fn the_written_command_is_bare_when_path_finds_this_build_and_says_so_otherwise() {
+    let beside = Path::new(env!("CARGO_BIN_EXE_fleet-launch")).with_file_name("fleet-mcp");
+    assert!(beside.exists(), "fleet-mcp is built beside fleet-launch by `cargo test --workspace`");
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&beside, bin.path().join("fleet-mcp")).unwrap();
+    let (command, said) = installed_command(bin.path().as_os_str());
+    assert_eq!(command, "fleet-mcp");
+    assert!(!said.contains("note"), "{said}");
+
+    let empty = tempfile::tempdir().unwrap();
+    let (command, said) = installed_command(empty.path().as_os_str());
+    assert_eq!(Path::new(&command), beside);
+    assert!(said.contains("not on PATH") && said.contains("this machine only"), "{said}");
+
+    let other = tempfile::tempdir().unwrap();
+    let impostor = other.path().join("fleet-mcp");
+    std::fs::write(&impostor, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&impostor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (command, said) = installed_command(other.path().as_os_str());
+    assert_eq!(Path::new(&command), beside);
+    assert!(said.contains("another build"), "{said}");
+}
+
+/// The closing hint names the client that was installed, and the program it starts.
+#[test]
+fn install_names_the_client_it_installed_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = install("claude_code", &dir.path().join(".mcp.json"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("fleet-launch run --client claude_code -- claude"), "{said}");
+    assert!(!said.contains("<client type>"), "{said}");
+}
+
+/// The tools `fleet-mcp --namespace NS` lists with `readOnlyHint: true`, sorted, asked
+/// over stdio as a client asks.
+fn read_only_tools_listed(namespace: &str) -> Vec<String> {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Command::new(Path::new(env!("CARGO_BIN_EXE_fleet-launch")).with_file_name("fleet-mcp"))
+        .args(["--namespace", namespace])
+        .env("FLEET_REGISTRY", dir.path().join("registry.sqlite3"))
+        .env_remove("GITEA_MCP_CLIENT_INSTANCE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("fleet-mcp is built beside fleet-launch by `cargo test --workspace`");
+    let mut stdin = server.stdin.take().unwrap();
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    ];
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut listed = None;
+    while listed.is_none() {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "fleet-mcp closed before listing its tools");
+        let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if answer["id"] == 1 {
+            listed = Some(answer["result"]["tools"].as_array().unwrap().clone());
+        }
+    }
+    drop(stdin);
+    let _ = server.wait();
+    let mut names: Vec<String> = listed
+        .unwrap()
+        .iter()
+        .filter(|t| t["annotations"]["readOnlyHint"] == true)
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// JSON with comments, as a value (the comments are whole lines here).
+fn without_comments(text: &str) -> serde_json::Value {
+    let plain: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+    serde_json::from_str(&plain.join("\n")).unwrap()
+}
+
+/// `--allow-read-only` writes each client's own setting for the read-only tools and no
+/// other: Codex's per-tool `approval_mode`, kept by a later plain install; Claude Code's
+/// `permissions.allow` rules in the settings file beside the config, added once and
+/// taken out again by `uninstall`.
+#[test]
+fn allow_read_only_approves_only_the_read_only_tools_in_each_clients_own_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex = dir.path().join("config.toml");
+    assert!(launcher(&["install", "--client", "codex", "--allow-read-only"], &codex).status.success());
+    assert!(install("codex", &codex).status.success());
+    let doc: toml_edit::DocumentMut = std::fs::read_to_string(&codex).unwrap().parse().unwrap();
+    let tools = |ns: &str| -> Vec<String> {
+        doc["mcp_servers"][format!("gitea-{ns}").as_str()]["tools"]
+            .as_table()
+            .map(|t| {
+                t.iter()
+                    .map(|(name, v)| {
+                        assert_eq!(v["approval_mode"].as_str(), Some("approve"));
+                        name.to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for ns in ["author", "reviewer", "merger", "controller", "reconciler"] {
+        let mut approved = tools(ns);
+        approved.sort();
+        assert_eq!(
+            approved,
+            read_only_tools_listed(ns),
+            "{ns}: exactly the tools its server marks read-only"
+        );
+    }
+
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".claude")).unwrap();
+    let settings = project.join(".claude/settings.json");
+    std::fs::write(
+        &settings,
+        "{\n  // the team's\n  \"permissions\": {\"allow\": [\"Bash(git status)\"]}\n}\n",
+    )
+    .unwrap();
+    let mcp = project.join(".mcp.json");
+    for _ in 0..2 {
+        assert!(
+            launcher(&["install", "--client", "claude_code", "--allow-read-only"], &mcp).status.success()
+        );
+    }
+    let text = std::fs::read_to_string(&settings).unwrap();
+    assert!(text.contains("// the team's"), "{text}");
+    let value = without_comments(&text);
+    let allow: Vec<&str> =
+        value["permissions"]["allow"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(allow.len(), 10, "one rule per read-only tool, once: {allow:?}");
+    assert!(allow.contains(&"Bash(git status)"));
+    assert!(allow.contains(&"mcp__gitea-reconciler__gitea_plan_stale_worker_retirement"));
+    assert!(!allow.iter().any(|r| r.contains("apply") || r.contains("lease")), "{allow:?}");
+
+    assert!(uninstall("claude_code", &mcp).status.success());
+    let text = std::fs::read_to_string(&settings).unwrap();
+    let value = without_comments(&text);
+    assert_eq!(value["permissions"]["allow"], serde_json::json!(["Bash(git status)"]));
+}

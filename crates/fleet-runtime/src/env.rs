@@ -89,9 +89,21 @@ impl AgentClient {
         };
         format!(
             "{rule}: install the entries with `fleet-launch install --client {0}` and start the session \
-             with `fleet-launch run --client <client type> -- <app>`",
-            self.as_str()
+             with `fleet-launch run --client {0} -- {1}`",
+            self.as_str(),
+            self.program()
         )
+    }
+
+    /// The program that starts this client's sessions, as its own docs name it.
+    pub fn program(self) -> &'static str {
+        match self {
+            AgentClient::Codex => "codex",
+            AgentClient::ClaudeCode => "claude",
+            AgentClient::Cursor => "cursor-agent",
+            AgentClient::Gemini => "gemini",
+            AgentClient::Vscode => "code",
+        }
     }
 }
 
