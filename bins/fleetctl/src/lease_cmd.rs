@@ -223,6 +223,14 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
             } else {
                 // The record was written at the store's now: its own updated_at.
                 out!("{}", lease_table(std::slice::from_ref(&record), record.updated_at))?;
+                if record.state == LeaseState::Held {
+                    outln!(
+                        "renew or release with: --owner {} --lease-id {} --epoch {}",
+                        record.owner,
+                        record.lease_id,
+                        record.fencing_epoch
+                    )?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -249,6 +257,7 @@ fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
                 l.lease_key.to_string(),
                 l.kind.as_str().to_owned(),
                 l.owner.clone(),
+                l.lease_id.to_string(),
                 l.fencing_epoch.to_string(),
                 standing(l, now).to_owned(),
                 l.expires_at.to_string(),
@@ -257,7 +266,7 @@ fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
             ]
         })
         .collect();
-    table::render(&["KEY", "KIND", "OWNER", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"], &rows)
+    table::render(&["KEY", "KIND", "OWNER", "LEASE ID", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"], &rows)
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode, Failure> {

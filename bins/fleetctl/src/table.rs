@@ -1,29 +1,32 @@
-//! Plain-text tables for people, laid out by comfy-table: columns two spaces apart, no
-//! borders, one line per row, and on a terminal no wider than it: the widest columns
-//! give way first, their values abbreviated in the middle (an identity keeps its
-//! distinguishing tail).
-//! Cells are made safe to print first: control characters (a newline, an escape
-//! sequence) are shown escaped, so a value can never forge a row or drive the terminal,
-//! and a cell wider than [`MAX_CELL`] is shortened in the middle (`--json` prints every
-//! value whole). Nothing is coloured.
+//! Plain-text tables for people: columns two spaces apart, no borders, one line per
+//! row. Cells are made safe to print first: control characters
+//! (a newline, an escape sequence) are shown escaped, so a value can never forge a row
+//! or drive the terminal. When stdout is not a terminal every value is printed whole.
+//! On a terminal the table is no wider than it and no cell wider than [`MAX_CELL`]:
+//! identifiers give way first, abbreviated in the middle (an identity keeps its
+//! distinguishing tail), and a phrase (a number with its unit, `expired 3m ago`) is never
+//! cut. Nothing is coloured.
 
 use std::io::IsTerminal as _;
 
-use comfy_table::{CellAlignment, ColumnConstraint, Table, presets};
 
 /// The widest a cell is printed, in characters.
 pub(crate) const MAX_CELL: usize = 64;
 
-/// A cell as it is printed: control characters escaped, long values shortened.
+/// A cell as it is printed: control characters escaped.
 pub(crate) fn cell(raw: &str) -> String {
-    let safe: String = raw
-        .chars()
+    raw.chars()
         .flat_map(|c| {
             let shown: Vec<char> = if c.is_control() { c.escape_default().collect() } else { vec![c] };
             shown
         })
-        .collect();
-    shorten(&safe, MAX_CELL)
+        .collect()
+}
+
+/// Whether a cell is a phrase that must be shown whole (it has a space: a number with
+/// its unit, a duration), not an identifier that may be abbreviated.
+fn is_phrase(cell: &str) -> bool {
+    cell.contains(' ')
 }
 
 /// `text` in at most `max` characters (at least 2): the middle replaced by `…`.
@@ -39,10 +42,10 @@ fn shorten(text: &str, max: usize) -> String {
 }
 
 /// How wide each column may be for the table to fit `width`: the widest column gives
-/// way one character at a time, down to its header (or eight characters).
-fn fit(widths: &[usize], header: &[&str], width: usize) -> Vec<usize> {
+/// way one character at a time, down to its header (or eight characters), or to its
+/// widest phrase, which is never cut (`floor`).
+fn fit(widths: &[usize], floor: &[usize], width: usize) -> Vec<usize> {
     let budget = width.saturating_sub(2 * widths.len().saturating_sub(1));
-    let floor: Vec<usize> = header.iter().map(|h| h.chars().count().max(8)).collect();
     let mut limits = widths.to_vec();
     while limits.iter().sum::<usize>() > budget {
         let Some(i) = (0..limits.len()).filter(|&i| limits[i] > floor[i]).max_by_key(|&i| limits[i]) else {
@@ -65,30 +68,43 @@ pub(crate) fn render(header: &[&str], rows: &[Vec<String>]) -> String {
 fn render_within(header: &[&str], rows: &[Vec<String>], width: Option<u16>) -> String {
     let mut rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| cell(c)).collect()).collect();
     if let Some(width) = width {
-        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
+        for row in &mut rows {
+            for cell in row.iter_mut().filter(|c| !is_phrase(c)) {
+                *cell = shorten(cell, MAX_CELL);
             }
         }
-        let limits = fit(&widths, header, usize::from(width));
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+        let mut floor: Vec<usize> = header.iter().map(|h| h.chars().count().max(8)).collect();
+        for row in &rows {
+            for ((w, f), cell) in widths.iter_mut().zip(floor.iter_mut()).zip(row) {
+                let len = cell.chars().count();
+                *w = (*w).max(len);
+                if is_phrase(cell) {
+                    *f = (*f).max(len);
+                }
+            }
+        }
+        let limits = fit(&widths, &floor, usize::from(width));
         for row in &mut rows {
             for (cell, limit) in row.iter_mut().zip(&limits) {
                 *cell = shorten(cell, *limit);
             }
         }
     }
-    let mut table = Table::new();
-    table.load_preset(presets::NOTHING).set_header(header.iter().copied());
-    for row in rows {
-        table.add_row(row);
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
     }
-    for column in table.column_iter_mut() {
-        column.set_padding((0, 2)).set_constraint(ColumnConstraint::ContentWidth);
-        column.set_cell_alignment(CellAlignment::Left);
-    }
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
     let mut out = String::new();
-    for line in table.lines() {
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(&widths) {
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', width - cell.chars().count() + 2));
+        }
         out.push_str(line.trim_end());
         out.push('\n');
     }
@@ -123,11 +139,26 @@ mod tests {
     }
 
     #[test]
+    fn at_80_columns_identifiers_give_way_and_a_phrase_keeps_its_number() {
+        let row = vec![
+            "workflow:deploy-the-whole-production-fleet".to_owned(),
+            "wkr-reconciler-0123456789abcdef0123456789abcdef".to_owned(),
+            "lease-0123456789abcdef0123456789abcdef".to_owned(),
+            "expired 12m 30s ago".to_owned(),
+        ];
+        let text = super::render_within(&["KEY", "OWNER", "LEASE ID", "STATE"], &[row], Some(80));
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert!(text.contains("expired 12m 30s ago"), "{text}");
+    }
+
+    #[test]
     fn a_huge_or_hostile_cell_neither_panics_nor_forges_a_row() {
         let huge = "x".repeat(120 * 1024);
-        let text = super::render(&["OWNER", "EPOCH"], &[vec![huge, "1".into()]]);
+        let text = super::render_within(&["OWNER", "EPOCH"], &[vec![huge.clone(), "1".into()]], Some(200));
         assert_eq!(text.lines().count(), 2);
         assert!(text.lines().nth(1).unwrap().chars().count() < 80, "{text}");
+        let piped = super::render_within(&["OWNER", "EPOCH"], &[vec![huge.clone(), "1".into()]], None);
+        assert!(piped.contains(&huge), "not a terminal: every value whole");
         let forged = "me\nworkflow:x  workflow  root  9\u{1b}[2J";
         let text = super::render(&["OWNER"], &[vec![forged.into()]]);
         assert_eq!(text.lines().count(), 2, "{text}");
