@@ -112,6 +112,7 @@ pub(crate) fn apply() -> Arc<JsonObject> {
         ("plan_registry_fingerprint", "string"),
         ("registry_fingerprint", "string"),
         ("registry_moved", "boolean"),
+        ("post_apply", "object"),
     ])
 }
 

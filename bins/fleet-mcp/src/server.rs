@@ -526,7 +526,14 @@ impl FleetServer {
                 })?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         match report.outcome {
-            ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => Ok(value),
+            ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => {
+                // The fleet after the apply, as `fleetctl retire apply` reports it; the
+                // outcome stands even when this read fails.
+                value["post_apply"] = self
+                    .with_snapshot(None, |taken| fleet_runtime::post_apply_summary(&taken.snapshot))
+                    .unwrap_or_else(|e| json!({ "error": e.to_string() }));
+                Ok(value)
+            }
             other => {
                 // A refusal is not a success of any kind: the detail carries what the
                 // registry said, without the flag.

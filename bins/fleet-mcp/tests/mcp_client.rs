@@ -884,6 +884,10 @@ async fn the_fleet_retires_a_crashed_worker_through_mcp_alone() {
     .await;
     assert_eq!(failed(&applied), None, "{:?}", applied.structured_content);
     assert_eq!(body(&applied)["retired_count"], 1);
+    // The fleet after the apply, as `fleetctl retire apply` reports it.
+    let after = &body(&applied)["post_apply"];
+    assert_eq!(after["stale_worker_count"], 0, "{after}");
+    assert!(after["remaining_blockers"].is_object() && after["live_fleet_safe"].is_boolean(), "{after}");
     let rows = workers(&fleet);
     let retired = rows.iter().find(|r| r.worker_identity == author.worker_identity).unwrap();
     assert_eq!(retired.status, fleet_registry::WorkerStatus::Retired);

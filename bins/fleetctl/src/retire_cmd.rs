@@ -10,7 +10,7 @@ use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
 use fleet_retirement::{Plan, RetirementContext};
 use fleet_runtime::{Failure, RegistryLocation, now};
 use fleet_runtime::{out, outln};
-use fleet_snapshot::{FindingCode, Policy};
+use fleet_snapshot::Policy;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Common {
@@ -110,20 +110,15 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             let report =
                 fleet_runtime::apply_retirement(location, &request, common.canonical_repository.as_deref())?;
             // The apply's outcome is reported even when the follow-up snapshot cannot be
-            // taken: post_apply is then null and says why.
-            let summary = |snap: &fleet_snapshot::FleetSnapshot<'_>| {
-                let mut blockers: std::collections::BTreeMap<FindingCode, usize> = Default::default();
-                for f in snap.findings.iter().filter(|f| f.active_blocker) {
-                    *blockers.entry(f.code).or_default() += 1;
-                }
-                serde_json::json!({
-                    "live_fleet_safe": snap.live_fleet_safe,
-                    "stale_worker_count": snap.counts.stale_worker_count,
-                    "remaining_blockers": blockers,
-                })
-            };
-            let post_apply = fleet_runtime::take_snapshot(location, None, &Policy::default(), now(), summary)
-                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+            // taken: post_apply then says why.
+            let post_apply = fleet_runtime::take_snapshot(
+                location,
+                None,
+                &Policy::default(),
+                now(),
+                fleet_runtime::post_apply_summary,
+            )
+            .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
             if common.json {
                 let mut v = serde_json::to_value(&report).unwrap_or_default();
                 v["post_apply"] = post_apply;

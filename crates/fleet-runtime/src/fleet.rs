@@ -264,6 +264,21 @@ pub fn apply_retirement(
     Ok(registry.apply_retirement(request, &ctx, Some(&probe), ctx.now, &()))
 }
 
+/// What the fleet looks like right after an apply, as the CLI and the MCP apply tool
+/// report it (`post_apply`): whether it is safe now, how many workers are still stale,
+/// and how many of each active blocker remain.
+pub fn post_apply_summary(snap: &FleetSnapshot<'_>) -> serde_json::Value {
+    let mut blockers: std::collections::BTreeMap<fleet_snapshot::FindingCode, usize> = Default::default();
+    for f in snap.findings.iter().filter(|f| f.active_blocker) {
+        *blockers.entry(f.code).or_default() += 1;
+    }
+    serde_json::json!({
+        "live_fleet_safe": snap.live_fleet_safe,
+        "stale_worker_count": snap.counts.stale_worker_count,
+        "remaining_blockers": blockers,
+    })
+}
+
 /// Plans retirement from one consistent read of rows, ledger and workflow leases.
 pub fn plan_retirement(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, StoreError> {
     let mut registry = open_registry(location, OpenMode::MustExist)?;

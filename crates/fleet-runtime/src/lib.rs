@@ -21,8 +21,8 @@ pub use exit::{
     print_json, warn, write_stdout,
 };
 pub use fleet::{
-    FleetReader, JsonSnapshot, apply_retirement, plan_retirement, probe_local, retirement_context,
-    take_snapshot,
+    FleetReader, JsonSnapshot, apply_retirement, plan_retirement, post_apply_summary, probe_local,
+    retirement_context, take_snapshot,
 };
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{Launch, LineageError, check_launch_lineage, launch_process_value, random_key};
