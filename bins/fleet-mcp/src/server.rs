@@ -213,6 +213,11 @@ pub(crate) struct SnapshotParams {
     #[serde(default)]
     #[schemars(with = "serde_json::Map<String, Value>")]
     expected_manifest: Option<Value>,
+    /// The repository every worker should be bound to; a worker bound to another is
+    /// reported as foreign_repository (an active blocker).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    canonical_repository: Option<String>,
     /// "summary" (default): the verdict, the counts, one instance in full and a page of
     /// findings with their totals. "full": the whole snapshot (megabytes for a large fleet).
     #[serde(default)]
@@ -429,10 +434,20 @@ impl FleetServer {
         manifest: Option<&Manifest>,
         read: impl FnOnce(&mut JsonSnapshot<'_>) -> T,
     ) -> Result<T, StoreError> {
+        self.with_snapshot_under(manifest, &Policy::default(), read)
+    }
+
+    /// [`FleetServer::with_snapshot`] judged by `policy` (a canonical repository).
+    fn with_snapshot_under<T>(
+        &self,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        read: impl FnOnce(&mut JsonSnapshot<'_>) -> T,
+    ) -> Result<T, StoreError> {
         // A panic elsewhere while the lock was held leaves nothing half-written that a
         // read could trust: the reader re-checks the store's marker on every call.
         let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(read(&mut fleet.json_snapshot(manifest, &Policy::default(), now())?))
+        Ok(read(&mut fleet.json_snapshot(manifest, policy, now())?))
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -669,7 +684,15 @@ impl FleetServer {
             )
             .map_err(|(field, message)| invalid(field, message))?;
             let own = self.ctx.env.as_ref().ok().map(|e| e.instance.as_str());
-            self.with_snapshot(manifest.as_ref(), |taken| match &page {
+            let policy = Policy {
+                canonical_repository: p
+                    .canonical_repository
+                    .map(fleet_identity::Repository::new)
+                    .transpose()
+                    .map_err(|e| invalid("canonical_repository", e))?,
+                expected_code_revision: None,
+            };
+            self.with_snapshot_under(manifest.as_ref(), &policy, |taken| match &page {
                 Some(page) => {
                     let body = page.body(&taken.snapshot, own).map_err(internal)?;
                     self.answer(&body, || digest(&taken.snapshot))

@@ -1116,6 +1116,31 @@ fn every_malformed_line_with_an_id_is_answered_and_garbage_gets_a_parse_error() 
     assert!(by_id(json!(9)).unwrap()["result"]["serverInfo"].is_object(), "{answers:?}");
 }
 
+/// Seed 000's `foreign_repository` through the seed's own surface: the snapshot tool
+/// takes the canonical repository and reports each worker bound to another.
+#[tokio::test]
+async fn the_snapshot_tool_reports_workers_of_a_foreign_repository() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let client = fleet.connect("controller", Some(&id), None).await;
+    let home = std::fs::canonicalize(fleet.dir.path()).unwrap().display().to_string();
+    let foreign = |snap: &Value| {
+        snap["findings"].as_array().unwrap().iter().filter(|f| f["code"] == "foreign_repository").count()
+    };
+    let elsewhere = structured(
+        &call(&client, "gitea_snapshot_instance_fleet", json!({"canonical_repository": "/srv/other"})).await,
+    );
+    assert_eq!(foreign(&elsewhere), 1, "{elsewhere}");
+    assert_eq!(elsewhere["live_fleet_safe"], false);
+    let here = structured(
+        &call(&client, "gitea_snapshot_instance_fleet", json!({"canonical_repository": home})).await,
+    );
+    assert_eq!(foreign(&here), 0, "{here}");
+    let bad = call(&client, "gitea_snapshot_instance_fleet", json!({"canonical_repository": ""})).await;
+    assert_eq!(failed(&bad).as_deref(), Some("invalid_arguments"));
+    client.cancel().await.unwrap();
+}
+
 /// Lines the server writes, each parsed, until `count` have come.
 fn read_answers(out: &mut impl std::io::BufRead, count: usize) -> Vec<Value> {
     let mut answers = Vec::new();

@@ -266,7 +266,10 @@ fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
             ]
         })
         .collect();
-    table::render(&["KEY", "KIND", "OWNER", "LEASE ID", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"], &rows)
+    table::render(
+        &["KEY", "KIND", "OWNER", "LEASE ID", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"],
+        &rows,
+    )
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode, Failure> {

@@ -9,7 +9,6 @@
 
 use std::io::IsTerminal as _;
 
-
 /// The widest a cell is printed, in characters.
 pub(crate) const MAX_CELL: usize = 64;
 
