@@ -36,6 +36,14 @@ NAMESPACES = ["author", "reviewer", "merger", "controller", "reconciler"]
 INJECTIONS = ["lease", "ledger", "restart", "strict"]
 
 
+def launch_process():
+    """This process as `fleet-launch run` records a launch's client: PID:START:PID_NAMESPACE."""
+    with open("/proc/self/stat") as stat:
+        start = stat.read().rsplit(")", 1)[1].split()[19]
+    namespace = os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+    return f"{os.getpid()}:{start}:{namespace}"
+
+
 class Fleet:
     def __init__(self, bindir, workdir):
         self.fleetctl = os.path.join(bindir, "fleetctl")
@@ -60,7 +68,9 @@ class Fleet:
         return self.run(self.launcher, "mint", "--client", "codex").stdout.strip()
 
     def start_worker(self, instance, namespace):
-        env = dict(self.env, GITEA_MCP_CLIENT="codex", GITEA_MCP_CLIENT_INSTANCE=instance)
+        # This script is the client of every launch, as `fleet-launch run` records one.
+        env = dict(self.env, GITEA_MCP_CLIENT="codex", GITEA_MCP_CLIENT_INSTANCE=instance,
+                   GITEA_MCP_LAUNCH_PROCESS=launch_process())
         child = subprocess.Popen(
             [self.fleetctl, "worker", "run", "--namespace", namespace, "--", "sleep", "100000"],
             cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

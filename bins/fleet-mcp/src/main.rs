@@ -94,6 +94,7 @@ fn registration_options(
             schema: Some(fleet_registry::SCHEMA_VERSION.to_string()),
             ..Revisions::default()
         },
+        launch: fleet_runtime::LaunchProcess::from_env().map_err(|e| e.to_string())?,
     };
     Ok((env.clone(), options))
 }

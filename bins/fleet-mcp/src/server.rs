@@ -980,6 +980,7 @@ mod tests {
             heartbeat_ttl: HeartbeatTtl::from_secs(30).unwrap(),
             repository: None,
             revisions: Revisions::default(),
+            launch: Some(fleet_runtime::LaunchProcess::current().unwrap()),
         };
         let session = WorkerSession::start(&location, &launch.env, options).unwrap();
         let with =

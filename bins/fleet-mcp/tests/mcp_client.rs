@@ -105,8 +105,11 @@ impl Fleet {
         let ttl = ttl.to_string();
         let transport =
             TokioChildProcess::new(Command::new(env!("CARGO_BIN_EXE_fleet-mcp")).configure(|cmd| {
+                // This test is the client of the launch, as `fleet-launch run` records
+                // its client: the servers it starts are owned by it.
                 cmd.args(["--namespace", ns, "--ttl", &ttl])
                     .env("FLEET_REGISTRY", &self.location)
+                    .env("GITEA_MCP_LAUNCH_PROCESS", fleet_runtime::launch_process_value().unwrap())
                     .env("GITEA_MCP_CLIENT", "codex")
                     .env_remove("GITEA_MCP_PROFILE")
                     .env_remove("FLEET_PROFILES")

@@ -49,11 +49,34 @@ pub(crate) const GRACE: Duration = Duration::from_secs(2);
 pub(crate) fn kept(program: &OsStr, args: &[OsString]) -> std::io::Result<Command> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("__keep").arg("--").arg(program).args(args);
-    // SAFETY: prctl(2) is async-signal-safe, which is all a pre_exec hook may call.
+    // SAFETY: prctl(2) and sigprocmask(2) are async-signal-safe, which is all a pre_exec
+    // hook may call.
     unsafe {
-        cmd.pre_exec(|| prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from));
+        cmd.pre_exec(|| {
+            prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
+            hold_stop_signals()
+        });
     }
     Ok(cmd)
+}
+
+/// The signals that ask a kept command to stop.
+fn stop_signals() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set
+}
+
+/// Blocks the stop signals in a child about to become a gate or a keeper: one that
+/// arrives before the keeper watches them stays pending instead of being lost (a signal
+/// caught while a handler is being installed can be dropped), and is delivered once the
+/// keeper unblocks them. The mask survives `exec`; the keeper's own command starts with
+/// an empty one, as every `Command` does.
+fn hold_stop_signals() -> std::io::Result<()> {
+    nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&stop_signals()), None)
+        .map_err(std::io::Error::from)
 }
 
 /// Stops a kept command: `SIGTERM` to its keeper, which ends the whole tree within
@@ -83,6 +106,17 @@ pub(crate) fn keep(command: &[OsString]) -> ExitCode {
         return ExitCode::from(NOT_STARTED);
     }
     let Ok(stop) = watch_stop_signals(None) else { return ExitCode::from(NOT_STARTED) };
+    // Watched now: a stop that arrived while the gate waited or the keeper started is
+    // delivered here, and noted.
+    if nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_UNBLOCK,
+        Some(&stop_signals()),
+        None,
+    )
+    .is_err()
+    {
+        return ExitCode::from(NOT_STARTED);
+    }
     if nix::unistd::getppid() != owner {
         return ExitCode::from(NOT_STARTED);
     }
@@ -238,11 +272,12 @@ impl HeldChild {
         let raw = reader.as_raw_fd();
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("__gate").arg("--").arg(program).args(args);
-        // SAFETY: prctl(2) and dup2(2) are async-signal-safe. dup2 leaves the new
+        // SAFETY: prctl(2), sigprocmask(2) and dup2(2) are async-signal-safe. dup2 leaves the new
         // descriptor without close-on-exec, so the gate inherits it.
         unsafe {
             cmd.pre_exec(move || {
                 prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
+                hold_stop_signals()?;
                 // dup2 onto itself keeps close-on-exec, so then clear it by hand.
                 let moved = if raw == GATE_FD {
                     nix::libc::fcntl(GATE_FD, nix::libc::F_SETFD, 0)

@@ -63,6 +63,8 @@ fn spawn_worker(exe: &Path, tour: &Tour, launch: &Launch, ns: Namespace) -> Resu
         .args(["worker", "run", "--namespace", ns.as_str(), "--ttl", &DEMO_TTL_SECS.to_string(), "--"])
         .args(["sh", "-c", &wait_for_stop])
         .envs(launch.vars())
+        // The tour is the client of its launch: its workers are owned while it runs.
+        .env(fleet_runtime::vars::LAUNCH_PROCESS, fleet_runtime::launch_process_value()?)
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| Failure::store(format!("cannot start a demo worker: {e}")))

@@ -125,6 +125,8 @@ fn run_worker(
                 heartbeat_ttl,
                 repository: Some(repository),
                 revisions: revisions(),
+                launch: fleet_runtime::LaunchProcess::from_env()
+                    .map_err(|e| Failure::usage(e.to_string()))?,
             };
             Ok(WorkerSession::start(location, &env, options)?)
         });

@@ -194,3 +194,77 @@ fn watch_redraws_until_interrupted_and_exits_with_the_gate() {
     let out = watch(&fleet);
     assert_eq!(out.status.code(), Some(1), "an unreadable registry is not safe");
 }
+
+/// Seed 000's orphaned and unowned workers, from live processes. A worker whose launch's
+/// client dies while the worker still runs says so on its next heartbeat: orphaned. A
+/// worker started outside any launch (no launch process in its environment) registers
+/// unowned. Each is an active blocker naming its worker, and neither is a retirement
+/// candidate while it runs.
+#[test]
+fn a_worker_outliving_its_client_is_orphaned_and_one_outside_any_launch_is_unowned() {
+    use fleet_registry::OwnershipState;
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let stop = fleet.dir.path().join("stop");
+    let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", stop.display());
+    // The launch's client, recorded as `fleet-launch run` records it.
+    let mut client = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let seen =
+        fleet_probe::process_identity(fleet_identity::Pid::new(i64::from(client.id())).unwrap()).unwrap();
+    let recorded = format!(
+        "{}:{}:{}",
+        seen.pid.get(),
+        seen.process_start_time.ticks(),
+        seen.pid_namespace.unwrap().inode()
+    );
+    let spawn = |ns: &str, launch: Option<&str>| {
+        let mut cmd = fleet.fleetctl();
+        cmd.args(["worker", "run", "--namespace", ns, "--ttl", "2", "--", "sh", "-c", &wait])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id);
+        match launch {
+            Some(value) => cmd.env("GITEA_MCP_LAUNCH_PROCESS", value),
+            None => cmd.env_remove("GITEA_MCP_LAUNCH_PROCESS"),
+        };
+        cmd.spawn().unwrap()
+    };
+    let mut guard = common::StopGuard { stop: stop.clone(), children: Vec::new() };
+    guard.children.push(spawn("author", Some(&recorded)));
+    guard.children.push(spawn("reviewer", None));
+    let rows = common::wait_for(std::time::Duration::from_secs(30), || {
+        fleet.workers_once_created().filter(|rows| rows.len() == 2)
+    });
+    let of = |rows: &[fleet_registry::WorkerRow], ns: &str| {
+        rows.iter().find(|r| r.namespace.as_str() == ns).unwrap().clone()
+    };
+    assert_eq!(of(&rows, "author").ownership_state, Some(OwnershipState::Owned));
+    let unowned = of(&rows, "reviewer");
+    assert_eq!(unowned.ownership_state, Some(OwnershipState::Unowned));
+
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let orphan = common::wait_for(std::time::Duration::from_secs(30), || {
+        Some(of(&fleet.workers(), "author")).filter(|r| r.ownership_state == Some(OwnershipState::Orphaned))
+    });
+
+    let out = fleet.ctl(&["snapshot", "--json"]);
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(snap["live_fleet_safe"], false);
+    let named = |code: &str| -> Vec<String> {
+        snap["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == code && f["active_blocker"] == true)
+            .flat_map(|f| {
+                f["worker_identities"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    assert_eq!(named("orphaned_worker"), [orphan.worker_identity.to_string()]);
+    assert_eq!(named("unowned_worker"), [unowned.worker_identity.to_string()]);
+
+    let plan = fleet.ctl(&["retire", "plan", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["candidate_count"], 0, "both still run: {plan}");
+}

@@ -14,6 +14,6 @@ mod rows;
 
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
-    DumpError, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump, WORKER_COLUMNS,
-    WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, rows_by_identity,
+    Claim, DumpError, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump,
+    WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, rows_by_identity,
 };

@@ -40,6 +40,34 @@ pub enum OwnershipState {
     Unowned,
 }
 
+/// What a worker's own process says of its ownership when it registers and on every
+/// heartbeat; only the sweep writes `stale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Claim {
+    /// Its launch's client still runs: the launch owns it.
+    Owned,
+    /// Its launch's client is gone while the worker still runs.
+    Orphaned,
+    /// It was started outside any launch (no launch process in its environment).
+    Unowned,
+}
+
+impl Claim {
+    /// The ownership state the row records.
+    pub fn state(self) -> OwnershipState {
+        match self {
+            Self::Owned => OwnershipState::Owned,
+            Self::Orphaned => OwnershipState::Orphaned,
+            Self::Unowned => OwnershipState::Unowned,
+        }
+    }
+
+    /// The value as stored.
+    pub fn as_str(self) -> &'static str {
+        self.state().as_str()
+    }
+}
+
 macro_rules! text_enum {
     ($ty:ty { $($variant:ident => $text:literal),* $(,)? }) => {
         impl $ty {

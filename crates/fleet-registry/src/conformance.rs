@@ -9,7 +9,7 @@ use fleet_identity::{
     BootId, ClientInstanceId, ClientType, GenerationId, HostId, LegacyPlaceholder, Namespace, Pid,
     ProcessStartTime, SessionId, Timestamp,
 };
-use fleet_model::{LivenessProbe, ProcessIdentity, ProcessVerdict};
+use fleet_model::{Claim, LivenessProbe, ProcessIdentity, ProcessVerdict};
 
 use crate::{
     HeartbeatTtl, InstanceRecord, InstanceRef, OwnershipState, Registration, RegistrationOutcome, Registry,
@@ -73,6 +73,7 @@ pub fn registration(namespace: Namespace, process: ProcessIdentity, generation: 
         repository: None,
         heartbeat_ttl: HeartbeatTtl::from_secs(30).expect("valid"),
         revisions: Revisions::default(),
+        claim: Claim::Owned,
     }
 }
 
@@ -235,6 +236,41 @@ pub fn the_sweep_marks_only_expired_rows_stale<S: Store>(store: S) {
 
     registry.heartbeat(&credential(&quiet, "gen-a", 1), at(32)).expect("late heartbeat");
     assert_eq!(row(&mut registry, &quiet.row.worker_identity).ownership_state, Some(OwnershipState::Owned));
+}
+
+/// A worker's claim is recorded at registration and on each heartbeat: unowned outside
+/// any launch, orphaned once its launch's client is gone. Whatever it claimed, a lapsed
+/// heartbeat makes the row stale, and a late heartbeat writes the claim again.
+pub fn claims_are_recorded_and_any_lapsed_claim_goes_stale<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let outside = Registration {
+        claim: Claim::Unowned,
+        ..registration(Namespace::Author, process(100, 5000), "gen-a")
+    };
+    let outside = registry.register(&outside, &token(1), at(0), &probe).expect("register");
+    assert_eq!(outside.row.ownership_state, Some(OwnershipState::Unowned));
+    let launched = registry
+        .register(&registration(Namespace::Reviewer, process(101, 5001), "gen-b"), &token(2), at(0), &probe)
+        .expect("register");
+    let row = |r: &mut Registry<S>, id| {
+        r.workers().expect("read").into_iter().find(|w| &w.worker_identity == id).expect("row")
+    };
+    registry
+        .heartbeat_claiming(&credential(&launched, "gen-b", 2), at(5), Claim::Orphaned)
+        .expect("heartbeat");
+    let orphan = row(&mut registry, &launched.row.worker_identity);
+    assert_eq!((orphan.ownership_state, orphan.heartbeat()), (Some(OwnershipState::Orphaned), Some(at(5))));
+
+    let marked = registry.mark_expired_stale(at(40)).expect("sweep");
+    assert_eq!(marked.len(), 2, "unowned and orphaned rows lapse to stale too: {marked:?}");
+    registry
+        .heartbeat_claiming(&credential(&outside, "gen-a", 1), at(41), Claim::Unowned)
+        .expect("late heartbeat");
+    assert_eq!(
+        row(&mut registry, &outside.row.worker_identity).ownership_state,
+        Some(OwnershipState::Unowned)
+    );
 }
 
 /// A registration whose instance was minted for another client is refused.
@@ -1036,6 +1072,7 @@ macro_rules! registry_conformance {
                 heartbeats_need_the_registering_credential,
                 release_ends_the_registration,
                 the_sweep_marks_only_expired_rows_stale,
+                claims_are_recorded_and_any_lapsed_claim_goes_stale,
                 a_client_type_mismatch_is_refused,
                 legacy_placeholders_register_as_written,
                 a_failed_import_writes_nothing,

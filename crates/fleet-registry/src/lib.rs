@@ -41,6 +41,6 @@ pub use store::{
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.
 pub use fleet_model::{
-    DumpError, InstanceRecord, Liveness, LivenessProbe, OwnershipState, ProcessIdentity, ProcessVerdict,
-    RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    Claim, DumpError, InstanceRecord, Liveness, LivenessProbe, OwnershipState, ProcessIdentity,
+    ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
 };

@@ -9,8 +9,8 @@ use fleet_identity::{
     Repository, SessionId, Timestamp, WorkerIdentity,
 };
 use fleet_model::{
-    InstanceRecord, LivenessProbe, OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump, WorkerRow,
-    WorkerStatus,
+    Claim, InstanceRecord, LivenessProbe, OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump,
+    WorkerRow, WorkerStatus,
 };
 use serde::Serialize;
 
@@ -93,6 +93,9 @@ pub struct Registration {
     pub repository: Option<Repository>,
     pub heartbeat_ttl: HeartbeatTtl,
     pub revisions: Revisions,
+    /// What the worker says of its ownership: owned by its launch, orphaned (its
+    /// launch's client is gone), or unowned (started outside any launch).
+    pub claim: Claim,
 }
 
 /// A secret only the registered process holds. The registry keeps only its fingerprint,
@@ -261,7 +264,18 @@ impl<S: Store> Registry<S> {
     /// active, and with `Conflict` when another generation or token holds it: in both
     /// cases the caller has lost its registration and must stop acting as that worker.
     pub fn heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<(), StoreError> {
-        if self.store.touch_heartbeat(who, now)? {
+        self.heartbeat_claiming(who, now, Claim::Owned)
+    }
+
+    /// [`heartbeat`](Self::heartbeat), saying what the worker claims of its ownership
+    /// now (a worker whose launch's client died heartbeats as orphaned).
+    pub fn heartbeat_claiming(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: Claim,
+    ) -> Result<(), StoreError> {
+        if self.store.touch_heartbeat(who, now, claim)? {
             return Ok(());
         }
         let row = self.store.read(|tx| tx.worker(&who.worker_identity))?;
@@ -290,8 +304,8 @@ impl<S: Store> Registry<S> {
         })
     }
 
-    /// The stale sweep: marks `ownership_state = stale` on every active, owned row whose
-    /// heartbeat expired by `now` (see [`WorkerRow::heartbeat_expired`]). Status stays
+    /// The stale sweep: marks `ownership_state = stale` on every active row not yet stale
+    /// (owned, orphaned or unowned) whose heartbeat expired by `now` (see [`WorkerRow::heartbeat_expired`]). Status stays
     /// `active`: the row is now a stale worker still marked active, which only a
     /// heartbeat from its own process (back to owned) or retirement ends. Each row is
     /// swapped only if unchanged since it was read, so a heartbeat racing the sweep wins.
@@ -306,8 +320,8 @@ impl<S: Store> Registry<S> {
     /// workers the fleet has, which a worker uses to pace its own sweeps.
     pub fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
         let due = |row: &WorkerRow| {
-            let owned = matches!(row.ownership_state, Some(OwnershipState::Owned) | None);
-            row.status == WorkerStatus::Active && owned && row.heartbeat_expired(now)
+            let not_stale = row.ownership_state != Some(OwnershipState::Stale);
+            row.status == WorkerStatus::Active && not_stale && row.heartbeat_expired(now)
         };
         let (any_due, active_workers) = self.store.read(|tx| {
             let rows = tx.workers()?;
@@ -443,7 +457,7 @@ fn register_in(
         let mut renewed = own.clone();
         renewed.token_fingerprint = Some(token.fingerprint().to_owned());
         renewed.last_heartbeat_at = Some(now.to_string());
-        renewed.ownership_state = Some(OwnershipState::Owned);
+        renewed.ownership_state = Some(reg.claim.state());
         if !tx.replace_worker(own, &renewed)? {
             return Err(StoreError::conflict("registration changed during reconnect"));
         }
@@ -485,7 +499,7 @@ fn register_in(
         process_start_time: Some(reg.process.process_start_time),
         repository: reg.repository.clone(),
         status: WorkerStatus::Active,
-        ownership_state: Some(OwnershipState::Owned),
+        ownership_state: Some(reg.claim.state()),
         registered_at: now,
         last_heartbeat_at: Some(now.to_string()),
         heartbeat_ttl_s: Some(reg.heartbeat_ttl.secs()),

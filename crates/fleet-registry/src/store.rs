@@ -3,7 +3,7 @@
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
-use fleet_model::{InstanceRecord, WorkerRow};
+use fleet_model::{Claim, InstanceRecord, WorkerRow};
 
 use crate::error::StoreError;
 use crate::leases::AuditEntry;
@@ -230,9 +230,15 @@ pub trait Store {
     }
 
     /// The heartbeat, as one guarded statement: sets `last_heartbeat_at = now` and
-    /// `ownership_state = owned` on the row only if it is active and still belongs to the
-    /// credential's generation and token. Returns whether a row matched.
-    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError>;
+    /// `ownership_state` to what the worker claims on the row only if it is active and
+    /// still belongs to the credential's generation and token. Returns whether a row
+    /// matched.
+    fn touch_heartbeat(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: Claim,
+    ) -> Result<bool, StoreError>;
 }
 
 /// What an import wrote.

@@ -153,13 +153,18 @@ impl Store for MemoryStore {
     {
         f(&mut MemoryTx(&mut self.0.clone()))
     }
-    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+    fn touch_heartbeat(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: fleet_registry::Claim,
+    ) -> Result<bool, StoreError> {
         let Some(row) = self.0.workers.get_mut(&who.worker_identity) else { return Ok(false) };
         if row.status != WorkerStatus::Active || row.generation_id.as_ref() != Some(&who.generation_id) {
             return Ok(false);
         }
         row.last_heartbeat_at = Some(now.to_string());
-        row.ownership_state = Some(fleet_registry::OwnershipState::Owned);
+        row.ownership_state = Some(claim.state());
         Ok(true)
     }
 }
@@ -387,6 +392,7 @@ impl Model for Retirement {
                 repository: Some(Repository::new("/srv/repo").unwrap()),
                 heartbeat_ttl: HeartbeatTtl::from_secs(TTL_S).unwrap(),
                 revisions: Revisions::default(),
+                claim: fleet_registry::Claim::Owned,
             };
             registry.register(&registration, &token(n), at(0), &world).unwrap();
         }

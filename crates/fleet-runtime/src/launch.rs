@@ -3,7 +3,7 @@
 
 use fleet_identity::{ClientInstanceId, ClientType, FleetRunId, INSTANCE_DIGEST_BYTES, SessionId};
 use fleet_registry::OpenMode;
-use fleet_registry::{InstanceRecord, InstanceRef, StoreError, StoreErrorKind};
+use fleet_registry::{Claim, InstanceRecord, InstanceRef, StoreError, StoreErrorKind};
 
 use crate::env::{InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 use crate::location::{RegistryLocation, open_registry};
@@ -75,11 +75,85 @@ impl Launch {
 
 /// The value of [`vars::LAUNCH_PROCESS`] naming this process: `fleet-launch run` sets it
 /// just before it becomes the launch's client (`exec` keeps the pid and start time).
+/// `PID:START_TIME:PID_NAMESPACE`: the namespace says where the pid is to be read.
 pub fn launch_process_value() -> Result<String, StoreError> {
     let me = fleet_probe::current_process().map_err(|e| {
         StoreError::new(StoreErrorKind::Unavailable, format!("cannot read this process: {e}"))
     })?;
-    Ok(format!("{}:{}", me.pid.get(), me.process_start_time.ticks()))
+    let namespace = me.pid_namespace.map(|ns| format!(":{}", ns.inode())).unwrap_or_default();
+    Ok(format!("{}:{}{namespace}", me.pid.get(), me.process_start_time.ticks()))
+}
+
+/// The process a launch started — its client — as [`vars::LAUNCH_PROCESS`] records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchProcess {
+    pid: u32,
+    start: u64,
+    /// The PID namespace the pid belongs to (absent in values of older launchers).
+    pid_namespace: Option<u64>,
+}
+
+impl LaunchProcess {
+    /// Reads `PID:START_TIME[:PID_NAMESPACE]`.
+    pub fn parse(value: &str) -> Result<Self, LineageError> {
+        let malformed = || LineageError::Malformed { value: value.to_owned() };
+        let mut parts = value.split(':');
+        let pid = parts.next().and_then(|p| p.parse().ok()).ok_or_else(malformed)?;
+        let start = parts.next().and_then(|s| s.parse().ok()).ok_or_else(malformed)?;
+        let pid_namespace = parts.next().map(|ns| ns.parse().map_err(|_| malformed())).transpose()?;
+        if parts.next().is_some() {
+            return Err(malformed());
+        }
+        Ok(Self { pid, start, pid_namespace })
+    }
+
+    /// This process, as the client of a launch: for a tool that registers workers it
+    /// runs itself, in-process (its workers are owned while it runs).
+    pub fn current() -> Result<Self, StoreError> {
+        Self::parse(&launch_process_value()?).map_err(|e| StoreError::invalid(e.to_string()))
+    }
+
+    /// The launch process this process's environment names, if any.
+    pub fn from_env() -> Result<Option<Self>, LineageError> {
+        std::env::var(vars::LAUNCH_PROCESS)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| Self::parse(&v))
+            .transpose()
+    }
+
+    /// Whether this process is the one named: the same pid and start time.
+    fn is(self, pid: u32) -> bool {
+        pid == self.pid
+            && fleet_identity::Pid::new(i64::from(pid))
+                .ok()
+                .and_then(|p| fleet_probe::process_identity(p).ok())
+                .is_some_and(|p| p.process_start_time.ticks() == self.start)
+    }
+
+    /// Whether the launch's client still runs: `Some(false)` only on proof that it is
+    /// gone (its pid is free or names another process, in the PID namespace it was
+    /// recorded in); `None` when this process cannot look (another PID namespace).
+    pub fn alive(self) -> Option<bool> {
+        let mine = fleet_probe::own_pid_namespace().ok().map(|ns| ns.inode());
+        match (self.pid_namespace, mine) {
+            (Some(recorded), Some(mine)) if recorded == mine => Some(self.is(self.pid)),
+            // An older launcher's value: read in our own namespace, as it always was.
+            (None, _) => Some(self.is(self.pid)),
+            _ => None,
+        }
+    }
+}
+
+/// What a worker launched with `launch` claims of its ownership now: owned while its
+/// launch's client runs (or when that cannot be seen), orphaned once it is proven gone,
+/// unowned when it was started outside any launch.
+pub fn claim_of(launch: Option<LaunchProcess>) -> Claim {
+    match launch.map(LaunchProcess::alive) {
+        None => Claim::Unowned,
+        Some(Some(false)) => Claim::Orphaned,
+        Some(Some(true) | None) => Claim::Owned,
+    }
 }
 
 /// Why a server may not register under the launch in its environment.
@@ -101,8 +175,8 @@ pub enum LineageError {
         /// The client type, for the advice.
         client: String,
     },
-    /// The variable does not read `PID:START_TIME`.
-    #[error("{} {value:?} is not PID:START_TIME", vars::LAUNCH_PROCESS)]
+    /// The variable does not read `PID:START_TIME[:PID_NAMESPACE]`.
+    #[error("{} {value:?} is not PID:START_TIME[:PID_NAMESPACE]", vars::LAUNCH_PROCESS)]
     Malformed {
         /// What it held.
         value: String,
@@ -115,23 +189,18 @@ pub enum LineageError {
 /// Clients start their stdio servers as their own children (Claude Code, Codex and
 /// Gemini CLI spawn the configured command directly), so the parent is the client.
 pub fn check_launch_lineage(client_type: &str) -> Result<(), LineageError> {
-    let Some(value) = std::env::var(vars::LAUNCH_PROCESS).ok().filter(|v| !v.is_empty()) else {
+    let Some(launch) = LaunchProcess::from_env()? else {
         return Ok(());
     };
-    let malformed = || LineageError::Malformed { value: value.clone() };
-    let (pid, start) = value.split_once(':').ok_or_else(malformed)?;
-    let launched: u32 = pid.parse().map_err(|_| malformed())?;
-    let start: u64 = start.parse().map_err(|_| malformed())?;
     let parent = std::os::unix::process::parent_id();
-    let same = parent == launched
-        && fleet_identity::Pid::new(i64::from(parent))
-            .ok()
-            .and_then(|p| fleet_probe::process_identity(p).ok())
-            .is_some_and(|p| p.process_start_time.ticks() == start);
-    if same {
+    if launch.is(parent) {
         Ok(())
     } else {
-        Err(LineageError::NotTheLaunchedClient { parent, launched, client: client_type.to_owned() })
+        Err(LineageError::NotTheLaunchedClient {
+            parent,
+            launched: launch.pid,
+            client: client_type.to_owned(),
+        })
     }
 }
 
@@ -141,4 +210,31 @@ pub fn random_key() -> Result<[u8; 32], StoreError> {
     getrandom::fill(&mut key)
         .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, format!("no randomness for a key: {e}")))?;
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_process_reads_with_or_without_its_namespace_and_nothing_else() {
+        let old = LaunchProcess::parse("42:1000").unwrap();
+        assert_eq!((old.pid, old.start, old.pid_namespace), (42, 1000, None));
+        let new = LaunchProcess::parse("42:1000:4026531836").unwrap();
+        assert_eq!(new.pid_namespace, Some(4_026_531_836));
+        for bad in ["", "42", "x:1", "42:1:2:3", "42:1:ns"] {
+            assert!(LaunchProcess::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_claim_follows_the_launch_process() {
+        assert_eq!(claim_of(None), Claim::Unowned);
+        let me = LaunchProcess::current().unwrap();
+        assert_eq!(claim_of(Some(me)), Claim::Owned);
+        let gone = LaunchProcess { start: me.start + 1, ..me };
+        assert_eq!(claim_of(Some(gone)), Claim::Orphaned, "the pid names another process now");
+        let elsewhere = LaunchProcess { pid_namespace: me.pid_namespace.map(|ns| ns + 1), ..me };
+        assert_eq!(claim_of(Some(elsewhere)), Claim::Owned, "another namespace: nothing proven");
+    }
 }

@@ -25,6 +25,8 @@ pub use fleet::{
     retirement_context, take_snapshot,
 };
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
-pub use launch::{Launch, LineageError, check_launch_lineage, launch_process_value, random_key};
+pub use launch::{
+    Launch, LaunchProcess, LineageError, check_launch_lineage, claim_of, launch_process_value, random_key,
+};
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
 pub use worker::{WorkerOptions, WorkerSession, now};

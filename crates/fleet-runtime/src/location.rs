@@ -191,10 +191,15 @@ impl Store for AnyStore {
         }
     }
 
-    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+    fn touch_heartbeat(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: fleet_registry::Claim,
+    ) -> Result<bool, StoreError> {
         match self {
-            AnyStore::Sqlite(s) => s.touch_heartbeat(who, now),
-            AnyStore::Postgres(s) => s.touch_heartbeat(who, now),
+            AnyStore::Sqlite(s) => s.touch_heartbeat(who, now, claim),
+            AnyStore::Postgres(s) => s.touch_heartbeat(who, now, claim),
         }
     }
 }

@@ -39,6 +39,10 @@ pub struct WorkerOptions {
     pub repository: Option<Repository>,
     /// The revisions it runs.
     pub revisions: Revisions,
+    /// The launch's client that started it (`LaunchProcess::from_env`), watched on every
+    /// heartbeat: `None` for a worker started outside any launch, which then registers
+    /// as unowned.
+    pub launch: Option<crate::LaunchProcess>,
 }
 
 enum Stop {
@@ -90,6 +94,7 @@ impl WorkerSession {
             repository: options.repository,
             heartbeat_ttl: options.heartbeat_ttl,
             revisions: options.revisions,
+            claim: crate::claim_of(options.launch),
         };
         let token = WorkerToken::generate()?;
         let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
@@ -106,9 +111,10 @@ impl WorkerSession {
             let credential = credential.clone();
             let lost = Arc::clone(&lost);
             let interval = options.heartbeat_ttl.interval();
+            let launch = options.launch;
             std::thread::Builder::new()
                 .name("fleet-heartbeat".into())
-                .spawn(move || heartbeat_loop(&location, &credential, interval, &stopped, &lost))
+                .spawn(move || heartbeat_loop(&location, &credential, launch, interval, &stopped, &lost))
                 .map_err(|e| {
                     StoreError::new(StoreErrorKind::Unavailable, format!("cannot start heartbeat: {e}"))
                 })?
@@ -202,6 +208,7 @@ fn clock_agrees(
 fn heartbeat_loop(
     location: &RegistryLocation,
     credential: &WorkerCredential,
+    launch: Option<crate::LaunchProcess>,
     interval: std::time::Duration,
     stopped: &mpsc::Receiver<Stop>,
     lost: &AtomicBool,
@@ -220,7 +227,8 @@ fn heartbeat_loop(
                 .ok();
         }
         let Some(reg) = registry.as_mut() else { continue };
-        match reg.heartbeat(credential, now()) {
+        // A worker whose launch's client died says so on every beat: orphaned.
+        match reg.heartbeat_claiming(credential, now(), crate::claim_of(launch)) {
             // The fleet keeps itself honest: every live worker, on its own tick, marks
             // the rows whose heartbeat lapsed stale, so retirement needs no operator.
             Ok(()) => {

@@ -102,6 +102,7 @@ fn worker(
         heartbeat_ttl: fleet_registry::HeartbeatTtl::from_secs(30).unwrap(),
         repository: None,
         revisions: fleet_registry::Revisions::default(),
+        launch: Some(fleet_runtime::LaunchProcess::current().unwrap()),
     };
     fleet_runtime::WorkerSession::start(location, &launch.env, options).unwrap()
 }

@@ -18,7 +18,7 @@ mod tls;
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
 use fleet_registry::{
-    AuditEntry, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
+    AuditEntry, Claim, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
 };
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, Transaction};
@@ -564,7 +564,12 @@ impl Store for PostgresStore {
         })
     }
 
-    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+    fn touch_heartbeat(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: Claim,
+    ) -> Result<bool, StoreError> {
         // The hot path: prepared once per connection, then one Bind/Execute round trip.
         let statement = match &self.heartbeat {
             Some(statement) => statement.clone(),
@@ -572,7 +577,7 @@ impl Store for PostgresStore {
                 let statement = self
                     .client
                     .prepare(
-                        "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
+                        "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = $5 \
                          WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 \
                          AND status = 'active'",
                     )
@@ -590,6 +595,7 @@ impl Store for PostgresStore {
                     &who.worker_identity.as_str(),
                     &who.generation_id.as_str(),
                     &who.token.fingerprint(),
+                    &claim.as_str(),
                 ],
             )
             .map_err(map_error)?;

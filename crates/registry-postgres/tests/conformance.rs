@@ -43,8 +43,13 @@ impl Store for Scratch {
         self.store.read(f)
     }
 
-    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
-        self.store.touch_heartbeat(who, now)
+    fn touch_heartbeat(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: fleet_registry::Claim,
+    ) -> Result<bool, StoreError> {
+        self.store.touch_heartbeat(who, now, claim)
     }
 
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {

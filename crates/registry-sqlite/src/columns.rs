@@ -48,7 +48,7 @@ pub(crate) fn heartbeat_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
         format!(
-            "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = 'owned', \
+            "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = ?5, \
              change_seq = {NEXT_CHANGE} WHERE worker_identity = ?2 AND generation_id = ?3 \
              AND token_fingerprint = ?4 AND status = 'active'"
         )

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_registry::{
-    ChangePosition, InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, VersionsDigest,
+    ChangePosition, Claim, InstanceRecord, OpenMode, Store, StoreError, StoreErrorKind, Tx, VersionsDigest,
     WorkerCredential, WorkerRow,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -520,7 +520,12 @@ impl Store for SqliteStore {
         Ok(Some((u128::from(others.cast_unsigned()) << 64) | u128::from(own)))
     }
 
-    fn touch_heartbeat(&mut self, who: &WorkerCredential, now: Timestamp) -> Result<bool, StoreError> {
+    fn touch_heartbeat(
+        &mut self,
+        who: &WorkerCredential,
+        now: Timestamp,
+        claim: Claim,
+    ) -> Result<bool, StoreError> {
         let mut stmt = self.conn.prepare_cached(columns::heartbeat_sql()).map_err(map_error)?;
         let changed = stmt
             .execute(params![
@@ -528,6 +533,7 @@ impl Store for SqliteStore {
                 who.worker_identity.as_str(),
                 who.generation_id.as_str(),
                 who.token.fingerprint(),
+                claim.as_str(),
             ])
             .map_err(map_error)?;
         Ok(changed == 1)

@@ -50,6 +50,9 @@ impl Fleet {
         for var in INSTANCE_VARS {
             cmd.env_remove(var);
         }
+        // The test is the client of its launches, as `fleet-launch run` records one: the
+        // workers it starts are owned while it runs.
+        cmd.env("GITEA_MCP_LAUNCH_PROCESS", fleet_runtime::launch_process_value().expect("this process"));
         cmd
     }
 
