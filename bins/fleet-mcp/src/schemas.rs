@@ -73,7 +73,7 @@ pub(crate) fn snapshot() -> Arc<JsonObject> {
             ("workers", "array"),
             ("findings", "array"),
         ],
-        &[("page", "object")],
+        &[("page", "object"), ("heartbeat_comparison", "object")],
     )
 }
 

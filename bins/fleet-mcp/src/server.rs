@@ -13,7 +13,9 @@ use fleet_runtime::{
     FleetReader, InstanceEnv, JsonSnapshot, RegistryLocation, now, open_registry, plan_retirement,
     retirement_context,
 };
-use fleet_snapshot::{FindingCode, FleetSnapshot, Manifest, Policy, mutation_gate};
+use fleet_snapshot::{
+    FindingCode, FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate,
+};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -101,8 +103,14 @@ pub struct FleetServer {
     fleet: Arc<Mutex<FleetReader>>,
     /// Where large bodies go when the server runs behind [`crate::stdio::guard`].
     bodies: Option<Arc<Bodies>>,
+    /// The live heartbeats of the last snapshots this server answered, by consistency
+    /// token, newest last: what `compare_to` compares with.
+    recent: Arc<Mutex<std::collections::VecDeque<(String, LiveHeartbeats)>>>,
     tool_router: ToolRouter<Self>,
 }
+
+/// How many answered snapshots `compare_to` can name.
+const RECENT_SNAPSHOTS: usize = 8;
 
 /// A success: the body as `structuredContent`, and as text for clients that read only
 /// the content blocks.
@@ -218,6 +226,12 @@ pub(crate) struct SnapshotParams {
     #[serde(default)]
     #[schemars(with = "String")]
     canonical_repository: Option<String>,
+    /// The consistency_token of an earlier snapshot this server answered: the answer
+    /// then says which live workers' heartbeats advanced, stood still, went back, were
+    /// lost or appeared since (heartbeat_comparison).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    compare_to: Option<String>,
     /// "summary" (default): the verdict, the counts, one instance in full and a page of
     /// findings with their totals. "full": the whole snapshot (megabytes for a large fleet).
     #[serde(default)]
@@ -365,7 +379,7 @@ impl FleetServer {
         let reader = FleetReader::new(ctx.location.clone());
         let reader = if fleet_role { reader.tracking_processes() } else { reader };
         let fleet = Arc::new(Mutex::new(reader));
-        Self { ctx: Arc::new(ctx), fleet, bodies: None, tool_router }
+        Self { ctx: Arc::new(ctx), fleet, bodies: None, recent: Arc::default(), tool_router }
     }
 
     /// This server behind a [`crate::stdio::guard`] made with `bodies`: large answers
@@ -448,6 +462,31 @@ impl FleetServer {
         // read could trust: the reader re-checks the store's marker on every call.
         let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(read(&mut fleet.json_snapshot(manifest, policy, now())?))
+    }
+
+    /// Keeps `snap`'s live heartbeats under its token for a later `compare_to`.
+    fn remember(&self, snap: &FleetSnapshot<'_>) {
+        let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if recent.len() == RECENT_SNAPSHOTS {
+            recent.pop_front();
+        }
+        recent.push_back((snap.consistency_token.clone(), LiveHeartbeats::of(snap)));
+    }
+
+    /// Seed 000's heartbeat comparison between the snapshot this server answered with
+    /// `token` and `now`.
+    fn compare_with(&self, token: &str, now: &FleetSnapshot<'_>) -> Result<Value, CallToolResult> {
+        let recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let earlier = recent.iter().find(|(t, _)| t == token).map(|(_, beats)| beats).ok_or_else(|| {
+            invalid(
+                "compare_to",
+                format!(
+                    "{token:?} is not the consistency_token of one of the last {RECENT_SNAPSHOTS} snapshots this \
+                     server answered"
+                ),
+            )
+        })?;
+        serde_json::to_value(compare_heartbeats(earlier, &LiveHeartbeats::of(now))).map_err(internal)
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -692,14 +731,25 @@ impl FleetServer {
                     .map_err(|e| invalid("canonical_repository", e))?,
                 expected_code_revision: None,
             };
+            if page.is_none() && p.compare_to.is_some() {
+                return Err(invalid(
+                    "compare_to",
+                    "compare_to is answered in a summary; leave out detail \"full\"",
+                ));
+            }
             self.with_snapshot_under(manifest.as_ref(), &policy, |taken| match &page {
                 Some(page) => {
-                    let body = page.body(&taken.snapshot, own).map_err(internal)?;
+                    let mut body = page.body(&taken.snapshot, own).map_err(internal)?;
+                    if let Some(token) = &p.compare_to {
+                        body["heartbeat_comparison"] = self.compare_with(token, &taken.snapshot)?;
+                    }
+                    self.remember(&taken.snapshot);
                     self.answer(&body, || digest(&taken.snapshot))
                 }
                 None => {
                     let mut full = Vec::new();
                     taken.write_json(&mut full).map_err(internal)?;
+                    self.remember(&taken.snapshot);
                     self.snapshot_answer(&taken.snapshot, full)
                 }
             })

@@ -1144,6 +1144,35 @@ async fn the_snapshot_tool_reports_workers_of_a_foreign_repository() {
     client.cancel().await.unwrap();
 }
 
+/// Seed 000's `compare_snapshot_heartbeats` through the seed's surface: `compare_to` names
+/// an earlier answer by its consistency token, and the answer proves continuity.
+#[tokio::test]
+async fn the_snapshot_tool_compares_heartbeats_with_an_earlier_answer() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let client = fleet.connect("controller", Some(&id), None).await;
+    let first = structured(&call(&client, "gitea_snapshot_instance_fleet", json!({})).await);
+    let token = first["consistency_token"].clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let comparison = loop {
+        let later =
+            structured(&call(&client, "gitea_snapshot_instance_fleet", json!({"compare_to": token})).await);
+        let comparison = later["heartbeat_comparison"].clone();
+        if comparison["advanced"].as_array().is_some_and(|a| !a.is_empty()) {
+            break comparison;
+        }
+        assert!(std::time::Instant::now() < deadline, "the server's own heartbeat never advanced: {later}");
+        // The server remembers its last eight answers; a beat comes every 5/3 s.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    };
+    assert_eq!(comparison["continuous"], true, "{comparison}");
+    assert_eq!(comparison["earlier_at"], first["snapshot_at"]);
+    let unknown = call(&client, "gitea_snapshot_instance_fleet", json!({"compare_to": "b3:nothing"})).await;
+    assert_eq!(failed(&unknown).as_deref(), Some("invalid_arguments"));
+    assert_eq!(structured(&unknown)["detail"]["field"], "compare_to");
+    client.cancel().await.unwrap();
+}
+
 /// Lines the server writes, each parsed, until `count` have come.
 fn read_answers(out: &mut impl std::io::BufRead, count: usize) -> Vec<Value> {
     let mut answers = Vec::new();

@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use fleet_identity::{Namespace, Repository, Timestamp};
 use fleet_runtime::out;
 use fleet_runtime::{Failure, FleetReader, RegistryLocation, now};
-use fleet_snapshot::{FleetSnapshot, Manifest, Policy, WorkerState};
+use fleet_snapshot::{
+    FleetSnapshot, HeartbeatComparison, LiveHeartbeats, Manifest, Policy, WorkerState, compare_heartbeats,
+};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct SnapshotArgs {
@@ -38,6 +40,10 @@ pub(crate) struct SnapshotArgs {
     /// Seconds between redraws under --watch (0.2 to 3600).
     #[arg(long, default_value_t = 2.0, requires = "watch")]
     interval: f64,
+    /// Compare heartbeats with an earlier snapshot (its `--json` output) and print which
+    /// advanced, stood still, went back, were lost or appeared, instead of the snapshot.
+    #[arg(long, value_name = "PREVIOUS.json", conflicts_with = "watch")]
+    compare: Option<PathBuf>,
 }
 
 fn parse_time(s: &str) -> Result<Timestamp, String> {
@@ -53,6 +59,7 @@ pub(crate) fn read_manifest(path: &PathBuf) -> Result<Manifest, Failure> {
 pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<ExitCode, Failure> {
     // Input is checked before the registry is read.
     let manifest = args.manifest.as_ref().map(read_manifest).transpose()?;
+    let previous = args.compare.as_ref().map(read_previous).transpose()?;
     let canonical_repository = args
         .canonical_repository
         .clone()
@@ -64,7 +71,14 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     }
     let mut fleet = FleetReader::new(location.clone());
     let snap = fleet.snapshot(manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
-    if args.json {
+    if let Some(previous) = &previous {
+        let comparison = compare_heartbeats(previous, &LiveHeartbeats::of(&snap));
+        if args.json {
+            fleet_runtime::print_json(&comparison)?;
+        } else {
+            out!("{}", render_comparison(&comparison))?;
+        }
+    } else if args.json {
         fleet_runtime::print_json(&snap)?;
     } else {
         out!("{}", render(&snap, colour()))?;
@@ -73,6 +87,35 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The live workers of an earlier snapshot, from its JSON.
+fn read_previous(path: &PathBuf) -> Result<LiveHeartbeats, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", path.display())))?;
+    LiveHeartbeats::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// A heartbeat comparison for a person: the verdict, then each group that is not empty.
+fn render_comparison(c: &HeartbeatComparison) -> String {
+    let verdict = if c.continuous { "continuous" } else { "NOT continuous" };
+    let mut out = format!(
+        "heartbeats from {} to {}: {verdict}; {} advanced\n",
+        c.earlier_at,
+        c.later_at,
+        c.advanced.len()
+    );
+    for (what, ids) in [
+        ("stood still", &c.unchanged),
+        ("went back", &c.regressed),
+        ("lost", &c.lost),
+        ("appeared", &c.appeared),
+    ] {
+        for id in ids {
+            out.push_str(&format!("  {what:<11}  {id}\n"));
+        }
+    }
+    out
 }
 
 /// Colour only on a terminal, and never under `NO_COLOR` (set to anything non-empty).

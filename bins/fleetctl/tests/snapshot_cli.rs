@@ -268,3 +268,56 @@ fn a_worker_outliving_its_client_is_orphaned_and_one_outside_any_launch_is_unown
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     assert_eq!(plan["candidate_count"], 0, "both still run: {plan}");
 }
+
+/// Seed 000's `compare_snapshot_heartbeats` for operators: `snapshot --compare` against an
+/// earlier `snapshot --json` says which heartbeats advanced and which worker was lost;
+/// a file that is not a whole snapshot is bad input.
+#[test]
+fn snapshot_compare_proves_heartbeat_continuity_and_names_a_lost_worker() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let dir = fleet.dir.path();
+    let spawn = |ns: &str| {
+        let stop = dir.join(format!("stop-{ns}"));
+        let wait = format!("while [ ! -e '{}' ]; do sleep 0.05; done", stop.display());
+        fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", ns, "--ttl", "2", "--", "sh", "-c", &wait])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .spawn()
+            .unwrap()
+    };
+    let mut guard = common::StopGuard { stop: dir.join("stop-reviewer"), children: vec![spawn("author")] };
+    guard.children.push(spawn("reviewer"));
+    common::wait_for(std::time::Duration::from_secs(30), || {
+        fleet.workers_once_created().filter(|r| r.len() == 2)
+    });
+    let previous = dir.join("previous.json");
+    std::fs::write(&previous, fleet.ctl(&["snapshot", "--json"]).stdout).unwrap();
+    let compare = || -> serde_json::Value {
+        let out = fleet.ctl(&["snapshot", "--json", "--compare", previous.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let continuous = common::wait_for(std::time::Duration::from_secs(30), || {
+        Some(compare()).filter(|c| c["continuous"] == true && c["advanced"].as_array().unwrap().len() == 2)
+    });
+    assert!(continuous["lost"].as_array().unwrap().is_empty(), "{continuous}");
+
+    let author = fleet.workers().into_iter().find(|r| r.namespace.as_str() == "author").unwrap();
+    std::fs::write(dir.join("stop-author"), "").unwrap();
+    let broken = common::wait_for(std::time::Duration::from_secs(30), || {
+        Some(compare()).filter(|c| !c["lost"].as_array().unwrap().is_empty())
+    });
+    assert_eq!(broken["continuous"], false);
+    assert_eq!(broken["lost"], serde_json::json!([author.worker_identity.to_string()]));
+    let human = fleet.ctl(&["snapshot", "--compare", previous.to_str().unwrap()]);
+    let text = String::from_utf8(human.stdout).unwrap();
+    assert!(text.contains("NOT continuous") && text.contains(author.worker_identity.as_str()), "{text}");
+
+    let not_a_snapshot = dir.join("manifest.json");
+    std::fs::write(&not_a_snapshot, r#"{"instances": []}"#).unwrap();
+    let out = fleet.ctl(&["snapshot", "--compare", not_a_snapshot.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "snapshot_at");
+}

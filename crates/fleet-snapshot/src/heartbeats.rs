@@ -27,14 +27,61 @@ pub struct HeartbeatComparison {
     pub continuous: bool,
 }
 
-fn live<'rows>(
-    s: &FleetSnapshot<'rows>,
-) -> std::collections::BTreeMap<&'rows WorkerIdentity, Option<Timestamp>> {
-    s.workers
-        .iter()
-        .filter(|w| w.state == WorkerState::Live)
-        .map(|w| (w.worker_identity(), w.row.heartbeat()))
-        .collect()
+/// The live workers of one snapshot with their heartbeats: all a comparison needs, from a
+/// snapshot in memory ([`LiveHeartbeats::of`]) or from its JSON
+/// ([`LiveHeartbeats::from_json`]), as `fleetctl snapshot --json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveHeartbeats {
+    at: Timestamp,
+    beats: std::collections::BTreeMap<WorkerIdentity, Option<Timestamp>>,
+}
+
+impl LiveHeartbeats {
+    /// The live workers of `snapshot`.
+    pub fn of(snapshot: &FleetSnapshot<'_>) -> Self {
+        let beats = snapshot
+            .workers
+            .iter()
+            .filter(|w| w.state == WorkerState::Live)
+            .map(|w| (w.worker_identity().clone(), w.row.heartbeat()))
+            .collect();
+        Self { at: snapshot.snapshot_at, beats }
+    }
+
+    /// The live workers of a snapshot's whole JSON (`snapshot_at`, and `workers` with
+    /// their `state` and `last_heartbeat_at`); the error names what is missing or wrong.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let at = value["snapshot_at"]
+            .as_str()
+            .and_then(|t| Timestamp::parse(t).ok())
+            .ok_or("snapshot_at is missing or not a timestamp")?;
+        let workers = value["workers"].as_array().ok_or("workers is missing: a whole snapshot is needed")?;
+        let mut beats = std::collections::BTreeMap::new();
+        for (i, worker) in workers.iter().enumerate() {
+            if worker["state"] != "live" {
+                continue;
+            }
+            let id = worker["worker_identity"]
+                .as_str()
+                .and_then(|id| WorkerIdentity::new(id).ok())
+                .ok_or_else(|| format!("workers[{i}].worker_identity is missing or malformed"))?;
+            let beat = match &worker["last_heartbeat_at"] {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(t) => {
+                    Some(Timestamp::parse(t).map_err(|e| format!("workers[{i}].last_heartbeat_at: {e}"))?)
+                }
+                _ => return Err(format!("workers[{i}].last_heartbeat_at is not a timestamp")),
+            };
+            beats.insert(id, beat);
+        }
+        Ok(Self { at, beats })
+    }
+
+    /// When the snapshot was taken.
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
 }
 
 /// Compares heartbeats of `earlier` and `later`.
@@ -42,10 +89,15 @@ pub fn compare_snapshot_heartbeats(
     earlier: &FleetSnapshot<'_>,
     later: &FleetSnapshot<'_>,
 ) -> HeartbeatComparison {
-    let (before, after) = (live(earlier), live(later));
+    compare_heartbeats(&LiveHeartbeats::of(earlier), &LiveHeartbeats::of(later))
+}
+
+/// Compares the heartbeats of two snapshots however they were kept.
+pub fn compare_heartbeats(earlier: &LiveHeartbeats, later: &LiveHeartbeats) -> HeartbeatComparison {
+    let (before, after) = (&earlier.beats, &later.beats);
     let mut out = HeartbeatComparison {
-        earlier_at: earlier.snapshot_at,
-        later_at: later.snapshot_at,
+        earlier_at: earlier.at,
+        later_at: later.at,
         advanced: Vec::new(),
         unchanged: Vec::new(),
         regressed: Vec::new(),
@@ -53,15 +105,15 @@ pub fn compare_snapshot_heartbeats(
         appeared: Vec::new(),
         continuous: false,
     };
-    for (id, beat) in &before {
+    for (id, beat) in before {
         match after.get(id) {
-            None => out.lost.push((*id).clone()),
-            Some(next) if next > beat => out.advanced.push((*id).clone()),
-            Some(next) if next == beat => out.unchanged.push((*id).clone()),
-            Some(_) => out.regressed.push((*id).clone()),
+            None => out.lost.push(id.clone()),
+            Some(next) if next > beat => out.advanced.push(id.clone()),
+            Some(next) if next == beat => out.unchanged.push(id.clone()),
+            Some(_) => out.regressed.push(id.clone()),
         }
     }
-    out.appeared = after.keys().filter(|id| !before.contains_key(*id)).map(|id| (*id).clone()).collect();
+    out.appeared = after.keys().filter(|id| !before.contains_key(*id)).cloned().collect();
     out.continuous = out.unchanged.is_empty() && out.regressed.is_empty() && out.lost.is_empty();
     out
 }

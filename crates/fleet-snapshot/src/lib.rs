@@ -47,7 +47,7 @@ pub use classify::{
 };
 pub use findings::{Evidence, Finding, FindingCode};
 pub use gate::{GateReason, GateVerdict, mutation_gate};
-pub use heartbeats::{HeartbeatComparison, compare_snapshot_heartbeats};
+pub use heartbeats::{HeartbeatComparison, LiveHeartbeats, compare_heartbeats, compare_snapshot_heartbeats};
 pub use manifest::{Manifest, ManifestError, ManifestInstance};
 
 /// The snapshot of a fleet, as `fleetctl snapshot --json` and the MCP tool print it.

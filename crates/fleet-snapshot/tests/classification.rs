@@ -388,6 +388,27 @@ fn heartbeat_comparison_proves_continuity() {
     assert_eq!(cmp.unchanged, vec![id("wkr-author-0000")]);
 }
 
+/// A snapshot kept as its JSON (a file from `fleetctl snapshot --json`) compares as the
+/// snapshot itself does; JSON that is not a whole snapshot is refused by name.
+#[test]
+fn heartbeats_compare_the_same_from_a_snapshots_json() {
+    let first_case = Case::new(launch(A, 0));
+    let first = first_case.run();
+    let mut later_rows = launch(A, 0);
+    later_rows[1].last_heartbeat_at = Some(at(105).to_string());
+    let second_case = Case::new(later_rows);
+    let second = second_case.run();
+    let kept = fleet_snapshot::LiveHeartbeats::from_json(&serde_json::to_string(&first).unwrap()).unwrap();
+    assert_eq!(kept, fleet_snapshot::LiveHeartbeats::of(&first));
+    assert_eq!(
+        fleet_snapshot::compare_heartbeats(&kept, &fleet_snapshot::LiveHeartbeats::of(&second)),
+        compare_snapshot_heartbeats(&first, &second)
+    );
+    let err =
+        fleet_snapshot::LiveHeartbeats::from_json(r#"{"snapshot_at":"2026-07-30T12:00:00Z"}"#).unwrap_err();
+    assert!(err.contains("workers"), "{err}");
+}
+
 #[test]
 fn the_consistency_token_moves_with_time_and_with_heartbeats() {
     let a_case = Case::new(launch(A, 0));
