@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use fleet_registry::OpenMode;
-use fleet_registry::RegistryDump;
+use fleet_registry::{RegistryBackup, RegistryDump};
 use fleet_runtime::outln;
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 
@@ -14,7 +14,8 @@ use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 pub(crate) enum RegistryCmd {
     /// Create the registry (or bring an existing one up to date).
     Init,
-    /// Print the ledger and every worker row as JSON.
+    /// Print the whole registry as JSON, a backup: the ledger, every worker row, every
+    /// lease (initialization versions, connector bindings) and the lease audit log.
     Export,
     /// Add the rows of an export to the registry, all or nothing.
     Import {
@@ -49,22 +50,24 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             outln!("registry ready at {location}")?;
         }
         RegistryCmd::Export => {
-            let dump = open_registry(location, OpenMode::MustExist)?.export()?;
-            outln!("{}", dump.to_json())?;
+            let backup = open_registry(location, OpenMode::MustExist)?.backup()?;
+            outln!("{}", backup.to_json())?;
         }
         RegistryCmd::Import { file, json } => {
             let text = read_input(&file)?;
-            let dump = RegistryDump::from_json(&text)
+            let backup = RegistryBackup::from_json(&text)
                 .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
-            let summary = open_registry(location, OpenMode::CreateIfMissing)?.import(&dump)?;
+            let summary = open_registry(location, OpenMode::CreateIfMissing)?.restore(&backup)?;
             if json {
                 outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
             } else {
                 outln!(
-                    "imported {} instances ({} already present) and {} workers",
+                    "imported {} instances ({} already present), {} workers, {} leases and {} audit entries",
                     summary.instances,
                     summary.instances_unchanged,
-                    summary.workers
+                    summary.workers,
+                    summary.leases,
+                    summary.audit_entries
                 )?;
             }
         }

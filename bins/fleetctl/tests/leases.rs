@@ -396,3 +396,44 @@ fn every_lease_mutation_and_refusal_is_one_log_event_with_its_reason() {
     let quiet = fleet.ctl(&["lease", "acquire", "--key", "workflow:logged", "--owner", "third", "--json"]);
     assert!(quiet.stderr.is_empty(), "without RUST_LOG nothing is logged below warn");
 }
+
+/// `registry export` is a whole backup: restored into a fresh registry, an
+/// initialization version stays ready (its command does not run again), a workflow
+/// lease is still held by its owner, and the audit log reads as before.
+#[test]
+fn a_restored_export_keeps_every_lease_and_the_audit_log() {
+    let fleet = Fleet::new();
+    fleet.ctl(&["registry", "init"]);
+    assert!(initialize(&fleet, "5", "true").status().unwrap().success());
+    let held =
+        fleet.ctl(&["lease", "acquire", "--key", "workflow:deploy", "--owner", "wkr-a", "--ttl", "600"]);
+    assert!(held.status.success(), "{}", String::from_utf8_lossy(&held.stderr));
+    let export = fleet.ctl(&["registry", "export"]);
+    assert!(export.status.success());
+    let backup = fleet.dir.path().join("backup.json");
+    std::fs::write(&backup, &export.stdout).unwrap();
+
+    let restored = Fleet::new();
+    let out = restored.ctl(&["registry", "import", "--json", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["leases"], 2, "{summary}");
+    let ran = restored.dir.path().join("ran");
+    let again = initialize(&restored, "5", &format!("touch {}", ran.display())).status().unwrap();
+    assert!(again.success());
+    assert!(!ran.exists(), "version 1 was ready before the backup: it does not run again");
+    let show = restored.ctl(&["lease", "show", "--key", "workflow:deploy", "--json"]);
+    let lease: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(lease[0]["owner"], "wkr-a", "{lease}");
+    let audit = |fleet: &Fleet| -> Vec<(String, String, String)> {
+        fleet
+            .open()
+            .lease_audit(None)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.lease_key, e.event, e.outcome))
+            .collect()
+    };
+    let before = audit(&fleet);
+    assert_eq!(audit(&restored)[..before.len()], before[..], "the log as it was, then the new check");
+}

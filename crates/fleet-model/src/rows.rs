@@ -384,6 +384,13 @@ pub struct RegistryDump {
 #[error("{0}")]
 pub struct DumpError(String);
 
+impl DumpError {
+    /// An error that says `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
 impl RegistryDump {
     /// Reads a dump: either the object export writes, or a bare array of worker rows.
     pub fn from_json(text: &str) -> Result<Self, DumpError> {

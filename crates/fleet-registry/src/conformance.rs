@@ -308,12 +308,49 @@ pub fn export_and_import_round_trip<S: Store>(source: S, target: S) {
             )
             .expect("register");
     }
+    // Every kind of lease, with its audit log: an initialization version, a connector
+    // binding (taken over once), a workflow lease.
+    use fleet_lease::{InitDecision, LeaseKind};
+    let init = lkey("init:schema");
+    let InitDecision::Run(run) = registry.init_start(&init, 3, "proc-a", SHORT).expect("store") else {
+        panic!("the first starter runs")
+    };
+    registry.init_finish(&init, &run.holder(), Ok(())).expect("store").expect("ready");
+    let identity = fleet_lease::ConnectorIdentity::new("acme", "agent", "slack").expect("valid");
+    let scopes = vec!["chat.read".to_owned()];
+    let acquire = crate::ConnectorRequest::Acquire { connector: "conn-a", scopes: &scopes, ttl: SHORT };
+    registry
+        .connector_lease(&identity, acquire, fleet_lease::GrantLimits::default(), &AllowAll, &ctx())
+        .expect("store")
+        .expect("acquired");
+    registry
+        .acquire_lease(&lkey("workflow:deploy"), LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("acquired");
+
     let dump = registry.export().expect("export");
-    let text = dump.to_json();
+    let backup = registry.backup().expect("backup");
+    assert_eq!(backup.registry, dump);
+    assert_eq!(backup.leases.len(), 3);
+    assert!(backup.lease_audit_log.len() >= 4, "{:?}", backup.lease_audit_log);
+    let text = backup.to_json();
     let mut copy = Registry::new(target);
-    let summary = copy.import(&RegistryDump::from_json(&text).expect("parse")).expect("import");
-    assert_eq!((summary.instances, summary.workers), (1, 5));
-    assert_eq!(copy.export().expect("export"), dump);
+    let summary = copy.restore(&crate::RegistryBackup::from_json(&text).expect("parse")).expect("restore");
+    assert_eq!((summary.instances, summary.workers, summary.leases), (1, 5, 3));
+    assert_eq!(summary.audit_entries, backup.lease_audit_log.len());
+    let restored = copy.backup().expect("backup");
+    assert_eq!(restored.registry, dump);
+    assert_eq!(restored.leases, backup.leases, "every init version and binding survives");
+    let without_ids = |log: &[crate::AuditEntry]| -> Vec<crate::AuditEntry> {
+        log.iter().map(|e| crate::AuditEntry { id: 0, ..e.clone() }).collect()
+    };
+    assert_eq!(without_ids(&restored.lease_audit_log), without_ids(&backup.lease_audit_log));
+    assert_eq!(copy.init_start(&init, 3, "proc-z", SHORT).expect("store"), InitDecision::Ready);
+    let again = copy.restore(&backup).expect_err("a second restore");
+    assert_eq!(again.kind(), StoreErrorKind::Conflict, "the rows are held already: nothing written twice");
+    // An older export, without leases, still imports.
+    let older = RegistryDump::from_json(&dump.to_json()).expect("parse");
+    assert_eq!(crate::RegistryBackup::from_json(&dump.to_json()).expect("parse").registry, older);
 }
 
 /// An import that clashes with a row already held writes nothing at all.

@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+mod backup;
 mod changes;
 pub mod columns;
 mod error;
@@ -22,6 +23,7 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use backup::RegistryBackup;
 pub use changes::{RegistryChanges, RegistryRead};
 pub use error::{StoreError, StoreErrorKind};
 pub use gateway::ConnectorExecutionContext;

@@ -376,10 +376,31 @@ impl<S: Store> Registry<S> {
         })
     }
 
+    /// Every table of the registry, for a backup: the ledger, the worker rows, the
+    /// leases and the lease audit log, from one consistent read.
+    pub fn backup(&mut self) -> Result<crate::RegistryBackup, StoreError> {
+        self.store.read(|tx| {
+            Ok(crate::RegistryBackup {
+                registry: export_in(tx)?,
+                leases: tx.leases(None)?,
+                lease_audit_log: tx.audit(None)?,
+            })
+        })
+    }
+
     /// Imports a dump in one transaction: either every row is written or none is. A
     /// worker row whose identity the registry already holds is a conflict; a ledger entry
     /// already present with the same content is left as it is.
     pub fn import(&mut self, dump: &RegistryDump) -> Result<ImportSummary, StoreError> {
+        self.restore(&crate::RegistryBackup { registry: dump.clone(), ..Default::default() })
+    }
+
+    /// Restores a backup in one transaction, all or nothing, as [`import`](Self::import)
+    /// does for its rows. A lease the registry already holds is a conflict unless it is
+    /// the same row. The audit log is appended in its order, and only to a registry
+    /// whose log is empty: two histories are never interleaved.
+    pub fn restore(&mut self, backup: &crate::RegistryBackup) -> Result<ImportSummary, StoreError> {
+        let dump = &backup.registry;
         let mut seen = BTreeSet::new();
         for row in &dump.worker_registrations {
             if !seen.insert(&row.worker_identity) {
@@ -409,6 +430,34 @@ impl<S: Store> Registry<S> {
             for row in &dump.worker_registrations {
                 tx.insert_worker(row)?;
                 summary.workers += 1;
+            }
+            for lease in &backup.leases {
+                match tx.lease(&lease.lease_key)? {
+                    Some(held) if held == *lease => {}
+                    Some(_) => {
+                        return Err(StoreError::conflict(format!(
+                            "lease {} is already held with other details",
+                            lease.lease_key
+                        )));
+                    }
+                    None => {
+                        tx.put_lease(None, lease)?;
+                        summary.leases += 1;
+                    }
+                }
+            }
+            if !backup.lease_audit_log.is_empty() {
+                if !tx.audit(None)?.is_empty() {
+                    return Err(StoreError::conflict(
+                        "the registry already has a lease audit log; restore a backup's log into a fresh registry",
+                    ));
+                }
+                let mut log = backup.lease_audit_log.clone();
+                log.sort_by_key(|e| e.id);
+                for entry in &log {
+                    tx.append_audit(entry)?;
+                    summary.audit_entries += 1;
+                }
             }
             Ok(summary)
         })

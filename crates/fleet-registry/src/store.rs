@@ -250,4 +250,8 @@ pub struct ImportSummary {
     pub instances_unchanged: usize,
     /// Worker rows written.
     pub workers: usize,
+    /// Lease rows written.
+    pub leases: usize,
+    /// Audit-log entries written.
+    pub audit_entries: usize,
 }

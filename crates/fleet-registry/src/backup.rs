@@ -1,0 +1,63 @@
+//! The whole registry as one JSON document, for backup and restore: the ledger, the
+//! worker rows, the leases (initialization versions, connector bindings, workflow
+//! leases) and the lease audit log. A restore from it loses nothing the registry knew.
+
+use fleet_lease::LeaseRecord;
+use fleet_model::{DumpError, RegistryDump};
+use serde::Serialize;
+
+use crate::leases::AuditEntry;
+
+/// Every table of a registry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RegistryBackup {
+    /// The ledger and the worker rows (what [`RegistryDump`] holds).
+    #[serde(flatten)]
+    pub registry: RegistryDump,
+    /// Every lease row.
+    pub leases: Vec<LeaseRecord>,
+    /// The lease audit log, in order.
+    pub lease_audit_log: Vec<AuditEntry>,
+}
+
+impl RegistryBackup {
+    /// Reads a backup, or anything [`RegistryDump::from_json`] reads (an older export
+    /// without leases, a bare array of worker rows): the missing tables are empty.
+    pub fn from_json(text: &str) -> Result<Self, DumpError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| DumpError::new(format!("not valid JSON: {e}")))?;
+        let serde_json::Value::Object(mut map) = value else {
+            return Ok(Self { registry: RegistryDump::from_json(text)?, ..Self::default() });
+        };
+        let table = |map: &mut serde_json::Map<String, serde_json::Value>, key: &str| {
+            map.remove(key).unwrap_or_else(|| serde_json::Value::Array(Vec::new()))
+        };
+        let leases = numbered(table(&mut map, "leases"), "leases")?;
+        let lease_audit_log = numbered(table(&mut map, "lease_audit_log"), "lease_audit_log")?;
+        let registry = RegistryDump::from_json(&serde_json::Value::Object(map).to_string())?;
+        Ok(Self { registry, leases, lease_audit_log })
+    }
+
+    /// The backup as pretty JSON.
+    pub fn to_json(&self) -> String {
+        // Serialising plain data to a string cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Deserialises an array of rows, naming the index of the first bad one.
+fn numbered<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    table: &str,
+) -> Result<Vec<T>, DumpError> {
+    let serde_json::Value::Array(items) = value else {
+        return Err(DumpError::new(format!("{table} is not an array")));
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            serde_json::from_value(item).map_err(|e| DumpError::new(format!("{table}[{i}]: {e}")))
+        })
+        .collect()
+}
