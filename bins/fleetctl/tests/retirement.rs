@@ -405,3 +405,52 @@ fn a_ledger_entry_lost_between_plan_and_apply_refuses_it() {
     assert_eq!(report["outcome"], "candidate_set_moved");
     assert_eq!(fleet.workers(), before, "nothing written");
 }
+
+/// Seed 004: "Live workers registered under legacy pid-/proc- instance identities are
+/// preserved untouched and keep their legacy_incomplete_identity blockers", crashed or
+/// not; `post_apply` then reports the blockers that remain instead of a safe fleet.
+#[test]
+fn legacy_pid_and_proc_workers_are_never_retired_and_stay_reported() {
+    let fleet = Fleet::new();
+    let (_, children) = start_workers(&fleet, &["author"]);
+    let legacy: Vec<Child> = [("reviewer", "proc-4242"), ("merger", "pid-77")]
+        .into_iter()
+        .map(|(ns, instance)| {
+            fleet
+                .fleetctl()
+                .args(["worker", "run", "--namespace", ns, "--ttl", "1", "--repository", "/srv/repo", "--"])
+                .args(["sleep", "60"])
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", instance)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_for(Duration::from_secs(30), || (fleet.workers_once_created()?.len() == 3).then_some(()));
+    let proc_row = crash(&fleet, "reviewer");
+    let victim = crash(&fleet, "author");
+
+    let snap: serde_json::Value = serde_json::from_slice(&fleet.ctl(&["snapshot", "--json"]).stdout).unwrap();
+    let legacy_named: Vec<&str> = snap["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "legacy_incomplete_identity")
+        .flat_map(|f| f["worker_identities"].as_array().unwrap().iter().filter_map(|w| w.as_str()))
+        .collect();
+    assert!(legacy_named.contains(&proc_row.as_str()), "proc-* is a legacy identity: {legacy_named:?}");
+
+    let p = plan(&fleet);
+    assert_eq!(p["candidate_worker_identities"], serde_json::json!([victim]), "{p}");
+    let (code, report) = apply(&fleet, &p);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["post_apply"]["live_fleet_safe"], false);
+    assert!(
+        report["post_apply"]["remaining_blockers"]["legacy_incomplete_identity"].as_u64() >= Some(2),
+        "{report}"
+    );
+    let row = fleet.workers().into_iter().find(|r| r.worker_identity.as_str() == proc_row).unwrap();
+    assert_eq!(row.status, WorkerStatus::Active, "preserved untouched");
+    stop(children);
+    stop(legacy);
+}

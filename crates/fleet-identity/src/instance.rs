@@ -173,14 +173,15 @@ impl<'de> Deserialize<'de> for ClientInstanceId {
 }
 
 /// A placeholder instance ID written by workers that predate the trusted launcher
-/// (`legacy-pid-*` or `pid-*`). It can be recorded and reported, never trusted.
+/// (`legacy-pid-*`, `pid-*` or `proc-*`, seed 004's legacy identities). It can be
+/// recorded and reported, never trusted.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LegacyPlaceholder(String);
 
 impl LegacyPlaceholder {
     /// Recognises a legacy placeholder.
     pub fn parse(value: &str) -> Option<Self> {
-        let shaped = (value.starts_with("legacy-pid-") || value.starts_with("pid-"))
+        let shaped = ["legacy-pid-", "pid-", "proc-"].iter().any(|prefix| value.starts_with(prefix))
             && value.len() <= 256
             && !value.chars().any(|c| c.is_whitespace() || c.is_control());
         shaped.then(|| Self(value.to_owned()))
@@ -237,7 +238,8 @@ mod tests {
     fn legacy_placeholders_are_recognised() {
         assert!(LegacyPlaceholder::parse("legacy-pid-4242").is_some());
         assert!(LegacyPlaceholder::parse("pid-17").is_some());
-        assert!(LegacyPlaceholder::parse("proc-17").is_none());
+        assert!(LegacyPlaceholder::parse("proc-17").is_some(), "seed 004 names pid- and proc- identities");
+        assert!(LegacyPlaceholder::parse("process-17").is_none());
     }
 
     fn client_type() -> impl Strategy<Value = ClientType> {

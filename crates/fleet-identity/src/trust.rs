@@ -77,7 +77,7 @@ pub enum TrustVerdict {
     Trusted,
     /// No instance ID was given.
     Missing,
-    /// A `legacy-pid-*` / `pid-*` placeholder.
+    /// A `legacy-pid-*` / `pid-*` / `proc-*` placeholder.
     LegacyPlaceholder,
     /// Not an instance ID.
     Malformed,

@@ -23,7 +23,7 @@ use crate::store::{ImportSummary, Store, Tx};
 pub enum InstanceRef {
     /// A well-formed launcher ID (trusted only if the ledger holds it).
     Minted(ClientInstanceId),
-    /// A `legacy-pid-*` / `pid-*` placeholder.
+    /// A `legacy-pid-*` / `pid-*` / `proc-*` placeholder.
     Legacy(LegacyPlaceholder),
 }
 
