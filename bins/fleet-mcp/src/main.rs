@@ -150,6 +150,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         profiles: profiles::Profiles::new(cli.profiles.clone().map(PathBuf::from)),
         env,
         registration: registrar.registration(),
+        runtime: fleet_runtime::StableRuntime::capture(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

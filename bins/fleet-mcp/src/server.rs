@@ -44,6 +44,8 @@ pub struct Context {
     pub profiles: Profiles,
     pub env: Result<InstanceEnv, String>,
     pub registration: crate::registration::Registration,
+    /// The binary this server started from: it mutates only while that is what runs.
+    pub runtime: fleet_runtime::StableRuntime,
 }
 
 /// What a tool acts on: the whole fleet (controller and reconciler roles only), or only
@@ -216,6 +218,7 @@ fn finish(outcome: Outcome) -> CallToolResult {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct SnapshotParams {
     /// The approved fleet manifest: {"instances": [{"client_type", "client_instance_id", "fleet_run_id", "namespaces"}]}.
     #[serde(default)]
@@ -258,12 +261,39 @@ pub(crate) struct SnapshotParams {
     cursor: Option<String>,
 }
 
+/// A plan with the audit context it was asked for.
+#[derive(serde::Serialize)]
+struct PlanWithAudit<'a> {
+    #[serde(flatten)]
+    plan: &'a fleet_retirement::Plan,
+    #[serde(skip_serializing_if = "fleet_registry::RetirementAudit::is_empty")]
+    audit_context: &'a fleet_registry::RetirementAudit,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct PlanParams {
     /// Expected repository binding; defaults to this server's working directory.
     #[serde(default)]
     #[schemars(with = "String")]
     canonical_repository: Option<String>,
+    /// The remote the retirement concerns (seed 004's audit context; one of
+    /// FLEET_REMOTES when the operator lists them).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    remote: Option<String>,
+    /// Host override for the audit context.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    host: Option<String>,
+    /// Organisation override for the audit context.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    org: Option<String>,
+    /// Repository override for the audit context.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    repo: Option<String>,
     /// "summary" (default): every candidate, and the preserved rows counted by reason.
     /// "full": every preserved row with its evidence too.
     #[serde(default)]
@@ -279,6 +309,7 @@ pub(crate) struct PlanParams {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ApplyParams {
     /// The exact registry_fingerprint the plan returned.
     registry_fingerprint: String,
@@ -295,9 +326,27 @@ pub(crate) struct ApplyParams {
     /// outside the candidates (default false: only the candidates must be unchanged).
     #[serde(default)]
     require_registry_match: bool,
+    /// The remote the retirement concerns (seed 004's audit context; one of
+    /// FLEET_REMOTES when the operator lists them).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    remote: Option<String>,
+    /// Host override for the audit context.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    host: Option<String>,
+    /// Organisation override for the audit context.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    org: Option<String>,
+    /// Repository override for the audit context.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    repo: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct LeaseAcquireParams {
     /// The workflow's name; the lease key is workflow:NAME.
     workflow: String,
@@ -308,6 +357,7 @@ pub(crate) struct LeaseAcquireParams {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct LeaseHolderParams {
     /// The workflow's name.
     workflow: String,
@@ -435,12 +485,6 @@ impl FleetServer {
         self.answer_json(full, || serde_json::to_value(snap), || digest(snap))
     }
 
-    /// The answer for a retirement plan; past the limit its text is [`plan_digest`]:
-    /// everything apply needs, without the per-row assessments.
-    fn plan_answer(&self, plan: &fleet_retirement::Plan) -> Result<CallToolResult, CallToolResult> {
-        self.answer(plan, || plan_digest(plan))
-    }
-
     /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
     /// store moved, worker JSON kept from the last snapshot written).
     fn with_snapshot<T>(
@@ -525,6 +569,8 @@ impl FleetServer {
         // Permission at entry, then role as defence in depth.
         self.authorize(RETIRE, Reach::Fleet)?;
         let ids = parse_identities(&p.worker_identities).map_err(|e| invalid("worker_identities", e))?;
+        let audit = fleet_runtime::retirement_audit(p.remote, p.host, p.org, p.repo)
+            .map_err(|(field, message)| invalid(field, message))?;
         for (field, value) in [
             ("registry_fingerprint", &p.registry_fingerprint),
             ("candidate_fingerprint", &p.candidate_fingerprint),
@@ -546,6 +592,8 @@ impl FleetServer {
         if !gate.mutation_allowed {
             return Err(refusal("mutation_gate_closed", json!({ "reasons": gate.reasons })));
         }
+        // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
+        self.ctx.runtime.check().map_err(|e| refuse("runtime_unstable", e))?;
         if cohort_not_unique {
             return Err(refuse(
                 "cohort_not_unique",
@@ -571,6 +619,7 @@ impl FleetServer {
             } else {
                 RegistryMatch::Candidates
             },
+            audit,
         };
         let report =
             fleet_runtime::apply_retirement(&self.ctx.location, &request, p.canonical_repository.as_deref())
@@ -776,14 +825,21 @@ impl FleetServer {
                 .map_err(|e| invalid("canonical_repository", e))?;
             let page = PlanPage::new(p.detail, p.limit, p.cursor.as_deref())
                 .map_err(|(field, message)| invalid(field, message))?;
+            let audit = fleet_runtime::retirement_audit(p.remote, p.host, p.org, p.repo)
+                .map_err(|(field, message)| invalid(field, message))?;
             let plan =
                 plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
             match page {
                 Some(page) => {
-                    let body = page.body(&plan).map_err(internal)?;
+                    let mut body = page.body(&plan).map_err(internal)?;
+                    if !audit.is_empty() {
+                        body["audit_context"] = serde_json::to_value(&audit).map_err(internal)?;
+                    }
                     self.answer(&body, || plan_digest(&plan))
                 }
-                None => self.plan_answer(&plan),
+                None => {
+                    self.answer(&PlanWithAudit { plan: &plan, audit_context: &audit }, || plan_digest(&plan))
+                }
             }
         })
         .unwrap_or_else(|refusal| refusal)
@@ -922,6 +978,7 @@ mod tests {
             profile: "controller".into(),
             profiles: Profiles::new(None),
             env: Err("none".into()),
+            runtime: fleet_runtime::StableRuntime::capture(),
             registration: crate::registration::Registration::settled(Err("none".into())),
         });
         match bodies {
@@ -1042,6 +1099,7 @@ mod tests {
             profile: "reconciler".into(),
             profiles: Profiles::scripted(vec![with, without]),
             env: Ok(launch.env.clone()),
+            runtime: fleet_runtime::StableRuntime::capture(),
             registration: crate::registration::Registration::settled(Ok(session.row().clone())),
         });
         let before = open_registry(&location, OpenMode::MustExist).unwrap().export().unwrap();
@@ -1053,6 +1111,10 @@ mod tests {
             worker_identities: json!(["wkr-x"]),
             canonical_repository: None,
             require_registry_match: false,
+            remote: None,
+            host: None,
+            org: None,
+            repo: None,
         };
         let refusal = server.apply_body(params).unwrap_err();
         let body = refusal.structured_content.unwrap();

@@ -102,27 +102,38 @@ impl Fleet {
         profiles: Option<&Path>,
         ttl: u32,
     ) -> Client {
+        self.connect_binary(Path::new(env!("CARGO_BIN_EXE_fleet-mcp")), ns, instance, profiles, ttl).await
+    }
+
+    /// A server run from `binary` (a copy of fleet-mcp, say).
+    async fn connect_binary(
+        &self,
+        binary: &Path,
+        ns: &str,
+        instance: Option<&str>,
+        profiles: Option<&Path>,
+        ttl: u32,
+    ) -> Client {
         let ttl = ttl.to_string();
-        let transport =
-            TokioChildProcess::new(Command::new(env!("CARGO_BIN_EXE_fleet-mcp")).configure(|cmd| {
-                // This test is the client of the launch, as `fleet-launch run` records
-                // its client: the servers it starts are owned by it.
-                cmd.args(["--namespace", ns, "--ttl", &ttl])
-                    .env("FLEET_REGISTRY", &self.location)
-                    .env("GITEA_MCP_LAUNCH_PROCESS", fleet_runtime::launch_process_value().unwrap())
-                    .env("GITEA_MCP_CLIENT", "codex")
-                    .env_remove("GITEA_MCP_PROFILE")
-                    .env_remove("FLEET_PROFILES")
-                    .current_dir(self.dir.path());
-                match instance {
-                    Some(id) => cmd.env("GITEA_MCP_CLIENT_INSTANCE", id),
-                    None => cmd.env_remove("GITEA_MCP_CLIENT_INSTANCE"),
-                };
-                if let Some(p) = profiles {
-                    cmd.env("FLEET_PROFILES", p);
-                }
-            }))
-            .unwrap();
+        let transport = TokioChildProcess::new(Command::new(binary).configure(|cmd| {
+            // This test is the client of the launch, as `fleet-launch run` records
+            // its client: the servers it starts are owned by it.
+            cmd.args(["--namespace", ns, "--ttl", &ttl])
+                .env("FLEET_REGISTRY", &self.location)
+                .env("GITEA_MCP_LAUNCH_PROCESS", fleet_runtime::launch_process_value().unwrap())
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env_remove("GITEA_MCP_PROFILE")
+                .env_remove("FLEET_PROFILES")
+                .current_dir(self.dir.path());
+            match instance {
+                Some(id) => cmd.env("GITEA_MCP_CLIENT_INSTANCE", id),
+                None => cmd.env_remove("GITEA_MCP_CLIENT_INSTANCE"),
+            };
+            if let Some(p) = profiles {
+                cmd.env("FLEET_PROFILES", p);
+            }
+        }))
+        .unwrap();
         ().serve(transport).await.expect("initialize")
     }
 }
@@ -735,6 +746,14 @@ async fn argument_errors_and_refusals_share_one_json_body() {
         ("gitea_apply_stale_worker_retirement", json!({"worker_identities": [1]}), "worker_identities"),
         ("gitea_apply_stale_worker_retirement", json!({"worker_identities": 5}), "worker_identities"),
         ("gitea_snapshot_instance_fleet", json!({"expected_manifest": "x"}), "expected_manifest"),
+        // Seed 004's audit context is checked, and an argument no tool takes is refused,
+        // never ignored.
+        ("gitea_plan_stale_worker_retirement", json!({"remote": "Not A Remote"}), "remote"),
+        ("gitea_plan_stale_worker_retirement", json!({"host": "-bad-.example"}), "host"),
+        ("gitea_plan_stale_worker_retirement", json!({"org": "a/b"}), "org"),
+        ("gitea_plan_stale_worker_retirement", json!({"repo": ""}), "repo"),
+        ("gitea_plan_stale_worker_retirement", json!({"remotes": "prgs"}), "remotes"),
+        ("gitea_snapshot_instance_fleet", json!({"verbose": true}), "verbose"),
     ];
     for (tool, args, field) in cases {
         let mut args = args;
@@ -882,11 +901,19 @@ async fn the_fleet_retires_a_crashed_worker_through_mcp_alone() {
             "registry_fingerprint": plan["registry_fingerprint"],
             "candidate_fingerprint": plan["candidate_fingerprint"],
             "worker_identities": plan["candidate_worker_identities"],
+            "remote": "prgs",
+            "org": "platform",
+            "repo": "fleetward",
         }),
     )
     .await;
     assert_eq!(failed(&applied), None, "{:?}", applied.structured_content);
     assert_eq!(body(&applied)["retired_count"], 1);
+    assert_eq!(
+        body(&applied)["audit_context"],
+        json!({"remote": "prgs", "org": "platform", "repo": "fleetward"}),
+        "seed 004's audit context is reported with the retirement"
+    );
     // The fleet after the apply, as `fleetctl retire apply` reports it.
     let after = &body(&applied)["post_apply"];
     assert_eq!(after["stale_worker_count"], 0, "{after}");
@@ -1170,6 +1197,37 @@ async fn the_snapshot_tool_compares_heartbeats_with_an_earlier_answer() {
     let unknown = call(&client, "gitea_snapshot_instance_fleet", json!({"compare_to": "b3:nothing"})).await;
     assert_eq!(failed(&unknown).as_deref(), Some("invalid_arguments"));
     assert_eq!(structured(&unknown)["detail"]["field"], "compare_to");
+    client.cancel().await.unwrap();
+}
+
+/// Seed 004's stable-runtime mode: once an upgrade replaces the binary a server runs
+/// from, that server refuses to retire (`runtime_unstable`) until it is restarted;
+/// before, the same call reaches the registry.
+#[tokio::test]
+async fn a_server_whose_binary_was_replaced_refuses_to_retire() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let bin = fleet.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let installed = bin.join("fleet-mcp");
+    std::fs::copy(env!("CARGO_BIN_EXE_fleet-mcp"), &installed).unwrap();
+    let client = fleet.connect_binary(&installed, "reconciler", Some(&id), Some(&profiles), 5).await;
+    let args = json!({"registry_fingerprint": format!("b3:{}", "0".repeat(64)), "candidate_fingerprint": format!("b3:{}", "1".repeat(64)), "worker_identities": ["wkr-x"]});
+    let before = call(&client, "gitea_apply_stale_worker_retirement", args.clone()).await;
+    assert_eq!(failed(&before).as_deref(), Some("candidate_set_moved"), "the registry is reached");
+
+    // An upgrade installs a new binary in its place, as package managers do: a new file
+    // renamed over the old one.
+    let upgrade = bin.join("fleet-mcp.new");
+    std::fs::copy(env!("CARGO_BIN_EXE_fleet-mcp"), &upgrade).unwrap();
+    std::fs::rename(&upgrade, &installed).unwrap();
+    let after = call(&client, "gitea_apply_stale_worker_retirement", args).await;
+    assert_eq!(failed(&after).as_deref(), Some("runtime_unstable"), "{:?}", after.structured_content);
+    let message = structured(&after)["detail"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("restart"), "{message}");
+    let plan = call(&client, "gitea_plan_stale_worker_retirement", json!({})).await;
+    assert_eq!(failed(&plan), None, "reads go on");
     client.cancel().await.unwrap();
 }
 

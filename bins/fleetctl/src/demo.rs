@@ -192,6 +192,7 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
         worker_identities: plan.candidate_worker_identities.clone(),
         retired_by: "fleetctl-demo".into(),
         registry_match: RegistryMatch::Candidates,
+        audit: Default::default(),
     };
     // The live workers keep heartbeating between plan and apply; that moves the
     // registry, not the candidates, so the apply goes through.

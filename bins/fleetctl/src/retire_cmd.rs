@@ -20,6 +20,32 @@ pub(crate) struct Common {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// The remote the retirement concerns (seed 004's audit context; one of
+    /// FLEET_REMOTES when set).
+    #[arg(long)]
+    remote: Option<String>,
+    /// Host override for the audit context.
+    #[arg(long)]
+    host: Option<String>,
+    /// Organisation override for the audit context.
+    #[arg(long)]
+    org: Option<String>,
+    /// Repository override for the audit context.
+    #[arg(long)]
+    repo: Option<String>,
+}
+
+impl Common {
+    /// The audit context, checked (a bad value is bad input naming its flag).
+    fn audit(&self) -> Result<fleet_registry::RetirementAudit, Failure> {
+        fleet_runtime::retirement_audit(
+            self.remote.clone(),
+            self.host.clone(),
+            self.org.clone(),
+            self.repo.clone(),
+        )
+        .map_err(|(field, message)| Failure::usage(format!("--{field}: {message}")))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,6 +88,7 @@ pub(crate) fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) ->
 pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCode, Failure> {
     match cmd {
         RetireCmd::Plan { common } => {
+            common.audit()?;
             let (ctx, _) = context(&common)?;
             let p = make_plan(location, &ctx)?;
             if common.json {
@@ -106,6 +133,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 } else {
                     RegistryMatch::Candidates
                 },
+                audit: common.audit()?,
             };
             let report =
                 fleet_runtime::apply_retirement(location, &request, common.canonical_repository.as_deref())?;

@@ -248,6 +248,7 @@ fn a_revived_pid_between_plan_and_apply_is_never_retired() {
         worker_identities: vec![victim.parse().unwrap()],
         retired_by: "test".into(),
         registry_match: fleet_registry::RegistryMatch::Candidates,
+        audit: Default::default(),
     };
     let now = ctx.now;
     let report = fleet.open().apply_retirement(&request, &ctx, Some(&probe), now, &ReviveBeforeWrite(&probe));
@@ -312,6 +313,7 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
             .collect(),
         retired_by: "test".into(),
         registry_match: fleet_registry::RegistryMatch::Candidates,
+        audit: Default::default(),
     };
     let probe = fleet_probe::LocalProbe::new().unwrap();
     let hook = AcquireBeforeSecondWrite(std::cell::Cell::new(0));

@@ -881,6 +881,7 @@ pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) 
         worker_identities: vec![dead.row.worker_identity.clone(), also_dead.row.worker_identity.clone()],
         retired_by: "conformance".into(),
         registry_match: crate::RegistryMatch::Candidates,
+        audit: Default::default(),
     };
 
     let before = registry.export().expect("export");
@@ -958,6 +959,7 @@ fn crashed_author<S: Store>(store: S) -> CrashedAuthor<S> {
         worker_identities: plan.candidate_worker_identities,
         retired_by: "conformance".into(),
         registry_match: crate::RegistryMatch::Candidates,
+        audit: Default::default(),
     };
     CrashedAuthor { registry, probe, dead, live, request }
 }

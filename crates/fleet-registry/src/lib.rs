@@ -35,7 +35,9 @@ pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions, Sweep,
     WorkerCredential, WorkerToken,
 };
-pub use retire::{ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved, RegistryMatch};
+pub use retire::{
+    ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved, RegistryMatch, RetirementAudit,
+};
 pub use store::{
     ChangePosition, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION, Store, Tx, VersionsDigest,
 };

@@ -30,6 +30,89 @@ pub struct ApplyRequest {
     pub retired_by: String,
     /// How much of the registry must be as the plan saw it.
     pub registry_match: RegistryMatch,
+    /// What the retirement concerns, for the record (seed 004's `remote`, `host`,
+    /// `org`, `repo`).
+    pub audit: RetirementAudit,
+}
+
+/// Seed 004's audit context of a plan or an apply: the remote it concerns and,
+/// optionally, host, org and repository overrides. An apply reports it back
+/// (`audit_context`) and logs it with each row it retires.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RetirementAudit {
+    /// The remote (a configured name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+    /// The forge host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The organisation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
+    /// The repository.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+}
+
+impl RetirementAudit {
+    /// Checks each value given: `remote` a name (`[a-z0-9][a-z0-9._-]*`, and one of
+    /// `known_remotes` when the operator lists them), `host` a DNS host name (with an
+    /// optional port), `org` and `repo` forge names (`[A-Za-z0-9][A-Za-z0-9._-]*`),
+    /// each at most 100 characters. The error names the field.
+    pub fn new(
+        remote: Option<String>,
+        host: Option<String>,
+        org: Option<String>,
+        repo: Option<String>,
+        known_remotes: Option<&[String]>,
+    ) -> Result<Self, (&'static str, String)> {
+        fn shaped(value: &str, first: impl Fn(char) -> bool, rest: impl Fn(char) -> bool) -> bool {
+            let mut chars = value.chars();
+            value.len() <= 100 && chars.next().is_some_and(first) && chars.all(rest)
+        }
+        let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if let Some(r) = &remote {
+            let lower = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+            if !shaped(r, lower, |c| lower(c) || matches!(c, '.' | '_' | '-')) {
+                return Err(("remote", format!("remote {r:?} is not a remote name ([a-z0-9][a-z0-9._-]*)")));
+            }
+            if let Some(known) = known_remotes
+                && !known.iter().any(|k| k == r)
+            {
+                return Err((
+                    "remote",
+                    format!("remote {r:?} is not one of the configured remotes: {}", known.join(", ")),
+                ));
+            }
+        }
+        if let Some(h) = &host {
+            let (name, port) = h.split_once(':').map_or((h.as_str(), None), |(n, p)| (n, Some(p)));
+            let label_ok = name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+            let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+            if name.len() > 253 || !label_ok || !port_ok {
+                return Err(("host", format!("host {h:?} is not a host name")));
+            }
+        }
+        for (field, value) in [("org", &org), ("repo", &repo)] {
+            if let Some(v) = value
+                && !shaped(v, |c| c.is_ascii_alphanumeric(), name_char)
+            {
+                return Err((field, format!("{field} {v:?} is not a name ([A-Za-z0-9][A-Za-z0-9._-]*)")));
+            }
+        }
+        Ok(Self { remote, host, org, repo })
+    }
+
+    /// Whether nothing was given.
+    pub fn is_empty(&self) -> bool {
+        self.remote.is_none() && self.host.is_none() && self.org.is_none() && self.repo.is_none()
+    }
 }
 
 /// How much of the registry an apply requires to be as the plan saw it.
@@ -123,6 +206,9 @@ pub struct ApplyReport {
     pub plan_registry_fingerprint: String,
     /// The `registry_fingerprint` of the rows the apply read (absent when it read none).
     pub registry_fingerprint: Option<String>,
+    /// The request's audit context (absent when none was given).
+    #[serde(skip_serializing_if = "RetirementAudit::is_empty")]
+    pub audit_context: RetirementAudit,
     /// Whether the registry moved since the plan (absent when the apply read no rows).
     /// Under [`RegistryMatch::Candidates`] a movement outside the candidates does not
     /// refuse on its own.
@@ -141,6 +227,7 @@ impl ApplyReport {
             error: None,
             plan_registry_fingerprint: request.registry_fingerprint.clone(),
             registry_fingerprint: None,
+            audit_context: request.audit.clone(),
             registry_moved: None,
         }
     }
@@ -263,6 +350,16 @@ impl<S: Store> Registry<S> {
                 retired.retired_by = Some(request.retired_by.clone());
                 retired.retirement_reason = Some("eligible_stale_orphan".into());
                 if tx.replace_worker(row, &retired)? {
+                    let audit = &request.audit;
+                    tracing::info!(
+                        worker = %id,
+                        retired_by = %request.retired_by,
+                        remote = audit.remote.as_deref(),
+                        host = audit.host.as_deref(),
+                        org = audit.org.as_deref(),
+                        repo = audit.repo.as_deref(),
+                        "retired a stale worker"
+                    );
                     report.retired.push(id.clone());
                 } else {
                     report.preserved.push(preserve("row_changed_since_plan"));
@@ -288,5 +385,38 @@ impl<S: Store> Registry<S> {
             "retirement apply"
         );
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RetirementAudit;
+
+    #[test]
+    fn the_audit_context_takes_names_and_refuses_the_rest_by_field() {
+        let some = |s: &str| Some(s.to_owned());
+        let ok = RetirementAudit::new(
+            some("prgs"),
+            some("git.example.org:3000"),
+            some("Team_1"),
+            some("repo.rs"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(ok.remote.as_deref(), Some("prgs"));
+        assert!(RetirementAudit::new(None, None, None, None, None).unwrap().is_empty());
+        let bad =
+            |remote, host, org, repo| RetirementAudit::new(remote, host, org, repo, None).unwrap_err().0;
+        assert_eq!(bad(some("Upper"), None, None, None), "remote");
+        assert_eq!(bad(None, some("a..b"), None, None), "host");
+        assert_eq!(bad(None, some("host:0"), None, None), "host");
+        assert_eq!(bad(None, None, some("../x"), None), "org");
+        assert_eq!(bad(None, None, None, some(&"r".repeat(101))), "repo");
+        let known = ["dadeschools".to_owned(), "prgs".to_owned()];
+        assert!(RetirementAudit::new(some("prgs"), None, None, None, Some(&known)).is_ok());
+        let (field, message) =
+            RetirementAudit::new(some("other"), None, None, None, Some(&known)).unwrap_err();
+        assert_eq!(field, "remote");
+        assert!(message.contains("dadeschools, prgs"), "{message}");
     }
 }

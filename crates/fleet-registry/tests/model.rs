@@ -338,6 +338,7 @@ impl State {
             worker_identities: planned.candidates,
             retired_by: "model".into(),
             registry_match: fleet_registry::RegistryMatch::Candidates,
+            audit: Default::default(),
         };
         let now = at(self.clock);
         let report =

@@ -29,6 +29,9 @@ pub mod vars {
     /// The process `fleet-launch run` started for the launch (its client), as
     /// `PID:START_TIME`: only servers that process starts register under the launch.
     pub const LAUNCH_PROCESS: &str = "GITEA_MCP_LAUNCH_PROCESS";
+    /// The remotes a retirement's audit context may name, comma-separated (any remote
+    /// name when unset).
+    pub const REMOTES: &str = "FLEET_REMOTES";
 
     /// The variables a launch hands to each of its servers through the agent client.
     /// Client configs name these (never their values) so that one shared file serves

@@ -252,6 +252,21 @@ pub fn retirement_context(repository: Option<&str>) -> Result<(RetirementContext
     Ok((ctx, probe))
 }
 
+/// Seed 004's audit context of a plan or apply, checked: `remote` must be one of
+/// `FLEET_REMOTES` when the operator lists them. The error names the argument.
+pub fn retirement_audit(
+    remote: Option<String>,
+    host: Option<String>,
+    org: Option<String>,
+    repo: Option<String>,
+) -> Result<fleet_registry::RetirementAudit, (&'static str, String)> {
+    let known: Option<Vec<String>> = std::env::var(crate::vars::REMOTES)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.split(',').map(str::trim).filter(|r| !r.is_empty()).map(str::to_owned).collect());
+    fleet_registry::RetirementAudit::new(remote, host, org, repo, known.as_deref())
+}
+
 /// Applies a retirement plan from this host: the context (this host and boot, the
 /// canonical repository, now), the local probe, and one apply transaction.
 pub fn apply_retirement(

@@ -11,6 +11,7 @@ mod fleet;
 mod init;
 mod launch;
 mod location;
+mod stable;
 pub mod user_file;
 mod worker;
 mod worker_json;
@@ -22,11 +23,12 @@ pub use exit::{
 };
 pub use fleet::{
     FleetReader, JsonSnapshot, apply_retirement, plan_retirement, post_apply_summary, probe_local,
-    retirement_context, take_snapshot,
+    retirement_audit, retirement_context, take_snapshot,
 };
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{
     Launch, LaunchProcess, LineageError, check_launch_lineage, claim_of, launch_process_value, random_key,
 };
 pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
+pub use stable::StableRuntime;
 pub use worker::{WorkerOptions, WorkerSession, now};

@@ -136,6 +136,7 @@ fn bench(c: &mut Criterion) {
         worker_identities: p.candidate_worker_identities.clone(),
         retired_by: "bench".into(),
         registry_match: fleet_registry::RegistryMatch::Candidates,
+        audit: Default::default(),
     };
     let copy = dir.path().join("run.sqlite3");
     group.throughput(Throughput::Elements(10_000));
