@@ -105,6 +105,9 @@ enum Cmd {
         /// Code's permissions.allow. Tools that write still ask.
         #[arg(long)]
         allow_read_only: bool,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove the five server entries from the client's config file, and nothing else.
     Uninstall {
@@ -113,6 +116,9 @@ enum Cmd {
         client: Client,
         #[command(flatten)]
         file: FileArgs,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Mint an instance ID, then run APP with the instance environment: start every
     /// agent session this way, and its servers register under a launch of their own.
@@ -286,7 +292,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             out!("{}", clients::render(config.client, &command))?;
             Ok(())
         }
-        Cmd::Install { config, file, allow_read_only } => {
+        Cmd::Install { config, file, allow_read_only, json } => {
             let client = config.client;
             let path = config_file(client, file)?;
             let (command, warning) = server_command(&config);
@@ -298,26 +304,46 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 let merged = clients::merge(client, &command, text, &path)?;
                 if codex_approvals { clients::approve_read_only_codex(&merged, &path) } else { Ok(merged) }
             })?;
+            let approval = if allow_read_only { Some(allow_read_only_tools(client, &path)?) } else { None };
+            if json {
+                let report = json!({
+                    "outcome": if changed { "installed" } else { "unchanged" },
+                    "file": path.display().to_string(),
+                    "command": command,
+                    "read_only_approval": approval,
+                    "run": run_hint(client),
+                });
+                outln!("{report}")?;
+                return Ok(());
+            }
             let what = if changed { "installed" } else { "already installed, unchanged:" };
             outln!("{what} 5 fleet-mcp entries in {}", path.display())?;
-            if allow_read_only {
-                outln!("{}", allow_read_only_tools(client, &path)?)?;
+            if let Some(approval) = approval {
+                outln!("{approval}")?;
             }
             outln!("start each session with: {}", run_hint(client))?;
             Ok(())
         }
-        Cmd::Uninstall { client, file } => {
+        Cmd::Uninstall { client, file, json } => {
             let path = config_file(client, file)?;
             let changed = edit_config(&path, |text| clients::remove(client, text, &path))?;
+            let settings = clients::claude_settings_path(&path);
+            let rules_removed = client == Client::ClaudeCode
+                && settings.exists()
+                && edit_config(&settings, |text| clients::disallow_read_only_claude(text, &settings))?;
+            if json {
+                let report = json!({
+                    "outcome": if changed { "removed" } else { "absent" },
+                    "file": path.display().to_string(),
+                    "read_only_rules_removed_from": rules_removed.then(|| settings.display().to_string()),
+                });
+                outln!("{report}")?;
+                return Ok(());
+            }
             let what = if changed { "removed the fleet-mcp entries from" } else { "no fleet-mcp entries in" };
             outln!("{what} {}", path.display())?;
-            let settings = clients::claude_settings_path(&path);
-            if client == Client::ClaudeCode && settings.exists() {
-                let changed =
-                    edit_config(&settings, |text| clients::disallow_read_only_claude(text, &settings))?;
-                if changed {
-                    outln!("removed the read-only tool rules from {}", settings.display())?;
-                }
+            if rules_removed {
+                outln!("removed the read-only tool rules from {}", settings.display())?;
             }
             Ok(())
         }

@@ -433,3 +433,21 @@ fn allow_read_only_approves_only_the_read_only_tools_in_each_clients_own_setting
     let value = without_comments(&text);
     assert_eq!(value["permissions"]["allow"], serde_json::json!(["Bash(git status)"]));
 }
+
+/// `install` and `uninstall` report as JSON with `--json`.
+#[test]
+fn install_and_uninstall_report_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    let report = |args: &[&str]| -> serde_json::Value {
+        let out = launcher(args, &file);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = report(&["install", "--client", "codex", "--json"]);
+    assert_eq!(first["outcome"], "installed");
+    assert_eq!(first["command"], "/opt/fleetward/bin/fleet-mcp");
+    assert_eq!(report(&["install", "--client", "codex", "--json"])["outcome"], "unchanged");
+    assert_eq!(report(&["uninstall", "--client", "codex", "--json"])["outcome"], "removed");
+    assert_eq!(report(&["uninstall", "--client", "codex", "--json"])["outcome"], "absent");
+}

@@ -23,6 +23,9 @@ pub(crate) struct InitArgs {
     /// How often a waiting starter looks again, in milliseconds.
     #[arg(long, default_value_t = 100)]
     poll_ms: u64,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
     /// The initialization command and its arguments.
     #[arg(required = true, last = true)]
     command: Vec<OsString>,
@@ -86,8 +89,20 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
     })?;
     let version = args.target_version;
     match report {
+        InitReport::Completed if args.json => {
+            let done =
+                serde_json::json!({ "outcome": "completed", "key": args.key, "target_version": version });
+            outln!("{done}")?;
+            Ok(ExitCode::SUCCESS)
+        }
         InitReport::Completed => {
             outln!("initialized {} to version {version}", args.key)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        InitReport::AlreadyReady if args.json => {
+            let ready =
+                serde_json::json!({ "outcome": "already_ready", "key": args.key, "target_version": version });
+            outln!("{ready}")?;
             Ok(ExitCode::SUCCESS)
         }
         InitReport::AlreadyReady => {

@@ -13,7 +13,11 @@ use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 #[derive(Debug, Subcommand)]
 pub(crate) enum RegistryCmd {
     /// Create the registry (or bring an existing one up to date).
-    Init,
+    Init {
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the whole registry as JSON, a backup: the ledger, every worker row, every
     /// lease (initialization versions, connector bindings) and the lease audit log.
     Export,
@@ -40,14 +44,26 @@ pub(crate) enum RegistryCmd {
         /// Where the pruned rows are written first (a registry export; it must not exist).
         #[arg(long)]
         export: PathBuf,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitCode, Failure> {
     match cmd {
-        RegistryCmd::Init => {
+        RegistryCmd::Init { json } => {
             open_registry(location, OpenMode::CreateIfMissing)?;
-            outln!("registry ready at {location}")?;
+            if json {
+                let ready = serde_json::json!({
+                    "outcome": "ready",
+                    "registry": location.to_string(),
+                    "schema_version": fleet_registry::SCHEMA_VERSION,
+                });
+                outln!("{ready}")?;
+            } else {
+                outln!("registry ready at {location}")?;
+            }
         }
         RegistryCmd::Export => {
             let backup = open_registry(location, OpenMode::MustExist)?.backup()?;
@@ -71,7 +87,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 )?;
             }
         }
-        RegistryCmd::Prune { before, export } => {
+        RegistryCmd::Prune { before, export, json } => {
             let before = fleet_identity::Timestamp::parse(&before)
                 .map_err(|e| Failure::usage(format!("--before: {e}")))?;
             let mut registry = open_registry(location, OpenMode::MustExist)?;
@@ -80,12 +96,22 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             let dump = RegistryDump { instances: Vec::new(), worker_registrations: rows.clone() };
             write_new_file(&export, &dump.to_json())?;
             let pruned = registry.prune(&rows)?;
-            outln!(
-                "pruned {} of {} terminal rows last seen before {before}; they are in {}",
-                pruned.len(),
-                rows.len(),
-                export.display()
-            )?;
+            if json {
+                let report = serde_json::json!({
+                    "pruned": pruned,
+                    "terminal_rows": rows.len(),
+                    "before": before,
+                    "export": export.display().to_string(),
+                });
+                outln!("{report}")?;
+            } else {
+                outln!(
+                    "pruned {} of {} terminal rows last seen before {before}; they are in {}",
+                    pruned.len(),
+                    rows.len(),
+                    export.display()
+                )?;
+            }
         }
         RegistryCmd::Sweep { json } => {
             let marked = open_registry(location, OpenMode::MustExist)?.mark_expired_stale(now())?;

@@ -437,3 +437,42 @@ fn a_restored_export_keeps_every_lease_and_the_audit_log() {
     let before = audit(&fleet);
     assert_eq!(audit(&restored)[..before.len()], before[..], "the log as it was, then the new check");
 }
+
+/// Every command that reports something has `--json`: one JSON object on stdout.
+#[test]
+fn registry_init_prune_and_initialize_report_as_json() {
+    let fleet = Fleet::new();
+    let json = |out: std::process::Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let init = json(fleet.ctl(&["registry", "init", "--json"]));
+    assert_eq!(init["outcome"], "ready");
+    assert!(init["schema_version"].is_u64());
+    let json_init = |fleet: &Fleet| {
+        let mut cmd = initialize(fleet, "5", "true");
+        cmd.stdout(Stdio::piped());
+        let args: Vec<std::ffi::OsString> = cmd.get_args().map(ToOwned::to_owned).collect();
+        let mut with_json = fleet.fleetctl();
+        with_json.args(&args[..1]).arg("--json").args(&args[1..]);
+        json(with_json.output().unwrap())
+    };
+    assert_eq!(json_init(&fleet)["outcome"], "completed");
+    let again = json_init(&fleet);
+    assert_eq!(
+        (again["outcome"].clone(), again["target_version"].clone()),
+        ("already_ready".into(), 1.into())
+    );
+    let export = fleet.dir.path().join("pruned.json");
+    let pruned = json(fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2030-01-01T00:00:00Z",
+        "--export",
+        export.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(pruned["pruned"], serde_json::json!([]));
+}
