@@ -1,6 +1,13 @@
 //! `fleetctl metrics` and `fleetctl serve`: the fleet in the Prometheus text exposition
 //! format (version 0.0.4), printed once or served at `/metrics` for Prometheus to
-//! scrape. Every value is read from the registry at the moment it is asked for.
+//! scrape. Every value is read from the registry at the moment it is asked for; the
+//! decision counters are kept between scrapes and read only the audit entries that are
+//! new, so a scrape costs the same however long the log grows.
+//!
+//! Names and labels follow Prometheus's guidelines: no label is called `instance` or
+//! `job` (Prometheus's own target labels; the fleet's instance is `client_instance`),
+//! every counter series is exported from 0 for each outcome and reason it can take, and
+//! a changing value (a lease's holder) sits in an info metric, not in a label of a gauge.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -40,16 +47,107 @@ impl Exposition {
     }
 }
 
-/// The whole exposition for the registry at `location`.
+/// Every event a lease or grant decision records, with the outcomes it can have: each
+/// pair is exported from 0, so the first of any shows in `rate()`.
+const DECISIONS: [(&str, &[&str]); 8] = [
+    ("acquire", &["acquired", "denied"]),
+    ("renew", &["renewed", "denied"]),
+    ("release", &["released", "denied"]),
+    ("takeover", &["taken_over", "denied"]),
+    ("init_start", &["acquired", "taken_over", "denied"]),
+    ("init_finish", &["released", "denied"]),
+    ("grant_issue", &["issued", "denied"]),
+    ("grant_validate", &["valid", "denied"]),
+];
+
+/// Every reason a lease or grant decision can be refused for (the seeds' codes).
+const REASONS: [&str; 20] = [
+    "lease_held",
+    "takeover_required",
+    "epoch_mismatch",
+    "lease_live",
+    "lease_not_found",
+    "stale_epoch",
+    "not_holder",
+    "lease_expired",
+    "lease_released",
+    "ttl_exceeds_cap",
+    "policy_denied",
+    "epoch_exhausted",
+    "not_minted_here",
+    "grant_expired",
+    "lease_replaced",
+    "lease_missing",
+    "cross_tenant",
+    "cross_agent",
+    "cross_binding",
+    "scope_not_authorized",
+];
+
+/// The decision counters, kept between scrapes: the audit log is append-only, so each
+/// scrape adds only the entries after the last one counted.
+#[derive(Debug, Default)]
+pub(crate) struct DecisionCounts {
+    /// The last entry counted (its id and content), to find the place again.
+    last: Option<fleet_registry::AuditEntry>,
+    decisions: BTreeMap<(String, String), u64>,
+    denials: BTreeMap<String, u64>,
+}
+
+impl DecisionCounts {
+    /// Counts the entries the registry added since the last call. A log that no longer
+    /// holds the last entry counted (a registry restored or replaced) is counted again
+    /// from the start: a counter reset, which `rate()` understands.
+    fn update(
+        &mut self,
+        registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
+    ) -> Result<(), Failure> {
+        let from = self.last.as_ref().map_or(0, |e| e.id - 1);
+        let mut entries = registry.lease_audit_after(from)?.into_iter();
+        if let Some(last) = &self.last
+            && entries.next().as_ref() != Some(last)
+        {
+            *self = Self::default();
+            entries = registry.lease_audit_after(0)?.into_iter();
+        }
+        for e in entries {
+            *self.decisions.entry((e.event.clone(), e.outcome.clone())).or_default() += 1;
+            if let Some(reason) = &e.reason {
+                *self.denials.entry(reason.clone()).or_default() += 1;
+            }
+            self.last = Some(e);
+        }
+        Ok(())
+    }
+}
+
+/// The whole exposition for the registry at `location`, with fresh decision counts.
 pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
+    render_counting(location, &mut DecisionCounts::default())
+}
+
+/// The whole exposition, the decision counters carried in `counts` from one scrape to
+/// the next.
+pub(crate) fn render_counting(
+    location: &RegistryLocation,
+    counts: &mut DecisionCounts,
+) -> Result<String, Failure> {
     let at = now();
     let mut fleet = FleetReader::new(location.clone());
     let snap = fleet.snapshot(None, &Policy::default(), at)?;
     let mut registry = open_registry(location, OpenMode::MustExist)?;
     let rows = registry.workers()?;
     let (leases, store_now) = registry.leases_now(None)?;
-    let audit = registry.lease_audit(None)?;
+    counts.update(&mut registry)?;
     let mut m = Exposition(String::new());
+
+    m.family("fleetctl_build_info", "gauge", "The build serving these metrics: always 1.");
+    let schema = fleet_registry::SCHEMA_VERSION.to_string();
+    m.sample(
+        "fleetctl_build_info",
+        &[("version", env!("CARGO_PKG_VERSION")), ("schema_version", &schema)],
+        1.0,
+    );
 
     m.family("fleet_live_fleet_safe", "gauge", "1 when no active blocker stands in the way of mutation.");
     m.sample("fleet_live_fleet_safe", &[], f64::from(u8::from(snap.live_fleet_safe)));
@@ -68,7 +166,7 @@ pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
     }
     for ((instance, namespace, status, state), n) in &workers {
         let labels = [
-            ("instance", instance.as_str()),
+            ("client_instance", instance.as_str()),
             ("namespace", namespace.as_str()),
             ("status", status.as_str()),
             ("state", state.as_str()),
@@ -104,7 +202,7 @@ pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
             let instance = row.client_instance_id.clone().unwrap_or_default();
             let labels = [
                 ("worker", row.worker_identity.as_str()),
-                ("instance", instance.as_str()),
+                ("client_instance", instance.as_str()),
                 ("namespace", row.namespace.as_str()),
             ];
             m.sample("fleet_worker_heartbeat_age_seconds", &labels, age);
@@ -115,39 +213,47 @@ pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
     let retired = rows.iter().filter(|r| r.status == WorkerStatus::Retired).count();
     m.sample("fleet_retired_workers", &[], retired as f64);
 
-    m.family(
-        "fleet_lease_epoch",
-        "gauge",
-        "Each lease's fencing epoch, with its holder and whether it is held now.",
-    );
+    m.family("fleet_lease_epoch", "gauge", "Each lease's fencing epoch.");
+    for lease in &leases {
+        let labels = [("key", lease.lease_key.as_str()), ("kind", lease.kind.as_str())];
+        m.sample("fleet_lease_epoch", &labels, lease.fencing_epoch.get() as f64);
+    }
+    m.family("fleet_lease_held", "gauge", "1 while a lease is held and live, else 0.");
     for lease in &leases {
         let held = lease.state == LeaseState::Held && lease.is_live(store_now);
-        let labels = [
-            ("key", lease.lease_key.as_str()),
-            ("kind", lease.kind.as_str()),
-            ("owner", lease.owner.as_str()),
-            ("held", if held { "true" } else { "false" }),
-        ];
-        m.sample("fleet_lease_epoch", &labels, lease.fencing_epoch.get() as f64);
+        let labels = [("key", lease.lease_key.as_str()), ("kind", lease.kind.as_str())];
+        m.sample("fleet_lease_held", &labels, f64::from(u8::from(held)));
+    }
+    m.family("fleet_lease_holder_info", "gauge", "Who holds (or last held) each lease: always 1.");
+    for lease in &leases {
+        let labels = [("key", lease.lease_key.as_str()), ("owner", lease.owner.as_str())];
+        m.sample("fleet_lease_holder_info", &labels, 1.0);
     }
 
     m.family(
         "fleet_lease_decisions_total",
         "counter",
-        "Lease and grant decisions in the audit log, by event, outcome and refusal reason.",
+        "Lease and grant decisions in the audit log, by event and outcome.",
     );
-    let mut decisions: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
-    for e in &audit {
-        *decisions
-            .entry((e.event.as_str(), e.outcome.as_str(), e.reason.as_deref().unwrap_or("")))
-            .or_default() += 1;
+    let mut decisions: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for (event, outcomes) in DECISIONS {
+        for outcome in outcomes {
+            decisions.insert((event, outcome), 0);
+        }
     }
-    for ((event, outcome, reason), n) in &decisions {
-        m.sample(
-            "fleet_lease_decisions_total",
-            &[("event", event), ("outcome", outcome), ("reason", reason)],
-            *n as f64,
-        );
+    for ((event, outcome), n) in &counts.decisions {
+        decisions.insert((event.as_str(), outcome.as_str()), *n);
+    }
+    for ((event, outcome), n) in &decisions {
+        m.sample("fleet_lease_decisions_total", &[("event", event), ("outcome", outcome)], *n as f64);
+    }
+    m.family("fleet_lease_denials_total", "counter", "Refused lease and grant decisions, by reason.");
+    let mut denials: BTreeMap<&str, u64> = REASONS.iter().map(|r| (*r, 0)).collect();
+    for (reason, n) in &counts.denials {
+        denials.insert(reason.as_str(), *n);
+    }
+    for (reason, n) in &denials {
+        m.sample("fleet_lease_denials_total", &[("reason", reason)], *n as f64);
     }
     Ok(m.0)
 }
@@ -172,13 +278,17 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
     })?;
     fleet_runtime::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
     let location = location.clone();
+    let counts = std::sync::Mutex::new(DecisionCounts::default());
     let error = crate::http::serve(listener, move |request| {
         use crate::http::Response;
         if !matches!(request.method, "GET" | "HEAD") {
             return Response { allow: Some("GET, HEAD"), ..Response::text(405, "only GET and HEAD\n") };
         }
         match request.path {
-            "/metrics" => match render(&location) {
+            "/metrics" => match render_counting(
+                &location,
+                &mut counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            ) {
                 Ok(text) => Response {
                     content_type: "text/plain; version=0.0.4; charset=utf-8",
                     ..Response::text(200, text)

@@ -59,23 +59,33 @@ fn metrics_parse_as_prometheus_text_and_count_the_fleet() {
             .collect()
     };
     assert_eq!(
-        find("fleet_workers", &[("instance", &id), ("namespace", "author"), ("status", "released")]),
+        find("fleet_workers", &[("client_instance", &id), ("namespace", "author"), ("status", "released")]),
         [1.0]
     );
     assert_eq!(
-        find("fleet_workers", &[("instance", &id), ("namespace", "reviewer"), ("status", "active")]),
+        find("fleet_workers", &[("client_instance", &id), ("namespace", "reviewer"), ("status", "active")]),
         [1.0]
+    );
+    // Prometheus's own target labels are never the fleet's.
+    assert!(
+        scrape.samples.iter().all(|s| s.labels.get("instance").is_none() && s.labels.get("job").is_none()),
+        "no label named instance or job"
     );
     let ages = find("fleet_worker_heartbeat_age_seconds", &[("namespace", "reviewer")]);
     assert!(ages.len() == 1 && ages[0] >= 0.0 && ages[0] < 60.0, "{ages:?}");
+    assert_eq!(find("fleet_lease_epoch", &[("key", "workflow:deploy"), ("kind", "workflow")]), [1.0]);
+    assert_eq!(find("fleet_lease_held", &[("key", "workflow:deploy")]), [1.0]);
+    assert_eq!(find("fleet_lease_holder_info", &[("key", "workflow:deploy"), ("owner", "ops-one")]), [1.0]);
+    assert_eq!(find("fleet_lease_decisions_total", &[("event", "acquire"), ("outcome", "denied")]), [1.0]);
+    assert_eq!(find("fleet_lease_denials_total", &[("reason", "lease_held")]), [1.0]);
+    // Every outcome and reason is there from 0, so the first of each shows in rate().
     assert_eq!(
-        find("fleet_lease_epoch", &[("key", "workflow:deploy"), ("owner", "ops-one"), ("held", "true")]),
-        [1.0]
+        find("fleet_lease_decisions_total", &[("event", "takeover"), ("outcome", "taken_over")]),
+        [0.0]
     );
-    assert_eq!(
-        find("fleet_lease_decisions_total", &[("outcome", "denied"), ("reason", "lease_held")]),
-        [1.0]
-    );
+    assert_eq!(find("fleet_lease_denials_total", &[("reason", "stale_epoch")]), [0.0]);
+    let build = find("fleetctl_build_info", &[("version", env!("CARGO_PKG_VERSION"))]);
+    assert_eq!(build, [1.0]);
     assert_eq!(find("fleet_live_fleet_safe", &[]).len(), 1);
     assert!(scrape.docs.contains_key("fleet_findings"));
     let _ = running.kill();
@@ -106,6 +116,63 @@ fn serve_answers_a_scrape_at_slash_metrics_on_loopback() {
     let scrape = parse(&body);
     assert!(scrape.samples.iter().any(|s| s.metric == "fleet_workers"));
     assert!(std::io::BufReader::new(body.as_bytes()).lines().count() > 5);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = running.kill();
+    let _ = running.wait();
+}
+
+/// Under `serve` the decision counters are kept between scrapes and count each audit
+/// entry once, new ones included; a lease's epoch keeps one series whatever its holder.
+#[test]
+fn served_counters_count_each_decision_once_across_scrapes() {
+    let (fleet, _, mut running) = fleet_with_workers();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", &listen])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let scrape = || {
+        wait_for(Duration::from_secs(10), || {
+            let mut stream = std::net::TcpStream::connect(&listen).ok()?;
+            write!(stream, "GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response).ok()?;
+            Some(parse(response.split_once("\r\n\r\n")?.1))
+        })
+    };
+    let count = |scrape: &prometheus_parse::Scrape, metric: &str, pairs: &[(&str, &str)]| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric && pairs.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(value)
+            .sum()
+    };
+    let first = scrape();
+    assert_eq!(count(&first, "fleet_lease_denials_total", &[("reason", "lease_held")]), 1.0);
+    let second = scrape();
+    assert_eq!(
+        count(&second, "fleet_lease_denials_total", &[("reason", "lease_held")]),
+        1.0,
+        "not counted twice"
+    );
+    let _ = fleet.ctl(&["lease", "acquire", "--key", "workflow:deploy", "--owner", "ops-three"]);
+    let third = scrape();
+    assert_eq!(
+        count(&third, "fleet_lease_denials_total", &[("reason", "lease_held")]),
+        2.0,
+        "the new one counted"
+    );
+    assert_eq!(
+        count(&third, "fleet_lease_decisions_total", &[("event", "acquire"), ("outcome", "acquired")]),
+        1.0
+    );
+    let epochs = third.samples.iter().filter(|s| s.metric == "fleet_lease_epoch").count();
+    assert_eq!(epochs, 1, "one series per lease");
     let _ = server.kill();
     let _ = server.wait();
     let _ = running.kill();

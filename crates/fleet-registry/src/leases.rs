@@ -384,6 +384,11 @@ impl<S: Store> Registry<S> {
         self.store_mut().read(|tx| tx.audit(key))
     }
 
+    /// The audit entries after position `after` (an entry's `id`), in log order.
+    pub fn lease_audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        self.store_mut().read(|tx| tx.audit_after(after))
+    }
+
     /// The owners of live workflow leases and the token over them.
     pub fn active_workflow_owners(&mut self) -> Result<ActiveLeases, StoreError> {
         self.store_mut().read(|tx| active_workflow_owners_in(tx))

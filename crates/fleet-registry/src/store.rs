@@ -61,6 +61,11 @@ pub trait Tx {
     fn append_audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError>;
     /// The audit log, optionally of one lease, in log order.
     fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError>;
+    /// The audit entries after position `after` (an entry's `id`), in log order: what a
+    /// reader that keeps counts reads on each visit. A backend answers it from its index.
+    fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.audit(None)?.into_iter().filter(|e| e.id > after).collect())
+    }
 
     /// Where the store's history of worker rows and ledger entries stands, as this
     /// transaction sees it; `None` when the store keeps no such history (then a reader

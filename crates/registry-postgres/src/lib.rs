@@ -490,11 +490,23 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
+        self.audit_from(key, 0)
+    }
+
+    fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        self.audit_from(None, after)
+    }
+}
+
+impl PgTx<'_, '_> {
+    /// The audit log (of one lease, when given) after position `after`, by the primary key.
+    fn audit_from(&mut self, key: Option<&LeaseKey>, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         self.tx
             .query(
                 "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
-                 correlation_id, at FROM lease_audit_log WHERE $1::TEXT IS NULL OR lease_key = $1 ORDER BY id",
-                &[&key.map(LeaseKey::as_str)],
+                 correlation_id, at FROM lease_audit_log WHERE ($1::TEXT IS NULL OR lease_key = $1) AND id > $2 \
+                 ORDER BY id",
+                &[&key.map(LeaseKey::as_str), &after],
             )
             .map_err(map_error)?
             .iter()

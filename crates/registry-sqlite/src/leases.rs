@@ -185,15 +185,21 @@ pub(crate) fn append_audit(conn: &Connection, e: &AuditEntry) -> Result<(), Stor
     Ok(())
 }
 
-pub(crate) fn audit(conn: &Connection, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
+/// The audit log (of one lease, when given) from after position `after`, in log order;
+/// the position is the primary key, so a reader that keeps its place reads only what is new.
+pub(crate) fn audit(
+    conn: &Connection,
+    key: Option<&LeaseKey>,
+    after: i64,
+) -> Result<Vec<AuditEntry>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
-             correlation_id, at FROM lease_audit_log WHERE ?1 IS NULL OR lease_key = ?1 ORDER BY id",
+             correlation_id, at FROM lease_audit_log WHERE (?1 IS NULL OR lease_key = ?1) AND id > ?2 ORDER BY id",
         )
         .map_err(map_error)?;
     let rows = stmt
-        .query_map([key.map(LeaseKey::as_str)], |r| {
+        .query_map(rusqlite::params![key.map(LeaseKey::as_str), after], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,

@@ -436,7 +436,11 @@ impl Tx for SqliteTx<'_> {
         &mut self,
         key: Option<&fleet_lease::LeaseKey>,
     ) -> Result<Vec<fleet_registry::AuditEntry>, StoreError> {
-        leases::audit(self.conn(), key)
+        leases::audit(self.conn(), key, 0)
+    }
+
+    fn audit_after(&mut self, after: i64) -> Result<Vec<fleet_registry::AuditEntry>, StoreError> {
+        leases::audit(self.conn(), None, after)
     }
 }
 
