@@ -196,7 +196,6 @@ fn refusal(reason: &str, detail: Value) -> CallToolResult {
         Value::String(message) => json!({ "message": message }),
         other => json!({ "value": other }),
     };
-    tracing::info!(error = reason, detail = %detail, "tool call refused");
     CallToolResult::structured_error(json!({ "error": reason, "detail": detail }))
 }
 
@@ -506,6 +505,27 @@ impl FleetServer {
         // read could trust: the reader re-checks the store's marker on every call.
         let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(read(&mut fleet.json_snapshot(manifest, policy, now())?))
+    }
+
+    /// One event per refused call: the tool, this server's namespace and worker, the
+    /// code, and the detail's fields (each a field of the event, so a JSON log line
+    /// carries them as values, not as one string).
+    fn log_refusal(&self, tool: &str, result: &CallToolResult) {
+        let body = result.structured_content.as_ref();
+        let code = body.and_then(|b| b["error"].as_str()).unwrap_or_default();
+        let detail = body.map(|b| &b["detail"]);
+        let field = |name: &str| detail.and_then(|d| d[name].as_str()).unwrap_or_default().to_owned();
+        let worker = self.ctx.registration.row().ok().map(|r| r.worker_identity.to_string());
+        tracing::info!(
+            tool,
+            namespace = %self.ctx.namespace,
+            worker = worker.as_deref(),
+            error = code,
+            detail.field = field("field"),
+            detail.message = field("message"),
+            detail.outcome = field("outcome"),
+            "tool call refused"
+        );
     }
 
     /// Keeps `snap`'s live heartbeats under its token for a later `compare_to`.
@@ -948,10 +968,18 @@ impl ServerHandler for FleetServer {
             && !self.tool_router.is_disabled(&request.name)
             && let Err(refusal) = check_arguments(&request.name, request.arguments.as_ref())
         {
+            self.log_refusal(&request.name, &refusal);
             return Ok(refusal.into());
         }
+        let tool = request.name.clone();
         let call = ToolCallContext::new(self, request, context);
-        self.tool_router.call(call).await
+        let answered = self.tool_router.call(call).await;
+        if let Ok(CallToolResponse::Complete(result)) = &answered
+            && result.is_error == Some(true)
+        {
+            self.log_refusal(&tool, result);
+        }
+        answered
     }
 
     fn get_info(&self) -> ServerConfig {

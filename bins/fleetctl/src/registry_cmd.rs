@@ -53,7 +53,7 @@ pub(crate) enum RegistryCmd {
 pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitCode, Failure> {
     match cmd {
         RegistryCmd::Init { json } => {
-            open_registry(location, OpenMode::CreateIfMissing)?;
+            fleet_runtime::init_registry(location)?;
             if json {
                 let ready = serde_json::json!({
                     "outcome": "ready",

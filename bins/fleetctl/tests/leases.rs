@@ -476,3 +476,46 @@ fn registry_init_prune_and_initialize_report_as_json() {
     ]));
     assert_eq!(pruned["pruned"], serde_json::json!([]));
 }
+
+/// With `--log-format json` every line on stderr is one JSON object, a command's error
+/// included, and every write to the registry is one event with a snake_case outcome.
+#[test]
+fn json_logs_are_json_on_every_line_and_every_write_is_an_event() {
+    let fleet = Fleet::new();
+    let lines = |out: &std::process::Output| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    };
+    let logged = |args: &[&str]| {
+        fleet.fleetctl().env("RUST_LOG", "info").args(["--log-format", "json"]).args(args).output().unwrap()
+    };
+    let missing = logged(&["worker", "list"]);
+    assert_eq!(missing.status.code(), Some(3));
+    let error = lines(&missing);
+    assert_eq!(error.len(), 1, "{error:?}");
+    assert_eq!(error[0]["level"], "ERROR");
+    assert_eq!(error[0]["fields"]["exit_code"], 3);
+    assert!(error[0]["fields"]["message"].as_str().unwrap().contains("registry init"), "{error:?}");
+
+    let init = lines(&logged(&["registry", "init"]));
+    assert!(init.iter().any(|e| e["fields"]["outcome"] == "ready"), "{init:?}");
+    let mint = fleet
+        .launcher()
+        .env("RUST_LOG", "info")
+        .args(["--log-format", "json", "mint", "--client", "codex"])
+        .output()
+        .unwrap();
+    assert!(lines(&mint).iter().any(|e| e["fields"]["outcome"] == "minted"), "{:?}", lines(&mint));
+    let args: Vec<std::ffi::OsString> =
+        initialize(&fleet, "5", "true").get_args().map(ToOwned::to_owned).collect();
+    let mut first = fleet.fleetctl();
+    first.env("RUST_LOG", "info").args(["--log-format", "json"]).args(&args);
+    let events = lines(&first.output().unwrap());
+    assert!(events.iter().any(|e| e["fields"]["message"] == "initialization started"), "{events:?}");
+    assert!(
+        events.iter().all(|e| e["fields"]["outcome"].as_str().is_none_or(|o| o == o.to_lowercase())),
+        "snake_case outcomes: {events:?}"
+    );
+}

@@ -413,6 +413,14 @@ impl<S: Store> Registry<S> {
                 swap(tx, current.as_ref(), record)?;
                 let outcome =
                     if current.is_some() { LeaseOutcome::TakenOver } else { LeaseOutcome::Acquired };
+                tracing::info!(
+                    key = %key,
+                    target_version,
+                    owner,
+                    fencing_epoch = record.fencing_epoch.get(),
+                    outcome = outcome.as_str(),
+                    "initialization started"
+                );
                 let ctx = AuditContext::default();
                 audit(
                     tx,

@@ -155,6 +155,16 @@ pub enum RegistrationOutcome {
     Reconnected,
 }
 
+impl RegistrationOutcome {
+    /// The outcome as logged and serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Registered => "registered",
+            Self::Reconnected => "reconnected",
+        }
+    }
+}
+
 /// The result of a registration.
 #[derive(Debug, Clone)]
 pub struct Registered {
@@ -195,7 +205,14 @@ impl<S: Store> Registry<S> {
 
     /// Records an ID the launcher minted. Only recorded IDs are trusted.
     pub fn record_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError> {
-        self.store.write(|tx| tx.insert_instance(record))
+        self.store.write(|tx| tx.insert_instance(record))?;
+        tracing::info!(
+            client_instance = record.client_instance_id.as_str(),
+            client_type = record.client_type.as_str(),
+            outcome = "minted",
+            "launch recorded in the ledger"
+        );
+        Ok(())
     }
 
     /// Whether the launcher recorded `id`.
@@ -249,7 +266,7 @@ impl<S: Store> Registry<S> {
                 worker = %r.row.worker_identity,
                 namespace = %reg.namespace,
                 instance = reg.instance.as_str(),
-                outcome = ?r.outcome,
+                outcome = r.outcome.as_str(),
                 superseded = r.superseded.len(),
                 "registered"
             ),
@@ -460,6 +477,17 @@ impl<S: Store> Registry<S> {
                 }
             }
             Ok(summary)
+        })
+        .inspect(|summary| {
+            tracing::info!(
+                instances = summary.instances,
+                instances_unchanged = summary.instances_unchanged,
+                workers = summary.workers,
+                leases = summary.leases,
+                audit_entries = summary.audit_entries,
+                outcome = "imported",
+                "registry import"
+            );
         })
     }
 }

@@ -59,6 +59,11 @@ impl Failure {
             return ExitCode::from(self.code);
         }
         let line = self.message.replace('\n', " ");
+        if json_logs() {
+            // One JSON object like every other event on stderr, for a log collector.
+            tracing::error!(target: "fleet", program, exit_code = self.code, "{line}");
+            return ExitCode::from(self.code);
+        }
         // If even stderr cannot be written there is no one left to tell.
         let _ = writeln!(io::stderr().lock(), "{program}: error: {line}");
         ExitCode::from(self.code)
@@ -159,8 +164,20 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*), true) };
 }
 
+/// Whether `--log-format json` is in force: then every line on stderr is one JSON object.
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn json_logs() -> bool {
+    JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One line on standard error that never panics: a diagnostic nobody can read is dropped.
+/// Under `--log-format json` it is a `WARN` event, one JSON object like every other.
 pub fn warn(args: fmt::Arguments<'_>) {
+    if json_logs() {
+        tracing::warn!(target: "fleet", "{args}");
+        return;
+    }
     let mut err = io::stderr().lock();
     let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
 }
@@ -201,6 +218,10 @@ pub fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(colour);
     let _ = match format {
         LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Json => {
+            let started = builder.json().try_init();
+            JSON_LOGS.store(started.is_ok(), std::sync::atomic::Ordering::Relaxed);
+            started
+        }
     };
 }

@@ -29,6 +29,6 @@ pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{
     Launch, LaunchProcess, LineageError, check_launch_lineage, claim_of, launch_process_value, random_key,
 };
-pub use location::{AnyStore, LocationError, RegistryLocation, open_registry};
+pub use location::{AnyStore, LocationError, RegistryLocation, init_registry, open_registry};
 pub use stable::StableRuntime;
 pub use worker::{WorkerOptions, WorkerSession, now};

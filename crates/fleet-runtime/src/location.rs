@@ -140,6 +140,14 @@ pub enum AnyStore {
     Postgres(PostgresStore),
 }
 
+/// Creates the registry at `location`, or brings an existing one up to date: one logged
+/// event, as every write to the registry is.
+pub fn init_registry(location: &RegistryLocation) -> Result<(), StoreError> {
+    open_registry(location, OpenMode::CreateIfMissing)?;
+    tracing::info!(registry = %location, schema_version = fleet_registry::SCHEMA_VERSION, outcome = "ready", "registry init");
+    Ok(())
+}
+
 /// Opens the registry at `location`.
 pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Registry<AnyStore>, StoreError> {
     let store = match location {
