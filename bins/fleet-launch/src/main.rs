@@ -120,6 +120,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print shell completions for fleet-launch.
+    Completions {
+        /// The shell.
+        shell: fleet_runtime::cli::Shell,
+    },
+    /// Print fleet-launch's manual page (roff), or with --dir write one page per
+    /// subcommand into DIR.
+    Man {
+        /// Where to write every page (fleet-launch.1, fleet-launch-install.1, …).
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        dir: Option<PathBuf>,
+    },
     /// Mint an instance ID, then run APP with the instance environment: start every
     /// agent session this way, and its servers register under a launch of their own.
     Run {
@@ -344,6 +356,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
             outln!("{what} {}", path.display())?;
             if rules_removed {
                 outln!("removed the read-only tool rules from {}", settings.display())?;
+            }
+            Ok(())
+        }
+        Cmd::Completions { shell } => {
+            out!("{}", fleet_runtime::cli::completions(<Cli as clap::CommandFactory>::command(), shell))?;
+            Ok(())
+        }
+        Cmd::Man { dir } => {
+            let command = <Cli as clap::CommandFactory>::command();
+            match dir {
+                Some(dir) => {
+                    for page in fleet_runtime::cli::write_manuals(command, &dir)? {
+                        outln!("{}", page.display())?;
+                    }
+                }
+                None => out!("{}", fleet_runtime::cli::manual(command)?)?,
             }
             Ok(())
         }

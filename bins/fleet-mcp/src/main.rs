@@ -45,8 +45,8 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
     log_format: fleet_runtime::LogFormat,
     /// The namespace this worker serves.
-    #[arg(long, value_parser = fleet_runtime::namespace_parser())]
-    namespace: Namespace,
+    #[arg(long, value_parser = fleet_runtime::namespace_parser(), required_unless_present_any = ["completions", "man"])]
+    namespace: Option<Namespace>,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     #[arg(long, env = "FLEET_REGISTRY", hide_env_values = true)]
     registry: Option<String>,
@@ -60,6 +60,12 @@ struct Cli {
     /// install` writes say so), so a missing variable is explained in its terms.
     #[arg(long, value_enum)]
     config_client: Option<AgentClient>,
+    /// Print shell completions for fleet-mcp, and exit.
+    #[arg(long, value_name = "SHELL")]
+    completions: Option<fleet_runtime::cli::Shell>,
+    /// Print fleet-mcp's manual page (roff), and exit.
+    #[arg(long)]
+    man: bool,
 }
 
 fn main() -> ExitCode {
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
 fn registration_options(
     env: &Result<InstanceEnv, String>,
     cli: &Cli,
+    namespace: Namespace,
 ) -> Result<(InstanceEnv, WorkerOptions), String> {
     let env = env.as_ref().map_err(Clone::clone)?;
     fleet_runtime::check_launch_lineage(env.client_type.as_str()).map_err(|e| e.to_string())?;
@@ -85,7 +92,7 @@ fn registration_options(
         .ok()
         .and_then(|p| Repository::new(p.display().to_string()).ok());
     let options = WorkerOptions {
-        namespace: cli.namespace,
+        namespace,
         process,
         heartbeat_ttl: HeartbeatTtl::from_secs(cli.ttl).map_err(|e| e.to_string())?,
         repository,
@@ -104,8 +111,9 @@ fn start_registering(
     location: &RegistryLocation,
     env: &Result<InstanceEnv, String>,
     cli: &Cli,
+    namespace: Namespace,
 ) -> Result<Registrar, Failure> {
-    let prepared = registration_options(env, cli);
+    let prepared = registration_options(env, cli, namespace);
     let location = location.clone();
     Registrar::start(move || {
         let (env, options) = prepared.clone().map_err(AttemptError::permanent)?;
@@ -124,6 +132,14 @@ fn instance_env(client: Option<AgentClient>) -> Result<InstanceEnv, String> {
 }
 
 fn run(mut cli: Cli) -> Result<(), Failure> {
+    if let Some(shell) = cli.completions {
+        let command = <Cli as clap::CommandFactory>::command();
+        return fleet_runtime::out!("{}", fleet_runtime::cli::completions(command, shell));
+    }
+    if cli.man {
+        return fleet_runtime::out!("{}", fleet_runtime::cli::manual(<Cli as clap::CommandFactory>::command())?);
+    }
+    let namespace = cli.namespace.ok_or_else(|| Failure::usage("--namespace is required"))?;
     fleet_runtime::init_logging(cli.log_format);
     // Client configs forward unset variables as empty strings: those mean "not given".
     cli.registry = cli.registry.filter(|r| !r.trim().is_empty());
@@ -137,15 +153,15 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         signal_hook::flag::register_usize(sig, Arc::clone(&stopped), usize::try_from(sig).unwrap_or(1))
             .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
     }
-    let registrar = start_registering(&location, &env, &cli)?;
+    let registrar = start_registering(&location, &env, &cli, namespace)?;
     registrar.registration().wait_first_attempt(fleet_mcp::registration::FIRST_ATTEMPT_WAIT);
     let profile = std::env::var(vars::PROFILE)
         .ok()
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| cli.namespace.to_string());
+        .unwrap_or_else(|| namespace.to_string());
     let ctx = server::Context {
         location,
-        namespace: cli.namespace,
+        namespace,
         profile,
         profiles: profiles::Profiles::new(cli.profiles.clone().map(PathBuf::from)),
         env,

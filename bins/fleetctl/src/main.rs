@@ -87,10 +87,15 @@ enum Cmd {
     /// Print shell completions for fleetctl.
     Completions {
         /// The shell.
-        shell: clap_complete::Shell,
+        shell: fleet_runtime::cli::Shell,
     },
-    /// Print fleetctl's manual page (roff), e.g. `fleetctl man > fleetctl.1`.
-    Man,
+    /// Print fleetctl's manual page (roff), or with --dir write a page for fleetctl and
+    /// one for every subcommand into DIR, e.g. `fleetctl man --dir ~/.local/share/man/man1`.
+    Man {
+        /// Where to write every page (fleetctl.1, fleetctl-registry.1, …).
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Internal: hold a worker until `worker run` has registered it, then become it.
     #[command(name = "__gate", hide = true)]
     Gate {
@@ -142,22 +147,20 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Metrics => metrics_cmd::print(&location),
         Cmd::Serve(args) => metrics_cmd::serve(&location, args),
         Cmd::Completions { shell } => {
-            let mut text = Vec::new();
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "fleetctl",
-                &mut text,
-            );
-            fleet_runtime::out!("{}", String::from_utf8_lossy(&text))?;
+            let command = <Cli as clap::CommandFactory>::command();
+            fleet_runtime::out!("{}", fleet_runtime::cli::completions(command, shell))?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Man => {
-            let mut text = Vec::new();
-            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
-                .render(&mut text)
-                .map_err(|e| Failure::store(format!("cannot render the manual: {e}")))?;
-            fleet_runtime::out!("{}", String::from_utf8_lossy(&text))?;
+        Cmd::Man { dir } => {
+            let command = <Cli as clap::CommandFactory>::command();
+            match dir {
+                Some(dir) => {
+                    for page in fleet_runtime::cli::write_manuals(command, &dir)? {
+                        fleet_runtime::outln!("{}", page.display())?;
+                    }
+                }
+                None => fleet_runtime::out!("{}", fleet_runtime::cli::manual(command)?)?,
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -343,3 +343,36 @@ fn a_scheme_without_its_slashes_is_refused_and_creates_nothing() {
     assert_one_line_error(&out, 2, "unsupported scheme");
     assert!(!fleet.dir.path().join("postgres:").exists(), "nothing created");
 }
+
+/// Completions offer what a person types, never an internal command; `man --dir` writes
+/// a page for every page the manual names; fleet-launch and fleet-mcp have both too.
+#[test]
+fn completions_hide_internal_commands_and_every_named_manual_page_exists() {
+    let fleet = Fleet::new();
+    let bash = fleet.ctl(&["completions", "bash"]);
+    assert!(bash.status.success());
+    let script = String::from_utf8(bash.stdout).unwrap();
+    assert!(script.contains("retire") && !script.contains("__gate") && !script.contains("__keep"));
+
+    let dir = fleet.dir.path().join("man1");
+    std::fs::create_dir(&dir).unwrap();
+    let out = fleet.ctl(&["man", "--dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let top = std::fs::read_to_string(dir.join("fleetctl.1")).unwrap();
+    for sub in ["registry", "snapshot", "retire", "lease", "worker", "initialize", "connector", "serve"] {
+        assert!(dir.join(format!("fleetctl-{sub}.1")).exists(), "fleetctl-{sub}.1");
+        assert!(top.contains(&format!("fleetctl\\-{sub}")), "fleetctl.1 names fleetctl-{sub}(1)");
+    }
+    let apply = std::fs::read_to_string(dir.join("fleetctl-retire-apply.1")).unwrap();
+    assert!(apply.contains("require\\-registry\\-match"), "a subcommand's page has its options");
+    assert!(!dir.join("fleetctl-__gate.1").exists());
+
+    for (binary, args) in [("fleet-launch", vec!["completions", "bash"]), ("fleet-mcp", vec!["--completions", "bash"])] {
+        let out = std::process::Command::new(common::sibling_bin(binary)).args(&args).output().unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "{binary}");
+    }
+    for (binary, args) in [("fleet-launch", vec!["man"]), ("fleet-mcp", vec!["--man"])] {
+        let out = std::process::Command::new(common::sibling_bin(binary)).args(&args).output().unwrap();
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains(".TH"), "{binary}");
+    }
+}

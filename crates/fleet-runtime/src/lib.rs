@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cli;
 pub mod clock;
 mod env;
 mod exit;
