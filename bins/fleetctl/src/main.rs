@@ -21,7 +21,7 @@ use fleet_runtime::{Failure, RegistryLocation};
 
 /// mimalloc: a snapshot, plan or answer of a large fleet makes hundreds of thousands of
 /// small allocations, which it serves in about half the time of the system allocator
-/// (docs/PERFORMANCE.md, "Allocator").
+/// (docs/PERFORMANCE.md, "What makes it so").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,6 +1,6 @@
 //! Time to classify 1k, 10k and 100k rows (one core; the snapshot is single-threaded),
 //! unordered and in the order a store returns them, with the allocator `fleetctl` and
-//! `fleet-mcp` use (mimalloc; the system allocator's figures are in PERFORMANCE.md).
+//! `fleet-mcp` use (mimalloc; docs/PERFORMANCE.md says why).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
