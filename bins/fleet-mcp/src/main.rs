@@ -137,7 +137,10 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         return fleet_runtime::out!("{}", fleet_runtime::cli::completions(command, shell));
     }
     if cli.man {
-        return fleet_runtime::out!("{}", fleet_runtime::cli::manual(<Cli as clap::CommandFactory>::command())?);
+        return fleet_runtime::out!(
+            "{}",
+            fleet_runtime::cli::manual(<Cli as clap::CommandFactory>::command())?
+        );
     }
     let namespace = cli.namespace.ok_or_else(|| Failure::usage("--namespace is required"))?;
     fleet_runtime::init_logging(cli.log_format);
@@ -155,10 +158,8 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     }
     let registrar = start_registering(&location, &env, &cli, namespace)?;
     registrar.registration().wait_first_attempt(fleet_mcp::registration::FIRST_ATTEMPT_WAIT);
-    let profile = std::env::var(vars::PROFILE)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| namespace.to_string());
+    let profile =
+        std::env::var(vars::PROFILE).ok().filter(|p| !p.is_empty()).unwrap_or_else(|| namespace.to_string());
     let ctx = server::Context {
         location,
         namespace,

@@ -367,7 +367,9 @@ fn completions_hide_internal_commands_and_every_named_manual_page_exists() {
     assert!(apply.contains("require\\-registry\\-match"), "a subcommand's page has its options");
     assert!(!dir.join("fleetctl-__gate.1").exists());
 
-    for (binary, args) in [("fleet-launch", vec!["completions", "bash"]), ("fleet-mcp", vec!["--completions", "bash"])] {
+    for (binary, args) in
+        [("fleet-launch", vec!["completions", "bash"]), ("fleet-mcp", vec!["--completions", "bash"])]
+    {
         let out = std::process::Command::new(common::sibling_bin(binary)).args(&args).output().unwrap();
         assert!(out.status.success() && !out.stdout.is_empty(), "{binary}");
     }
