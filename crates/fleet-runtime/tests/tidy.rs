@@ -258,3 +258,65 @@ fn every_test_the_spec_coverage_cites_exists() {
         .collect();
     assert!(missing.is_empty(), "docs/SPEC-COVERAGE.md cites tests that do not exist: {missing:?}");
 }
+
+/// Every identifier in the workspace's Rust sources outside comments (types some
+/// macros define appear only as such).
+fn defined_items() -> std::collections::BTreeSet<String> {
+    let mut files = Vec::new();
+    for top in ["crates", "bins"] {
+        rust_files(&root().join(top), &mut files);
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            names.extend(
+                line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+    }
+    names
+}
+
+/// ARCHITECTURE.md's code map names paths (`crates/…`, `bins/…`, `scripts/…`, a file
+/// such as `keys.rs`) and types (`FleetReader`, `Registry<S>`): each must exist, so the
+/// map cannot drift from the code it maps.
+#[test]
+fn every_path_and_type_the_architecture_names_exists() {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let defined = defined_items();
+    let mut files = Vec::new();
+    for top in ["crates", "bins"] {
+        rust_files(&root().join(top), &mut files);
+    }
+    let file_names: std::collections::BTreeSet<String> =
+        files.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+    let mut missing = Vec::new();
+    for (i, span) in doc.split('`').enumerate() {
+        if i % 2 == 0 || span.contains(' ') {
+            continue;
+        }
+        if ["crates/", "bins/", "scripts/", "docs/", "fixtures/", "fuzz/"].iter().any(|p| span.starts_with(p))
+        {
+            if !root().join(span.trim_end_matches('/')).exists() {
+                missing.push(span.to_owned());
+            }
+        } else if span.ends_with(".rs") && !span.contains('/') {
+            if !file_names.contains(span) {
+                missing.push(span.to_owned());
+            }
+        } else if span.starts_with(|c: char| c.is_ascii_uppercase())
+            && span.chars().any(|c| c.is_ascii_lowercase())
+            && span.chars().all(|c| c.is_ascii_alphanumeric() || "<>:_,&' ".contains(c))
+        {
+            // A type, possibly with a path or generics: its last segment's name.
+            let name = span.split('<').next().unwrap_or(span).rsplit("::").next().unwrap_or(span);
+            if !defined.contains(name) {
+                missing.push(span.to_owned());
+            }
+        }
+    }
+    assert!(missing.is_empty(), "ARCHITECTURE.md names what does not exist: {missing:?}");
+}
