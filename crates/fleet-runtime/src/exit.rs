@@ -76,6 +76,22 @@ impl fmt::Display for Failure {
     }
 }
 
+/// An error and each cause under it that it does not already say, one after another:
+/// what STYLE.md asks an error at the edge to print.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         let code = match e.kind() {
@@ -83,7 +99,7 @@ impl From<StoreError> for Failure {
             StoreErrorKind::Conflict => 1,
             _ => 3,
         };
-        Self { code, message: e.to_string() }
+        Self { code, message: with_causes(&e) }
     }
 }
 
@@ -224,4 +240,20 @@ pub fn init_logging(format: LogFormat) {
             started
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_store_error_prints_every_cause_it_does_not_already_say() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied (os error 13)");
+        let e = fleet_registry::StoreError::with_source(
+            fleet_registry::StoreErrorKind::Unavailable,
+            "cannot open the registry",
+            io,
+        );
+        let failure = super::Failure::from(e);
+        assert_eq!(failure.to_string(), "cannot open the registry: permission denied (os error 13)");
+        assert_eq!(failure.code(), 3);
+    }
 }
