@@ -429,9 +429,20 @@ impl<S: Store> Registry<S> {
         }
         self.store.write(|tx| {
             let mut summary = ImportSummary::default();
+            // The ledger read once and compared in memory; the new entries written at once.
+            let held: std::collections::HashMap<ClientInstanceId, InstanceRecord> = if dump.instances.is_empty() {
+                std::collections::HashMap::new()
+            } else {
+                tx.instances()?.into_iter().map(|r| (r.client_instance_id.clone(), r)).collect()
+            };
+            let mut fresh: Vec<InstanceRecord> = Vec::new();
+            let mut fresh_at: std::collections::HashMap<&ClientInstanceId, usize> = std::collections::HashMap::new();
             for record in &dump.instances {
-                match tx.instance(&record.client_instance_id)? {
-                    Some(existing) if existing == *record => summary.instances_unchanged += 1,
+                let known = held.get(&record.client_instance_id).or_else(|| {
+                    fresh_at.get(&record.client_instance_id).map(|&i| &fresh[i])
+                });
+                match known {
+                    Some(existing) if existing == record => summary.instances_unchanged += 1,
                     Some(_) => {
                         return Err(StoreError::conflict(format!(
                             "instance {} is already recorded with other details",
@@ -439,15 +450,15 @@ impl<S: Store> Registry<S> {
                         )));
                     }
                     None => {
-                        tx.insert_instance(record)?;
-                        summary.instances += 1;
+                        fresh_at.insert(&record.client_instance_id, fresh.len());
+                        fresh.push(record.clone());
                     }
                 }
             }
-            for row in &dump.worker_registrations {
-                tx.insert_worker(row)?;
-                summary.workers += 1;
-            }
+            tx.insert_instances(&fresh)?;
+            summary.instances += fresh.len();
+            tx.insert_workers(&dump.worker_registrations)?;
+            summary.workers += dump.worker_registrations.len();
             for lease in &backup.leases {
                 match tx.lease(&lease.lease_key)? {
                     Some(held) if held == *lease => {}

@@ -61,6 +61,16 @@ pub trait Tx {
     fn append_audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError>;
     /// The audit log, optionally of one lease, in log order.
     fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Inserts many ledger entries at once, as an import does. Fails as
+    /// [`Tx::insert_instance`] does.
+    fn insert_instances(&mut self, records: &[InstanceRecord]) -> Result<(), StoreError> {
+        records.iter().try_for_each(|record| self.insert_instance(record))
+    }
+    /// Inserts many rows at once, as an import does; a backend may send them in fewer
+    /// round trips than one statement per row. Fails as [`Tx::insert_worker`] does.
+    fn insert_workers(&mut self, rows: &[WorkerRow]) -> Result<(), StoreError> {
+        rows.iter().try_for_each(|row| self.insert_worker(row))
+    }
     /// The audit entries after position `after` (an entry's `id`), in log order: what a
     /// reader that keeps counts reads on each visit. A backend answers it from its index.
     fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {

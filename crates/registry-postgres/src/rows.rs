@@ -50,6 +50,56 @@ pub(crate) fn insert_sql() -> &'static str {
     SQL.get_or_init(|| insert("worker_registrations", &WORKER_COLUMNS))
 }
 
+/// `INSERT … SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], …)`: every row of an import
+/// in one statement of one parameter per column, which PostgreSQL plans once.
+pub(crate) fn insert_unnest_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| {
+        let arrays: Vec<String> = WORKER_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                format!("${}::{}[]", i + 1, if WORKER_INTEGERS.contains(c) { "BIGINT" } else { "TEXT" })
+            })
+            .collect();
+        format!(
+            "INSERT INTO worker_registrations ({}) SELECT * FROM unnest({})",
+            joined(&WORKER_COLUMNS),
+            arrays.join(", ")
+        )
+    })
+}
+
+/// The worker rows as one array per column, for [`insert_unnest_sql`].
+pub(crate) fn worker_columns(rows: &[WorkerRow]) -> Vec<Box<dyn ToSql + Sync>> {
+    let objects: Vec<Map<String, Value>> = rows
+        .iter()
+        .map(|row| match serde_json::to_value(row) {
+            Ok(Value::Object(o)) => o,
+            _ => Map::new(),
+        })
+        .collect();
+    WORKER_COLUMNS
+        .iter()
+        .map(|c| -> Box<dyn ToSql + Sync> {
+            let cells = objects.iter().map(|o| o.get(*c).unwrap_or(&Value::Null));
+            if WORKER_INTEGERS.contains(c) {
+                Box::new(cells.map(Value::as_i64).collect::<Vec<Option<i64>>>())
+            } else {
+                Box::new(
+                    cells
+                        .map(|v| match v {
+                            Value::Null => None,
+                            Value::String(s) => Some(s.clone()),
+                            other => Some(other.to_string()),
+                        })
+                        .collect::<Vec<Option<String>>>(),
+                )
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn replace_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| replace("worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS))
