@@ -150,11 +150,16 @@ pub(crate) fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<Conne
         let id = ConnectorIdentity::new(tenant, agent, binding).map_err(Failure::usage)?;
         return Ok((key, LeaseKind::Connector, Some(id)));
     }
-    if text.strip_prefix("workflow:").is_some_and(|n| !n.is_empty()) {
-        return Ok((key, LeaseKind::Workflow, None));
-    }
-    if text.strip_prefix("init:").is_some_and(|n| !n.is_empty()) {
-        return Ok((key, LeaseKind::Initialization, None));
+    for (prefix, kind) in [("workflow:", LeaseKind::Workflow), ("init:", LeaseKind::Initialization)] {
+        match text.strip_prefix(prefix) {
+            Some("") => {
+                return Err(Failure::usage(format!(
+                    "lease key {text:?} names no {prefix} lease: {prefix}NAME"
+                )));
+            }
+            Some(_) => return Ok((key, kind, None)),
+            None => {}
+        }
     }
     Err(Failure::usage(format!("lease key {text:?} must start with workflow:, connector: or init:")))
 }

@@ -378,3 +378,14 @@ fn completions_hide_internal_commands_and_every_named_manual_page_exists() {
         assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains(".TH"), "{binary}");
     }
 }
+
+/// A lease key with a kind but no name says what is missing, not that the kind is wrong.
+#[test]
+fn a_lease_key_without_a_name_says_what_is_missing() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    for key in ["workflow:", "init:"] {
+        let out = fleet.ctl(&["lease", "show", "--key", key]);
+        assert_one_line_error(&out, 2, "names no");
+    }
+}
