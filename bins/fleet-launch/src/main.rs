@@ -143,6 +143,37 @@ enum Cmd {
     },
 }
 
+/// An example for every subcommand's help (and so its manual page), by command path.
+const EXAMPLES: &[(&str, &str)] = &[
+    (
+        "mint",
+        "fleet-launch mint --client codex
+fleet-launch mint --client claude_code --json",
+    ),
+    ("config", "fleet-launch config --client gemini > .gemini/settings.json"),
+    (
+        "install",
+        "fleet-launch install --client codex --allow-read-only
+fleet-launch install --client claude_code --scope user --json",
+    ),
+    ("uninstall", "fleet-launch uninstall --client codex"),
+    (
+        "run",
+        "fleet-launch run --client codex -- codex
+fleet-launch run --client claude_code -- claude -p \"check the fleet\"",
+    ),
+    (
+        "completions",
+        "fleet-launch completions bash > ~/.local/share/bash-completion/completions/fleet-launch",
+    ),
+    ("man", "fleet-launch man --dir ~/.local/share/man/man1"),
+];
+
+/// fleet-launch's command with an example in every subcommand's help.
+fn command_with_examples(cmd: clap::Command) -> clap::Command {
+    fleet_runtime::cli::with_examples(cmd, EXAMPLES)
+}
+
 fn parse_client(s: &str) -> Result<ClientType, String> {
     ClientType::new(s).map_err(|e| e.to_string())
 }
@@ -154,7 +185,7 @@ fn parse_session(s: &str) -> Result<SessionId, String> {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args::<Cli>()
+    match fleet_runtime::parse_args_with::<Cli>(command_with_examples)
         .and_then(run)
         .and_then(|done| fleet_runtime::flush_stdout().map(|()| done))
     {
@@ -360,11 +391,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Cmd::Completions { shell } => {
-            out!("{}", fleet_runtime::cli::completions(<Cli as clap::CommandFactory>::command(), shell))?;
+            let command = command_with_examples(<Cli as clap::CommandFactory>::command());
+            out!("{}", fleet_runtime::cli::completions(command, shell))?;
             Ok(())
         }
         Cmd::Man { dir } => {
-            let command = <Cli as clap::CommandFactory>::command();
+            let command = command_with_examples(<Cli as clap::CommandFactory>::command());
             match dir {
                 Some(dir) => {
                     for page in fleet_runtime::cli::write_manuals(command, &dir)? {
@@ -389,6 +421,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
             // exec only returns on failure.
             let err = command.exec();
             Err(Failure::usage(format!("cannot run {}: {err}", program.to_string_lossy())))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn every_subcommand_has_an_example() {
+        for path in fleet_runtime::cli::leaf_paths(&super::Cli::command()) {
+            assert!(super::EXAMPLES.iter().any(|(p, _)| *p == path), "no example for `fleet-launch {path}`");
         }
     }
 }

@@ -4,6 +4,7 @@
 mod child;
 mod connector_cmd;
 mod demo;
+mod examples;
 mod http;
 mod init_cmd;
 mod lease_cmd;
@@ -111,13 +112,18 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args::<Cli>()
+    match fleet_runtime::parse_args_with::<Cli>(command_with_examples)
         .and_then(run)
         .and_then(|done| fleet_runtime::flush_stdout().map(|()| done))
     {
         Ok(code) => code,
         Err(failure) => failure.report("fleetctl"),
     }
+}
+
+/// fleetctl's command with an example in every subcommand's help.
+fn command_with_examples(cmd: clap::Command) -> clap::Command {
+    fleet_runtime::cli::with_examples(cmd, examples::EXAMPLES)
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -147,12 +153,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Metrics => metrics_cmd::print(&location),
         Cmd::Serve(args) => metrics_cmd::serve(&location, args),
         Cmd::Completions { shell } => {
-            let command = <Cli as clap::CommandFactory>::command();
+            let command = command_with_examples(<Cli as clap::CommandFactory>::command());
             fleet_runtime::out!("{}", fleet_runtime::cli::completions(command, shell))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Man { dir } => {
-            let command = <Cli as clap::CommandFactory>::command();
+            let command = command_with_examples(<Cli as clap::CommandFactory>::command());
             match dir {
                 Some(dir) => {
                     for page in fleet_runtime::cli::write_manuals(command, &dir)? {

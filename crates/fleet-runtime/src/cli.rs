@@ -83,3 +83,49 @@ pub fn write_manuals(cmd: clap::Command, dir: &Path) -> Result<Vec<std::path::Pa
     pages(public(cmd), dir, &mut written)?;
     Ok(written)
 }
+
+/// `cmd` with "Examples:" in the help of each subcommand `examples` names by its path
+/// (`"registry init"`), after whatever help it already ends with.
+pub fn with_examples(cmd: clap::Command, examples: &[(&str, &str)]) -> clap::Command {
+    fn decorate(cmd: clap::Command, path: &str, examples: &[(&str, &str)]) -> clap::Command {
+        let cmd = cmd.mut_subcommands(|sub| {
+            let name = sub.get_name().to_owned();
+            let sub_path = if path.is_empty() { name } else { format!("{path} {name}") };
+            decorate(sub, &sub_path, examples)
+        });
+        match examples.iter().find(|(p, _)| *p == path) {
+            Some((_, lines)) => {
+                let shown: Vec<String> = lines.lines().map(|l| format!("  {l}")).collect();
+                let text = format!("Examples:\n{}", shown.join("\n"));
+                let after = match cmd.get_after_help() {
+                    Some(existing) => format!("{text}\n\n{existing}"),
+                    None => text,
+                };
+                cmd.after_help(after)
+            }
+            None => cmd,
+        }
+    }
+    decorate(cmd, "", examples)
+}
+
+/// The paths of `cmd`'s public subcommands that have no subcommands of their own.
+pub fn leaf_paths(cmd: &clap::Command) -> Vec<String> {
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+            let sub_path = if path.is_empty() {
+                sub.get_name().to_owned()
+            } else {
+                format!("{path} {}", sub.get_name())
+            };
+            if sub.get_subcommands().any(|s| s.get_name() != "help") {
+                walk(sub, &sub_path, out);
+            } else {
+                out.push(sub_path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(cmd, "", &mut out);
+    out
+}

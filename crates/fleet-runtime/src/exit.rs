@@ -119,7 +119,18 @@ impl From<crate::LocationError> for Failure {
 /// clap's whole message (what was wrong, the valid values, a "did you mean" hint and the
 /// usage line) on stderr and exits 2.
 pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
-    T::try_parse().map_err(|e| {
+    parse_args_with::<T>(|cmd| cmd)
+}
+
+/// [`parse_args`] with the command `decorate` makes of the derived one (examples added
+/// to every subcommand's help, say).
+pub fn parse_args_with<T: clap::Parser>(
+    decorate: impl FnOnce(clap::Command) -> clap::Command,
+) -> Result<T, Failure> {
+    let parsed = decorate(<T as clap::CommandFactory>::command())
+        .try_get_matches()
+        .and_then(|mut matches| <T as clap::FromArgMatches>::from_arg_matches_mut(&mut matches));
+    parsed.map_err(|e| {
         use clap::error::ErrorKind;
         match e.kind() {
             ErrorKind::DisplayHelp

@@ -20,7 +20,7 @@ mod worker_json;
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use exit::{
     EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, init_logging, namespace_parser, parse_args,
-    print_json, warn, write_stdout,
+    parse_args_with, print_json, warn, write_stdout,
 };
 pub use fleet::{
     FleetReader, JsonSnapshot, apply_retirement, plan_retirement, post_apply_summary, probe_local,
