@@ -29,23 +29,47 @@ pub struct HeartbeatComparison {
 
 /// The live workers of one snapshot with their heartbeats: all a comparison needs, from a
 /// snapshot in memory ([`LiveHeartbeats::of`]) or from its JSON
-/// ([`LiveHeartbeats::from_json`]), as `fleetctl snapshot --json` prints it.
+/// ([`LiveHeartbeats::from_json`]), as `fleetctl snapshot --json` prints it. Kept compact
+/// (the identities side by side in one string, in identity order): a server keeps one
+/// for each of its recent answers, and builds one on every snapshot call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveHeartbeats {
     at: Timestamp,
-    beats: std::collections::BTreeMap<WorkerIdentity, Option<Timestamp>>,
+    /// Every live worker's identity, one after another.
+    names: String,
+    /// Each worker's identity (its span of `names`) and heartbeat, in identity order.
+    entries: Vec<(u32, u32, Option<Timestamp>)>,
 }
 
 impl LiveHeartbeats {
-    /// The live workers of `snapshot`.
+    fn from_sorted<'n>(at: Timestamp, live: impl Iterator<Item = (&'n str, Option<Timestamp>)>) -> Self {
+        let mut names = String::new();
+        let mut entries = Vec::new();
+        for (name, beat) in live {
+            let start = u32::try_from(names.len()).unwrap_or(u32::MAX);
+            names.push_str(name);
+            entries.push((start, u32::try_from(names.len()).unwrap_or(u32::MAX), beat));
+        }
+        Self { at, names, entries }
+    }
+
+    fn name(&self, entry: &(u32, u32, Option<Timestamp>)) -> &str {
+        self.names.get(entry.0 as usize..entry.1 as usize).unwrap_or_default()
+    }
+
+    /// The live workers of `snapshot` (its workers are in identity order).
     pub fn of(snapshot: &FleetSnapshot<'_>) -> Self {
-        let beats = snapshot
+        let live = snapshot
             .workers
             .iter()
             .filter(|w| w.state == WorkerState::Live)
-            .map(|w| (w.worker_identity().clone(), w.row.heartbeat()))
-            .collect();
-        Self { at: snapshot.snapshot_at, beats }
+            .map(|w| (w.worker_identity().as_str(), w.row.heartbeat()));
+        if snapshot.workers.windows(2).all(|p| p[0].worker_identity() <= p[1].worker_identity()) {
+            return Self::from_sorted(snapshot.snapshot_at, live);
+        }
+        let mut sorted: Vec<_> = live.collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        Self::from_sorted(snapshot.snapshot_at, sorted.into_iter())
     }
 
     /// The live workers of a snapshot's whole JSON (`snapshot_at`, and `workers` with
@@ -57,14 +81,14 @@ impl LiveHeartbeats {
             .and_then(|t| Timestamp::parse(t).ok())
             .ok_or("snapshot_at is missing or not a timestamp")?;
         let workers = value["workers"].as_array().ok_or("workers is missing: a whole snapshot is needed")?;
-        let mut beats = std::collections::BTreeMap::new();
+        let mut live = Vec::new();
         for (i, worker) in workers.iter().enumerate() {
             if worker["state"] != "live" {
                 continue;
             }
             let id = worker["worker_identity"]
                 .as_str()
-                .and_then(|id| WorkerIdentity::new(id).ok())
+                .filter(|id| WorkerIdentity::new(*id).is_ok())
                 .ok_or_else(|| format!("workers[{i}].worker_identity is missing or malformed"))?;
             let beat = match &worker["last_heartbeat_at"] {
                 serde_json::Value::Null => None,
@@ -73,9 +97,11 @@ impl LiveHeartbeats {
                 }
                 _ => return Err(format!("workers[{i}].last_heartbeat_at is not a timestamp")),
             };
-            beats.insert(id, beat);
+            live.push((id, beat));
         }
-        Ok(Self { at, beats })
+        live.sort_by(|a, b| a.0.cmp(b.0));
+        live.dedup_by(|a, b| a.0 == b.0);
+        Ok(Self::from_sorted(at, live.into_iter()))
     }
 
     /// When the snapshot was taken.
@@ -92,9 +118,9 @@ pub fn compare_snapshot_heartbeats(
     compare_heartbeats(&LiveHeartbeats::of(earlier), &LiveHeartbeats::of(later))
 }
 
-/// Compares the heartbeats of two snapshots however they were kept.
+/// Compares the heartbeats of two snapshots however they were kept: one walk over both
+/// lists in identity order.
 pub fn compare_heartbeats(earlier: &LiveHeartbeats, later: &LiveHeartbeats) -> HeartbeatComparison {
-    let (before, after) = (&earlier.beats, &later.beats);
     let mut out = HeartbeatComparison {
         earlier_at: earlier.at,
         later_at: later.at,
@@ -105,15 +131,41 @@ pub fn compare_heartbeats(earlier: &LiveHeartbeats, later: &LiveHeartbeats) -> H
         appeared: Vec::new(),
         continuous: false,
     };
-    for (id, beat) in before {
-        match after.get(id) {
-            None => out.lost.push(id.clone()),
-            Some(next) if next > beat => out.advanced.push(id.clone()),
-            Some(next) if next == beat => out.unchanged.push(id.clone()),
-            Some(_) => out.regressed.push(id.clone()),
+    let id = |name: &str| WorkerIdentity::new(name).ok();
+    let (mut before, mut after) = (earlier.entries.iter().peekable(), later.entries.iter().peekable());
+    loop {
+        match (before.peek(), after.peek()) {
+            (None, None) => break,
+            (Some(b), None) => {
+                out.lost.extend(id(earlier.name(b)));
+                before.next();
+            }
+            (None, Some(a)) => {
+                out.appeared.extend(id(later.name(a)));
+                after.next();
+            }
+            (Some(b), Some(a)) => match earlier.name(b).cmp(later.name(a)) {
+                std::cmp::Ordering::Less => {
+                    out.lost.extend(id(earlier.name(b)));
+                    before.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    out.appeared.extend(id(later.name(a)));
+                    after.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    let group = match a.2.cmp(&b.2) {
+                        std::cmp::Ordering::Greater => &mut out.advanced,
+                        std::cmp::Ordering::Equal => &mut out.unchanged,
+                        std::cmp::Ordering::Less => &mut out.regressed,
+                    };
+                    group.extend(id(earlier.name(b)));
+                    before.next();
+                    after.next();
+                }
+            },
         }
     }
-    out.appeared = after.keys().filter(|id| !before.contains_key(*id)).cloned().collect();
     out.continuous = out.unchanged.is_empty() && out.regressed.is_empty() && out.lost.is_empty();
     out
 }
