@@ -51,12 +51,13 @@ pub mod vars {
 
 /// An agent client whose config file starts the five servers and carries the launch's
 /// variables to them, each by its own documented rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum AgentClient {
     /// OpenAI Codex (`config.toml`).
     Codex,
     /// Claude Code (`.mcp.json`, or `~/.claude.json` for the user scope).
-    #[value(name = "claude_code", alias = "claude")]
+    #[cfg_attr(feature = "cli", value(name = "claude_code", alias = "claude"))]
     ClaudeCode,
     /// Cursor (`.cursor/mcp.json`).
     Cursor,

@@ -118,12 +118,14 @@ impl From<crate::LocationError> for Failure {
 /// Parses the command line. Help and version print as usual; a usage error prints
 /// clap's whole message (what was wrong, the valid values, a "did you mean" hint and the
 /// usage line) on stderr and exits 2.
+#[cfg(feature = "cli")]
 pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
     parse_args_with::<T>(|cmd| cmd)
 }
 
 /// [`parse_args`] with the command `decorate` makes of the derived one (examples added
 /// to every subcommand's help, say).
+#[cfg(feature = "cli")]
 pub fn parse_args_with<T: clap::Parser>(
     decorate: impl FnOnce(clap::Command) -> clap::Command,
 ) -> Result<T, Failure> {
@@ -218,6 +220,7 @@ pub const EXIT_CODES_HELP: &str = "Exit codes:
 
 /// The `--namespace` parser: clap lists the five values in help and errors and suggests
 /// the nearest one for a typo.
+#[cfg(feature = "cli")]
 pub fn namespace_parser() -> impl clap::builder::TypedValueParser<Value = fleet_identity::Namespace> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(fleet_identity::Namespace::ALL.map(|ns| ns.as_str()))
@@ -225,7 +228,8 @@ pub fn namespace_parser() -> impl clap::builder::TypedValueParser<Value = fleet_
 }
 
 /// How log events are written to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum LogFormat {
     /// One readable line per event.
     #[default]
@@ -237,6 +241,7 @@ pub enum LogFormat {
 /// Starts structured logging on stderr. `RUST_LOG` chooses what is logged (default
 /// `warn`; `RUST_LOG=info` shows every mutation and every refusal, each one event with
 /// its reason code). A logger that cannot start is not worth failing a command for.
+#[cfg(feature = "cli")]
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));

@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
 mod env;
@@ -18,10 +19,9 @@ mod worker;
 mod worker_json;
 
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
-pub use exit::{
-    EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, init_logging, namespace_parser, parse_args,
-    parse_args_with, print_json, warn, write_stdout,
-};
+pub use exit::{EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, print_json, warn, write_stdout};
+#[cfg(feature = "cli")]
+pub use exit::{init_logging, namespace_parser, parse_args, parse_args_with};
 pub use fleet::{
     FleetReader, JsonSnapshot, apply_retirement, plan_retirement, post_apply_summary, probe_local,
     retirement_audit, retirement_context, take_snapshot,

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use fleet_identity::Timestamp;
 use fleet_registry::OpenMode;
 use fleet_registry::{Registry, Store, StoreError, Tx, WorkerCredential};
+#[cfg(feature = "postgres")]
 use registry_postgres::PostgresStore;
 use registry_sqlite::SqliteStore;
 
@@ -136,7 +137,8 @@ impl fmt::Display for RegistryLocation {
 pub enum AnyStore {
     /// The embedded SQLite store.
     Sqlite(SqliteStore),
-    /// A PostgreSQL database, for fleets that span hosts.
+    /// A PostgreSQL database, for fleets that span hosts (the `postgres` feature).
+    #[cfg(feature = "postgres")]
     Postgres(PostgresStore),
 }
 
@@ -153,7 +155,14 @@ pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Regi
     let store = match location {
         RegistryLocation::Sqlite(path) => AnyStore::Sqlite(SqliteStore::open(path, mode)?),
         // A reachable server is a usable registry: connecting migrates the schema.
+        #[cfg(feature = "postgres")]
         RegistryLocation::Postgres(url) => AnyStore::Postgres(PostgresStore::connect(url)?),
+        #[cfg(not(feature = "postgres"))]
+        RegistryLocation::Postgres(_) => {
+            return Err(StoreError::invalid(
+                "this build has no PostgreSQL backend (fleet-runtime's `postgres` feature is off)",
+            ));
+        }
     };
     Ok(Registry::new(store))
 }
@@ -166,6 +175,7 @@ impl Store for AnyStore {
     {
         match self {
             AnyStore::Sqlite(s) => s.write(f),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.write(f),
         }
     }
@@ -177,6 +187,7 @@ impl Store for AnyStore {
     {
         match self {
             AnyStore::Sqlite(s) => s.write_durable(f),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.write_durable(f),
         }
     }
@@ -188,6 +199,7 @@ impl Store for AnyStore {
     {
         match self {
             AnyStore::Sqlite(s) => s.read(f),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.read(f),
         }
     }
@@ -195,6 +207,7 @@ impl Store for AnyStore {
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.change_marker(),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.change_marker(),
         }
     }
@@ -207,6 +220,7 @@ impl Store for AnyStore {
     ) -> Result<bool, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.touch_heartbeat(who, now, claim),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.touch_heartbeat(who, now, claim),
         }
     }

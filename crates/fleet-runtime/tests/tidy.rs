@@ -320,3 +320,37 @@ fn every_path_and_type_the_architecture_names_exists() {
     }
     assert!(missing.is_empty(), "ARCHITECTURE.md names what does not exist: {missing:?}");
 }
+
+/// A library user who turns fleet-runtime's features off links neither the PostgreSQL
+/// client (with its TLS stack) nor the command-line pieces.
+#[test]
+fn without_its_features_the_runtime_links_no_postgres_and_no_cli_crates() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let tree = |features: &[&str]| {
+        let out = std::process::Command::new(&cargo)
+            .args(["tree", "-p", "fleet-runtime", "-e", "normal", "--prefix", "none"])
+            .args(features)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let bare = tree(&["--no-default-features"]);
+    for heavy in [
+        "registry-postgres",
+        "postgres ",
+        "rustls",
+        "clap ",
+        "clap_complete",
+        "clap_mangen",
+        "tracing-subscriber",
+    ] {
+        assert!(!bare.lines().any(|l| l.starts_with(heavy)), "{heavy} without features");
+    }
+    let full = tree(&[]);
+    assert!(
+        full.lines().any(|l| l.starts_with("registry-postgres"))
+            && full.lines().any(|l| l.starts_with("clap "))
+    );
+}
