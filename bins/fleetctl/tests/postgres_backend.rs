@@ -477,3 +477,101 @@ fn a_connection_terminated_mid_transaction_writes_nothing() {
     let out = ctl(&["lease", "audit", "--json"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]", "nor audited");
 }
+
+/// The skewed-clock attack on PostgreSQL: a worker whose clock is an hour off (faketime)
+/// among healthy workers with a 2 s TTL. It judges expiry against the server's clock,
+/// disagrees with it, and sweeps nothing: no healthy worker is ever marked stale, and
+/// the snapshot reports the skewed worker alone.
+#[test]
+fn a_skewed_worker_marks_no_healthy_worker_stale_on_postgres() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let faketime = std::path::PathBuf::from("/usr/bin/faketime");
+    if !faketime.exists() {
+        eprintln!(
+            "faketime is not installed (apt-get install faketime): no process can be given a skewed clock here"
+        );
+        return;
+    }
+    for offset in ["+1h", "-1h"] {
+        let schema = Schema::new(&base);
+        let url = schema.url();
+        let fleet = Fleet::new();
+        let minted = std::process::Command::new(common::sibling_bin("fleet-launch"))
+            .args(["mint", "--client", "codex"])
+            .env("FLEET_REGISTRY", &url)
+            .output()
+            .unwrap();
+        let id = String::from_utf8(minted.stdout).unwrap().trim().to_owned();
+        let worker = |namespace: &str, skew: Option<&str>| {
+            let mut cmd = match skew {
+                Some(skew) => {
+                    let mut cmd = std::process::Command::new(&faketime);
+                    cmd.args(["-f", skew])
+                        .arg(common::fleetctl_bin())
+                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                    cmd
+                }
+                None => std::process::Command::new(common::fleetctl_bin()),
+            };
+            cmd.args(["worker", "run", "--namespace", namespace, "--ttl", "2", "--", "sleep", "60"])
+                .env("FLEET_REGISTRY", &url)
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .current_dir(fleet.dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            cmd.spawn().unwrap()
+        };
+        let rows = || -> Vec<serde_json::Value> {
+            let out = fleet
+                .fleetctl()
+                .env("FLEET_REGISTRY", &url)
+                .args(["worker", "list", "--json"])
+                .output()
+                .unwrap();
+            serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).unwrap_or_default()
+        };
+        let mut children: Vec<_> =
+            ["author", "reviewer", "merger", "controller"].iter().map(|ns| worker(ns, None)).collect();
+        wait_for(std::time::Duration::from_secs(30), || (rows().len() == 4).then_some(()));
+        let honest: Vec<String> =
+            rows().iter().map(|r| r["worker_identity"].as_str().unwrap().to_owned()).collect();
+        children.push(worker("reconciler", Some(offset)));
+        wait_for(std::time::Duration::from_secs(30), || (rows().len() == 5).then_some(()));
+        // Four TTLs: every worker sweeps on each of its ticks.
+        let watch = std::time::Instant::now();
+        while watch.elapsed() < std::time::Duration::from_secs(8) {
+            for row in rows() {
+                if honest.iter().any(|h| row["worker_identity"] == h.as_str()) {
+                    assert_ne!(
+                        row["ownership_state"], "stale",
+                        "{offset}: healthy worker marked stale: {row}"
+                    );
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let out = fleet.fleetctl().env("FLEET_REGISTRY", &url).args(["snapshot", "--json"]).output().unwrap();
+        let snapshot: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let stale: Vec<&str> = snapshot["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["code"] == "stale_worker")
+            .flat_map(|f| f["worker_identities"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()))
+            .collect();
+        let skewed = rows().into_iter().find(|r| r["namespace"] == "reconciler").unwrap();
+        assert_eq!(
+            stale,
+            [skewed["worker_identity"].as_str().unwrap()],
+            "{offset}: only the skewed worker is reported"
+        );
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
