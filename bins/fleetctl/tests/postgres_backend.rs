@@ -488,7 +488,7 @@ fn a_skewed_worker_marks_no_healthy_worker_stale_on_postgres() {
         eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
         return;
     };
-    let faketime = std::path::PathBuf::from("/usr/bin/faketime");
+    let faketime = PathBuf::from("/usr/bin/faketime");
     if !faketime.exists() {
         eprintln!(
             "faketime is not installed (apt-get install faketime): no process can be given a skewed clock here"
