@@ -260,22 +260,9 @@ pub(crate) struct SnapshotParams {
     cursor: Option<String>,
 }
 
-/// A plan with the audit context it was asked for.
-#[derive(serde::Serialize)]
-struct PlanWithAudit<'a> {
-    #[serde(flatten)]
-    plan: &'a fleet_retirement::Plan,
-    #[serde(skip_serializing_if = "fleet_registry::RetirementAudit::is_empty")]
-    audit_context: &'a fleet_registry::RetirementAudit,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PlanParams {
-    /// Expected repository binding; defaults to this server's working directory.
-    #[serde(default)]
-    #[schemars(with = "String")]
-    canonical_repository: Option<String>,
+/// Seed 004's audit context of a plan or an apply.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub(crate) struct AuditArgs {
     /// The remote the retirement concerns (seed 004's audit context; one of
     /// FLEET_REMOTES when the operator lists them).
     #[serde(default)]
@@ -293,6 +280,34 @@ pub(crate) struct PlanParams {
     #[serde(default)]
     #[schemars(with = "String")]
     repo: Option<String>,
+}
+
+impl AuditArgs {
+    /// The audit context, checked; a bad value is `invalid_arguments` naming its field.
+    fn checked(self) -> Result<fleet_registry::RetirementAudit, CallToolResult> {
+        fleet_runtime::retirement_audit(self.remote, self.host, self.org, self.repo)
+            .map_err(|(field, message)| invalid(field, message))
+    }
+}
+
+/// A plan with the audit context it was asked for.
+#[derive(serde::Serialize)]
+struct PlanWithAudit<'a> {
+    #[serde(flatten)]
+    plan: &'a fleet_retirement::Plan,
+    #[serde(skip_serializing_if = "fleet_registry::RetirementAudit::is_empty")]
+    audit_context: &'a fleet_registry::RetirementAudit,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(crate) struct PlanParams {
+    /// Expected repository binding; defaults to this server's working directory.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    canonical_repository: Option<String>,
+    /// Seed 004's audit context.
+    #[serde(flatten)]
+    audit: AuditArgs,
     /// "summary" (default): every candidate, and the preserved rows counted by reason.
     /// "full": every preserved row with its evidence too.
     #[serde(default)]
@@ -308,7 +323,6 @@ pub(crate) struct PlanParams {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct ApplyParams {
     /// The exact registry_fingerprint the plan returned.
     registry_fingerprint: String,
@@ -325,23 +339,9 @@ pub(crate) struct ApplyParams {
     /// outside the candidates (default false: only the candidates must be unchanged).
     #[serde(default)]
     require_registry_match: bool,
-    /// The remote the retirement concerns (seed 004's audit context; one of
-    /// FLEET_REMOTES when the operator lists them).
-    #[serde(default)]
-    #[schemars(with = "String")]
-    remote: Option<String>,
-    /// Host override for the audit context.
-    #[serde(default)]
-    #[schemars(with = "String")]
-    host: Option<String>,
-    /// Organisation override for the audit context.
-    #[serde(default)]
-    #[schemars(with = "String")]
-    org: Option<String>,
-    /// Repository override for the audit context.
-    #[serde(default)]
-    #[schemars(with = "String")]
-    repo: Option<String>,
+    /// Seed 004's audit context.
+    #[serde(flatten)]
+    audit: AuditArgs,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -507,6 +507,18 @@ impl FleetServer {
         Ok(read(&mut fleet.json_snapshot(manifest, policy, now())?))
     }
 
+    /// Refuses an argument the tool's input schema does not name: passed, it would be
+    /// ignored, and a caller would believe it had been applied.
+    fn unknown_argument(&self, tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
+        let known = self.tool_router.get(tool).and_then(|t| t.input_schema.get("properties").cloned());
+        let known = known.as_ref().and_then(Value::as_object);
+        match arguments.into_iter().flat_map(|a| a.keys()).find(|k| known.is_none_or(|p| !p.contains_key(*k)))
+        {
+            Some(unknown) => Err(invalid(unknown, format!("{tool} takes no argument {unknown:?}"))),
+            None => Ok(()),
+        }
+    }
+
     /// One event per refused call: the tool, this server's namespace and worker, the
     /// code, and the detail's fields (each a field of the event, so a JSON log line
     /// carries them as values, not as one string).
@@ -589,8 +601,7 @@ impl FleetServer {
         // Permission at entry, then role as defence in depth.
         self.authorize(RETIRE, Reach::Fleet)?;
         let ids = parse_identities(&p.worker_identities).map_err(|e| invalid("worker_identities", e))?;
-        let audit = fleet_runtime::retirement_audit(p.remote, p.host, p.org, p.repo)
-            .map_err(|(field, message)| invalid(field, message))?;
+        let audit = p.audit.checked()?;
         for (field, value) in [
             ("registry_fingerprint", &p.registry_fingerprint),
             ("candidate_fingerprint", &p.candidate_fingerprint),
@@ -845,8 +856,7 @@ impl FleetServer {
                 .map_err(|e| invalid("canonical_repository", e))?;
             let page = PlanPage::new(p.detail, p.limit, p.cursor.as_deref())
                 .map_err(|(field, message)| invalid(field, message))?;
-            let audit = fleet_runtime::retirement_audit(p.remote, p.host, p.org, p.repo)
-                .map_err(|(field, message)| invalid(field, message))?;
+            let audit = p.audit.checked()?;
             let plan =
                 plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
             match page {
@@ -966,7 +976,9 @@ impl ServerHandler for FleetServer {
     ) -> Result<CallToolResponse, ErrorData> {
         if self.tool_router.has_route(&request.name)
             && !self.tool_router.is_disabled(&request.name)
-            && let Err(refusal) = check_arguments(&request.name, request.arguments.as_ref())
+            && let Err(refusal) = self
+                .unknown_argument(&request.name, request.arguments.as_ref())
+                .and_then(|()| check_arguments(&request.name, request.arguments.as_ref()))
         {
             self.log_refusal(&request.name, &refusal);
             return Ok(refusal.into());
@@ -1139,10 +1151,7 @@ mod tests {
             worker_identities: json!(["wkr-x"]),
             canonical_repository: None,
             require_registry_match: false,
-            remote: None,
-            host: None,
-            org: None,
-            repo: None,
+            audit: AuditArgs::default(),
         };
         let refusal = server.apply_body(params).unwrap_err();
         let body = refusal.structured_content.unwrap();

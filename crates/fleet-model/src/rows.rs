@@ -442,8 +442,9 @@ impl RegistryDump {
     }
 }
 
-/// Deserialises an array of rows, naming the index of the first bad row.
-fn numbered<T: serde::de::DeserializeOwned>(
+/// Deserialises an array of rows of `table`, naming the index of the first bad row (a
+/// dump's reader, and a backup's for its other tables).
+pub fn numbered<T: serde::de::DeserializeOwned>(
     value: serde_json::Value,
     table: &str,
 ) -> Result<Vec<T>, DumpError> {

@@ -3,7 +3,7 @@
 //! leases) and the lease audit log. A restore from it loses nothing the registry knew.
 
 use fleet_lease::LeaseRecord;
-use fleet_model::{DumpError, RegistryDump};
+use fleet_model::{DumpError, RegistryDump, numbered};
 use serde::Serialize;
 
 use crate::leases::AuditEntry;
@@ -43,21 +43,4 @@ impl RegistryBackup {
         // Serialising plain data to a string cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
-}
-
-/// Deserialises an array of rows, naming the index of the first bad one.
-fn numbered<T: serde::de::DeserializeOwned>(
-    value: serde_json::Value,
-    table: &str,
-) -> Result<Vec<T>, DumpError> {
-    let serde_json::Value::Array(items) = value else {
-        return Err(DumpError::new(format!("{table} is not an array")));
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            serde_json::from_value(item).map_err(|e| DumpError::new(format!("{table}[{i}]: {e}")))
-        })
-        .collect()
 }
