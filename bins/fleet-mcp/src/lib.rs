@@ -3,6 +3,7 @@
 //! fuzz targets) can link.
 #![warn(missing_docs)]
 
+pub mod codes;
 mod pages;
 pub mod profiles;
 pub mod registration;

@@ -29,6 +29,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::codes::Refusal;
 use crate::pages::{Detail, PlanPage, SnapshotPage};
 use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
@@ -77,7 +78,7 @@ pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(),
             } else {
                 field
             };
-            refusal("invalid_arguments", json!({ "field": field, "message": message }))
+            refusal(Refusal::InvalidArguments.as_str(), json!({ "field": field, "message": message }))
         })
     }
     let empty = JsonObject::new();
@@ -128,7 +129,7 @@ fn ok(value: Value) -> CallToolResult {
 const FULL_TEXT_LIMIT: usize = 50_000;
 
 fn internal(e: serde_json::Error) -> CallToolResult {
-    refuse("internal_error", e)
+    refuse(Refusal::InternalError.as_str(), e)
 }
 
 /// The text block of a snapshot too large to repeat: the verdict, the counts and the
@@ -201,7 +202,7 @@ fn refusal(reason: &str, detail: Value) -> CallToolResult {
 
 /// An argument the tool cannot use: `invalid_arguments`, naming the argument at fault.
 fn invalid(field: &str, message: impl std::fmt::Display) -> CallToolResult {
-    refusal("invalid_arguments", json!({ "field": field, "message": message.to_string() }))
+    refusal(Refusal::InvalidArguments.as_str(), json!({ "field": field, "message": message.to_string() }))
 }
 
 /// A failure whose detail is one sentence.
@@ -461,7 +462,7 @@ impl FleetServer {
         digest: impl FnOnce() -> Result<String, serde_json::Error>,
     ) -> Result<CallToolResult, CallToolResult> {
         let text = if full.len() <= FULL_TEXT_LIMIT {
-            String::from_utf8(full.clone()).map_err(|e| refuse("internal_error", e))?
+            String::from_utf8(full.clone()).map_err(|e| refuse(Refusal::InternalError.as_str(), e))?
         } else {
             digest().map_err(internal)?
         };
@@ -567,11 +568,14 @@ impl FleetServer {
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
     fn authorize(&self, operation: &str, reach: Reach) -> Result<(), CallToolResult> {
-        let profile =
-            self.ctx.profiles.resolve(&self.ctx.profile).map_err(|e| refuse("profile_unresolvable", e))?;
+        let profile = self
+            .ctx
+            .profiles
+            .resolve(&self.ctx.profile)
+            .map_err(|e| refuse(Refusal::ProfileUnresolvable.as_str(), e))?;
         if !profile.fits(self.ctx.namespace) {
             return Err(refuse(
-                "role_mismatch",
+                Refusal::RoleMismatch.as_str(),
                 format!(
                     "profile {:?} is for the {} role, but this server is the {} namespace",
                     self.ctx.profile, profile.role, self.ctx.namespace
@@ -580,13 +584,13 @@ impl FleetServer {
         }
         if !profile.allows(operation) {
             return Err(refuse(
-                "permission_denied",
+                Refusal::PermissionDenied.as_str(),
                 format!("profile {:?} does not hold {operation}", self.ctx.profile),
             ));
         }
         if reach == Reach::Fleet && !profile.fleet_role() {
             return Err(refuse(
-                "role_denied",
+                Refusal::RoleDenied.as_str(),
                 format!("the {} role may not use fleet tools; controller and reconciler may", profile.role),
             ));
         }
@@ -594,7 +598,7 @@ impl FleetServer {
     }
 
     fn me(&self) -> Result<WorkerRow, CallToolResult> {
-        self.ctx.registration.row().map_err(|e| refuse("worker_not_registered", e))
+        self.ctx.registration.row().map_err(|e| refuse(Refusal::WorkerNotRegistered.as_str(), e))
     }
 
     fn apply_body(&self, p: ApplyParams) -> Outcome {
@@ -619,26 +623,26 @@ impl FleetServer {
                 let mine_duplicated = duplicates.any(|f| f.client_instance_id.as_deref() == mine);
                 (mutation_gate(snap, &me.worker_identity), mine_duplicated)
             })
-            .map_err(|e| refuse("registry_unavailable", e))?;
+            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
         if !gate.mutation_allowed {
-            return Err(refusal("mutation_gate_closed", json!({ "reasons": gate.reasons })));
+            return Err(refusal(Refusal::MutationGateClosed.as_str(), json!({ "reasons": gate.reasons })));
         }
         // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
-        self.ctx.runtime.check().map_err(|e| refuse("runtime_unstable", e))?;
+        self.ctx.runtime.check().map_err(|e| refuse(Refusal::RuntimeUnstable.as_str(), e))?;
         if cohort_not_unique {
             return Err(refuse(
-                "cohort_not_unique",
+                Refusal::CohortNotUnique.as_str(),
                 "this instance runs more than one worker in a namespace",
             ));
         }
         let mut registry = open_registry(&self.ctx.location, OpenMode::MustExist)
-            .map_err(|e| refuse("registry_unavailable", e))?;
-        registry.active_workflow_owners().map_err(|e| refuse("lease_enumeration_failed", e))?;
+            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
+        registry.active_workflow_owners().map_err(|e| refuse(Refusal::LeaseEnumerationFailed.as_str(), e))?;
         drop(registry);
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
         self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
-            refuse("permission_revoked", "the retire capability was withdrawn during the call")
+            refuse(Refusal::PermissionRevoked.as_str(), "the retire capability was withdrawn during the call")
         })?;
         let request = ApplyRequest {
             registry_fingerprint: p.registry_fingerprint,
@@ -655,8 +659,8 @@ impl FleetServer {
         let report =
             fleet_runtime::apply_retirement(&self.ctx.location, &request, p.canonical_repository.as_deref())
                 .map_err(|e| match e.code() {
-                    2 => refuse("invalid_arguments", e),
-                    _ => refuse("registry_unavailable", e),
+                    2 => refuse(Refusal::InvalidArguments.as_str(), e),
+                    _ => refuse(Refusal::RegistryUnavailable.as_str(), e),
                 })?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         match report.outcome {
@@ -698,7 +702,7 @@ impl FleetServer {
         match result {
             Ok(Ok(lease)) => Ok(json!({ "outcome": "ok", "lease": lease })),
             Ok(Err(denial)) => Err(refuse(denial.as_str(), denial)),
-            Err(e) => Err(refuse("registry_unavailable", e)),
+            Err(e) => Err(refuse(Refusal::RegistryUnavailable.as_str(), e)),
         }
     }
 
@@ -764,7 +768,8 @@ impl FleetServer {
     }
 
     fn registry(&self) -> Result<fleet_registry::Registry<fleet_runtime::AnyStore>, CallToolResult> {
-        open_registry(&self.ctx.location, OpenMode::MustExist).map_err(|e| refuse("registry_unavailable", e))
+        open_registry(&self.ctx.location, OpenMode::MustExist)
+            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))
     }
 }
 
@@ -788,7 +793,7 @@ impl FleetServer {
                 p.expected_manifest.map(|m| Manifest::from_json(&m.to_string())).transpose().map_err(
                     |e| {
                         refusal(
-                            "invalid_manifest",
+                            Refusal::InvalidManifest.as_str(),
                             json!({ "field": "expected_manifest", "message": e.to_string() }),
                         )
                     },
@@ -833,7 +838,7 @@ impl FleetServer {
                     self.snapshot_answer(&taken.snapshot, full)
                 }
             })
-            .map_err(|e| refuse("registry_unavailable", e))?
+            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?
         })
         .unwrap_or_else(|refusal| refusal)
     }
@@ -857,8 +862,8 @@ impl FleetServer {
             let page = PlanPage::new(p.detail, p.limit, p.cursor.as_deref())
                 .map_err(|(field, message)| invalid(field, message))?;
             let audit = p.audit.checked()?;
-            let plan =
-                plan_retirement(&self.ctx.location, &ctx).map_err(|e| refuse("registry_unavailable", e))?;
+            let plan = plan_retirement(&self.ctx.location, &ctx)
+                .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
             match page {
                 Some(page) => {
                     let mut body = page.body(&plan).map_err(internal)?;
