@@ -166,13 +166,8 @@ impl SnapshotPage {
             matching.iter().filter(|f| f.active_blocker).chain(matching.iter().filter(|f| !f.active_blocker));
         let page: Vec<_> = ordered.skip(self.offset).take(self.limit).collect();
         let next = self.offset + page.len();
-        Ok(json!({
-            "snapshot_at": snap.snapshot_at,
-            "consistency_token": snap.consistency_token,
-            "registry_revision": snap.registry_revision,
-            "live_fleet_safe": snap.live_fleet_safe,
-            "manifest_supplied": snap.manifest_supplied,
-            "counts": snap.counts,
+        let mut body = verdict(snap);
+        body.extend(json_map(json!({
             "instances": instances,
             "workers": workers,
             "findings": page,
@@ -191,7 +186,29 @@ impl SnapshotPage {
                 "note": "a summary: narrow with instance, namespace and finding_code, page the findings \
                          with limit and next_cursor, or ask detail \"full\" for the whole snapshot",
             },
-        }))
+        })));
+        Ok(Value::Object(body))
+    }
+}
+
+/// What every snapshot answer starts with, whole, summary or digest: when, the tokens,
+/// the verdict and the counts.
+pub(crate) fn verdict(snap: &FleetSnapshot<'_>) -> serde_json::Map<String, Value> {
+    json_map(json!({
+        "snapshot_at": snap.snapshot_at,
+        "consistency_token": snap.consistency_token,
+        "registry_revision": snap.registry_revision,
+        "live_fleet_safe": snap.live_fleet_safe,
+        "manifest_supplied": snap.manifest_supplied,
+        "counts": snap.counts,
+    }))
+}
+
+/// The object a `json!({…})` literal makes.
+pub(crate) fn json_map(value: Value) -> serde_json::Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
     }
 }
 

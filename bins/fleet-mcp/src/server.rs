@@ -147,22 +147,18 @@ fn digest(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Error> {
         room -= len;
         shown.push(finding);
     }
-    serde_json::to_string(&json!({
-        "snapshot_at": snap.snapshot_at,
-        "consistency_token": snap.consistency_token,
-        "registry_revision": snap.registry_revision,
-        "live_fleet_safe": snap.live_fleet_safe,
-        "manifest_supplied": snap.manifest_supplied,
-        "counts": snap.counts,
+    let mut text = crate::pages::verdict(snap);
+    text.extend(crate::pages::json_map(json!({
         "active_blockers": shown,
         "omitted": {
             "instances": snap.instances.len(),
             "workers": snap.workers.len(),
             "findings": snap.findings.len() - shown.len(),
         },
-        "note": "this text is a digest, bounded for clients that read only text; the whole \
-                 snapshot is this result's structuredContent, and `fleetctl snapshot --json` prints it",
-    }))
+        "note": "this text is a digest, bounded for clients that read only text; this result's \
+                 structuredContent holds the answer whole, and `fleetctl snapshot --json` prints the whole snapshot",
+    })));
+    serde_json::to_string(&text)
 }
 
 /// The text block of a plan too large to repeat: its fingerprints and candidate

@@ -3,6 +3,23 @@
 
 use std::error::Error;
 
+/// An error and each cause under it that it does not already say, one after another:
+/// what an error at the edge prints (a driver's error alone often says only "db error",
+/// and the why is in its sources).
+pub fn with_causes(e: &dyn Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// What kind of failure a store reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

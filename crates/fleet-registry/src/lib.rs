@@ -25,7 +25,7 @@ pub mod conformance;
 
 pub use backup::RegistryBackup;
 pub use changes::{RegistryChanges, RegistryRead};
-pub use error::{StoreError, StoreErrorKind};
+pub use error::{StoreError, StoreErrorKind, with_causes};
 pub use gateway::ConnectorExecutionContext;
 pub use leases::{
     ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, MAX_OWNER_LEN,

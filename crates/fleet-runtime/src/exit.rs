@@ -76,22 +76,6 @@ impl fmt::Display for Failure {
     }
 }
 
-/// An error and each cause under it that it does not already say, one after another:
-/// what STYLE.md asks an error at the edge to print.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         let code = match e.kind() {
@@ -99,7 +83,7 @@ impl From<StoreError> for Failure {
             StoreErrorKind::Conflict => 1,
             _ => 3,
         };
-        Self { code, message: with_causes(&e) }
+        Self { code, message: fleet_registry::with_causes(&e) }
     }
 }
 

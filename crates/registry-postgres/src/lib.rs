@@ -147,27 +147,11 @@ pub(crate) fn map_error(e: postgres::Error) -> StoreError {
         // restarted, or cut off. An open transaction is rolled back by the server.
         None if e.is_closed() => format!(
             "registry error: the PostgreSQL server closed the connection (terminated, restarted or cut off): {}",
-            cause_chain(&e)
+            fleet_registry::with_causes(&e)
         ),
-        None => format!("registry error: {}", cause_chain(&e)),
+        None => format!("registry error: {}", fleet_registry::with_causes(&e)),
     };
     StoreError::with_source(kind, message, e)
-}
-
-/// An error and its causes, one after another: `postgres::Error` alone says only
-/// "error connecting to server" or "db error", and the why is in its sources.
-fn cause_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// How long a statement waits for a lock another session holds, and how long any
@@ -208,7 +192,7 @@ fn connect_within(
             .map_err(|e| {
                 StoreError::new(
                     StoreErrorKind::Unavailable,
-                    format!("cannot connect to the PostgreSQL registry: {}", cause_chain(&e)),
+                    format!("cannot connect to the PostgreSQL registry: {}", fleet_registry::with_causes(&e)),
                 )
             })
             .and_then(|mut client| set_default_timeouts(&mut client).map(|()| client));
