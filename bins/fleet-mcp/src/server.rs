@@ -507,8 +507,7 @@ impl FleetServer {
     /// Refuses an argument the tool's input schema does not name: passed, it would be
     /// ignored, and a caller would believe it had been applied.
     fn unknown_argument(&self, tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
-        let known = self.tool_router.get(tool).and_then(|t| t.input_schema.get("properties").cloned());
-        let known = known.as_ref().and_then(Value::as_object);
+        let known = self.tool_router.get(tool).and_then(|t| t.input_schema.get("properties")?.as_object());
         match arguments.into_iter().flat_map(|a| a.keys()).find(|k| known.is_none_or(|p| !p.contains_key(*k)))
         {
             Some(unknown) => Err(invalid(unknown, format!("{tool} takes no argument {unknown:?}"))),
