@@ -86,7 +86,8 @@ fn registration_options(
     fleet_runtime::check_launch_lineage(env.client_type.as_str()).map_err(|e| e.to_string())?;
     // Read through /proc/self: right in any PID namespace, where our own pid number is
     // not our entry in the /proc we see.
-    let process = fleet_probe::current_process().map_err(|e| format!("cannot read process evidence: {e}"))?;
+    let process = fleet_runtime::process::current_process()
+        .map_err(|e| format!("cannot read process evidence: {e}"))?;
     let repository = std::env::current_dir()
         .and_then(std::fs::canonicalize)
         .ok()
@@ -175,7 +176,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::store(format!("cannot start the async runtime: {e}")))?;
     // Each snapshot call's probes hold a pidfd per live local worker.
-    fleet_probe::raise_open_file_limit();
+    fleet_runtime::process::raise_open_file_limit();
     let bodies = stdio::Bodies::new();
     // Kept here, outside the runtime, until the runtime is gone: the last copy of the
     // server holds the registry, and a PostgreSQL client can close only outside it.

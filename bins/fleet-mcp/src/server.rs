@@ -7,15 +7,12 @@ use std::sync::{Arc, Mutex};
 use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
 use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
 use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, RegistryMatch, StoreError, WorkerRow};
+use fleet_retirement::{CandidateFingerprint, RegistryFingerprint};
 
-use fleet_registry::OpenMode;
 use fleet_runtime::{
-    FleetReader, InstanceEnv, JsonSnapshot, RegistryLocation, now, open_registry, plan_retirement,
-    retirement_context,
+    Fleet, InstanceEnv, JsonSnapshot, RegistryLocation, WorkerMayNotMutate, now, retirement_context,
 };
-use fleet_snapshot::{
-    FindingCode, FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate,
-};
+use fleet_snapshot::{FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -103,7 +100,7 @@ pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(),
 pub struct FleetServer {
     ctx: Arc<Context>,
     /// The registry kept open between calls, with the rows last read.
-    fleet: Arc<Mutex<FleetReader>>,
+    fleet: Arc<Mutex<Fleet>>,
     /// Where large bodies go when the server runs behind [`crate::stdio::guard`].
     bodies: Option<Arc<Bodies>>,
     /// The live heartbeats of the last snapshots this server answered, by consistency
@@ -385,6 +382,15 @@ fn parse_identities(value: &Value) -> Result<Vec<WorkerIdentity>, String> {
     items.into_iter().map(|s| WorkerIdentity::new(s).map_err(|e| e.to_string())).collect()
 }
 
+/// Where a retirement runs (see [`retirement_context`]): a repository that cannot be
+/// read is the caller's argument; a host whose identity cannot be read is not.
+fn context(repository: Option<&str>) -> Result<fleet_retirement::RetirementContext, CallToolResult> {
+    retirement_context(repository).map_err(|e| match e.code() {
+        2 => invalid("canonical_repository", e),
+        _ => refuse(Refusal::RegistryUnavailable.as_str(), e),
+    })
+}
+
 fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
     let s = seconds.unwrap_or(60);
     if (1..=3600).contains(&s) {
@@ -422,7 +428,7 @@ impl FleetServer {
         }
         // The roles that take snapshot after snapshot keep a pidfd per live local worker;
         // the others (a runtime context now and then) probe afresh and hold none.
-        let reader = FleetReader::new(ctx.location.clone());
+        let reader = Fleet::new(ctx.location.clone());
         let reader = if fleet_role { reader.tracking_processes() } else { reader };
         let fleet = Arc::new(Mutex::new(reader));
         Self { ctx: Arc::new(ctx), fleet, bodies: None, recent: Arc::default(), tool_router }
@@ -481,27 +487,15 @@ impl FleetServer {
         self.answer_json(full, || serde_json::to_value(snap), || digest(snap))
     }
 
-    /// The fleet now, handed to `read` (see [`FleetReader`]: rows re-read only when the
-    /// store moved, worker JSON kept from the last snapshot written).
-    fn with_snapshot<T>(
-        &self,
-        manifest: Option<&Manifest>,
-        read: impl FnOnce(&mut JsonSnapshot<'_>) -> T,
-    ) -> Result<T, StoreError> {
-        self.with_snapshot_under(manifest, &Policy::default(), read)
-    }
-
-    /// [`FleetServer::with_snapshot`] judged by `policy` (a canonical repository).
+    /// The fleet now judged by `policy`, handed to `read` (see [`Fleet`]: rows re-read
+    /// only when the store moved, worker JSON kept from the last snapshot written).
     fn with_snapshot_under<T>(
         &self,
         manifest: Option<&Manifest>,
         policy: &Policy,
         read: impl FnOnce(&mut JsonSnapshot<'_>) -> T,
     ) -> Result<T, StoreError> {
-        // A panic elsewhere while the lock was held leaves nothing half-written that a
-        // read could trust: the reader re-checks the store's marker on every call.
-        let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(read(&mut fleet.json_snapshot(manifest, policy, now())?))
+        Ok(read(&mut self.fleet().json_snapshot(manifest, policy, now())?))
     }
 
     /// Refuses an argument the tool's input schema does not name: passed, it would be
@@ -601,47 +595,33 @@ impl FleetServer {
         self.authorize(RETIRE, Reach::Fleet)?;
         let ids = parse_identities(&p.worker_identities).map_err(|e| invalid("worker_identities", e))?;
         let audit = p.audit.checked()?;
-        for (field, value) in [
-            ("registry_fingerprint", &p.registry_fingerprint),
-            ("candidate_fingerprint", &p.candidate_fingerprint),
-        ] {
-            if !fleet_retirement::is_fingerprint(value) {
-                return Err(invalid(field, "not a fingerprint the plan returned (b3: and 64 hex digits)"));
-            }
-        }
+        let registry_fingerprint: RegistryFingerprint =
+            p.registry_fingerprint.parse().map_err(|e| invalid("registry_fingerprint", e))?;
+        let candidate_fingerprint: CandidateFingerprint =
+            p.candidate_fingerprint.parse().map_err(|e| invalid("candidate_fingerprint", e))?;
         let me = self.me()?;
-        let mine = me.client_instance_id.as_deref();
-        let (gate, cohort_not_unique) = self
-            .with_snapshot(None, |taken| {
-                let snap = &taken.snapshot;
-                let mut duplicates = snap.findings_of(FindingCode::DuplicateNamespaceWorker);
-                let mine_duplicated = duplicates.any(|f| f.client_instance_id.as_deref() == mine);
-                (mutation_gate(snap, &me.worker_identity), mine_duplicated)
-            })
-            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
-        if !gate.mutation_allowed {
-            return Err(refusal(Refusal::MutationGateClosed.as_str(), json!({ "reasons": gate.reasons })));
-        }
-        // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
-        self.ctx.runtime.check().map_err(|e| refuse(Refusal::RuntimeUnstable.as_str(), e))?;
-        if cohort_not_unique {
-            return Err(refuse(
+        self.fleet().worker_may_mutate(&me, &self.ctx.runtime).map_err(|e| match e {
+            WorkerMayNotMutate::Registry(e) => refuse(Refusal::RegistryUnavailable.as_str(), e),
+            WorkerMayNotMutate::GateClosed(reasons) => {
+                refusal(Refusal::MutationGateClosed.as_str(), json!({ "reasons": reasons }))
+            }
+            // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
+            WorkerMayNotMutate::RuntimeUnstable(e) => refuse(Refusal::RuntimeUnstable.as_str(), e),
+            WorkerMayNotMutate::CohortNotUnique => refuse(
                 Refusal::CohortNotUnique.as_str(),
                 "this instance runs more than one worker in a namespace",
-            ));
-        }
-        let mut registry = open_registry(&self.ctx.location, OpenMode::MustExist)
-            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
-        registry.active_workflow_owners().map_err(|e| refuse(Refusal::LeaseEnumerationFailed.as_str(), e))?;
-        drop(registry);
+            ),
+            WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed.as_str(), e),
+        })?;
+        let ctx = context(p.canonical_repository.as_deref())?;
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
         self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
             refuse(Refusal::PermissionRevoked.as_str(), "the retire capability was withdrawn during the call")
         })?;
         let request = ApplyRequest {
-            registry_fingerprint: p.registry_fingerprint,
-            candidate_fingerprint: p.candidate_fingerprint,
+            registry_fingerprint,
+            candidate_fingerprint,
             worker_identities: ids,
             retired_by: me.worker_identity.to_string(),
             registry_match: if p.require_registry_match {
@@ -651,20 +631,15 @@ impl FleetServer {
             },
             audit,
         };
+        let mut fleet = self.fleet();
         let report =
-            fleet_runtime::apply_retirement(&self.ctx.location, &request, p.canonical_repository.as_deref())
-                .map_err(|e| match e.code() {
-                    2 => refuse(Refusal::InvalidArguments.as_str(), e),
-                    _ => refuse(Refusal::RegistryUnavailable.as_str(), e),
-                })?;
+            fleet.apply(&request, &ctx).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
         let mut value = serde_json::to_value(&report).unwrap_or_default();
         match report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => {
                 // The fleet after the apply, as `fleetctl retire apply` reports it; the
                 // outcome stands even when this read fails.
-                value["post_apply"] = self
-                    .with_snapshot(None, |taken| fleet_runtime::post_apply_summary(&taken.snapshot))
-                    .unwrap_or_else(|e| json!({ "error": e.to_string() }));
+                value["post_apply"] = fleet.post_apply();
                 Ok(value)
             }
             other => {
@@ -722,7 +697,7 @@ impl FleetServer {
         let mine = ctx.registration.row();
         // The rows the server keeps (read again only when the store moved), so a large
         // fleet is not exported afresh for one worker's context.
-        let mut fleet = self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut fleet = self.fleet();
         let read = fleet.dump().map(|dump| {
             let ledger: std::collections::HashSet<_> =
                 dump.instances.iter().map(|i| &i.client_instance_id).collect();
@@ -762,9 +737,11 @@ impl FleetServer {
         }))
     }
 
-    fn registry(&self) -> Result<fleet_registry::Registry<fleet_runtime::AnyStore>, CallToolResult> {
-        open_registry(&self.ctx.location, OpenMode::MustExist)
-            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))
+    /// The fleet session this server keeps. A panic elsewhere while the lock was held
+    /// leaves nothing half-written that a read could trust: the session re-checks the
+    /// store's marker on every read.
+    fn fleet(&self) -> std::sync::MutexGuard<'_, Fleet> {
+        self.fleet.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -852,13 +829,12 @@ impl FleetServer {
     ) -> CallToolResult {
         self.blocking(|| {
             self.authorize(READ, Reach::Fleet)?;
-            let (ctx, _) = retirement_context(p.canonical_repository.as_deref())
-                .map_err(|e| invalid("canonical_repository", e))?;
+            let ctx = context(p.canonical_repository.as_deref())?;
             let page = PlanPage::new(p.detail, p.limit, p.cursor.as_deref())
                 .map_err(|(field, message)| invalid(field, message))?;
             let audit = p.audit.checked()?;
-            let plan = plan_retirement(&self.ctx.location, &ctx)
-                .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
+            let plan =
+                self.fleet().plan(&ctx).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
             match page {
                 Some(page) => {
                     let mut body = page.body(&plan).map_err(internal)?;
@@ -919,14 +895,9 @@ impl FleetServer {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let owner = self.me()?.worker_identity.to_string();
             let (key, ttl) = (Self::lease_key(&p.workflow)?, ttl(p.ttl_s)?);
-            Self::lease_result(self.registry()?.acquire_lease(
-                &key,
-                LeaseKind::Workflow,
-                &owner,
-                ttl,
-                &[],
-                &AuditContext::default(),
-            ))
+            Self::lease_result(self.fleet().with_registry(|registry| {
+                registry.acquire_lease(&key, LeaseKind::Workflow, &owner, ttl, &[], &AuditContext::default())
+            }))
         }))
     }
 
@@ -944,7 +915,11 @@ impl FleetServer {
         finish(self.blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder, ttl) = (Self::lease_key(&p.workflow)?, self.holder(&p)?, ttl(p.ttl_s)?);
-            Self::lease_result(self.registry()?.renew_lease(&key, &holder, ttl, &AuditContext::default()))
+            Self::lease_result(
+                self.fleet().with_registry(|registry| {
+                    registry.renew_lease(&key, &holder, ttl, &AuditContext::default())
+                }),
+            )
         }))
     }
 
@@ -962,7 +937,11 @@ impl FleetServer {
         finish(self.blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder) = (Self::lease_key(&p.workflow)?, self.holder(&p)?);
-            Self::lease_result(self.registry()?.release_lease(&key, &holder, &AuditContext::default()))
+            Self::lease_result(
+                self.fleet().with_registry(|registry| {
+                    registry.release_lease(&key, &holder, &AuditContext::default())
+                }),
+            )
         }))
     }
 }
@@ -1004,8 +983,9 @@ impl ServerHandler for FleetServer {
 #[cfg(test)]
 mod tests {
     use fleet_identity::{ClientType, Namespace};
+    use fleet_registry::OpenMode;
     use fleet_registry::{HeartbeatTtl, Revisions};
-    use fleet_runtime::{Launch, RegistryLocation, WorkerOptions, WorkerSession};
+    use fleet_runtime::{Launch, RegistryLocation, WorkerOptions, WorkerSession, open_registry};
 
     use super::*;
     use crate::profiles::Profile;
@@ -1123,7 +1103,7 @@ mod tests {
         let launch = Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
         let options = WorkerOptions {
             namespace: Namespace::Reconciler,
-            process: fleet_probe::current_process().unwrap(),
+            process: fleet_runtime::process::current_process().unwrap(),
             heartbeat_ttl: HeartbeatTtl::from_secs(30).unwrap(),
             repository: None,
             revisions: Revisions::default(),

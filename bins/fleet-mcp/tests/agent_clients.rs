@@ -240,7 +240,7 @@ async fn two_sessions_from_one_shared_config_are_two_trusted_launches_for_every_
             }
         }
         let location = RegistryLocation::Sqlite(registry.clone());
-        let mut fleet = fleet_runtime::FleetReader::new(location);
+        let mut fleet = fleet_runtime::Fleet::new(location);
         let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now()).unwrap();
         assert!(snap.live_fleet_safe, "{client}: {:?}", snap.findings);
         assert_eq!(snap.counts.live_worker_count, 10, "{client}");
@@ -321,7 +321,7 @@ async fn a_client_nested_in_a_launch_does_not_register_under_its_identity() {
     .unwrap();
     assert_eq!(rows.len(), 1, "only the launched client's server registered: {rows:?}");
     let location = RegistryLocation::Sqlite(registry.clone());
-    let mut fleet = fleet_runtime::FleetReader::new(location);
+    let mut fleet = fleet_runtime::Fleet::new(location);
     let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now()).unwrap();
     assert!(
         !snap.findings.iter().any(|f| f.code == fleet_snapshot::FindingCode::DuplicateNamespaceWorker),

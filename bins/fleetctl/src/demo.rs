@@ -177,8 +177,8 @@ fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
 
 fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), Failure> {
     use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
-    let (ctx, _) = crate::retire_cmd::retirement_context(None)?;
-    let plan = crate::retire_cmd::make_plan(location, &ctx)?;
+    let mut fleet = fleet_runtime::Fleet::new(location.clone());
+    let plan = fleet.plan(&fleet_runtime::retirement_context(None)?)?;
     outln!("$ fleetctl retire plan")?;
     outln!(
         "  {} candidate(s) {:?}; preserved: {}",
@@ -196,7 +196,7 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
     };
     // The live workers keep heartbeating between plan and apply; that moves the
     // registry, not the candidates, so the apply goes through.
-    let report = fleet_runtime::apply_retirement(location, &request, None)?;
+    let report = fleet.apply(&request, &fleet_runtime::retirement_context(None)?)?;
     outln!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …")?;
     outln!(
         "  {}: retired {:?}{}",

@@ -43,7 +43,7 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         owner: format!(
             "pid-{}@{}",
             std::process::id(),
-            fleet_probe::host_id().map(|h| h.to_string()).unwrap_or_default()
+            fleet_runtime::process::host_id().map(|h| h.to_string()).unwrap_or_default()
         ),
         ttl: Duration::from_secs(args.ttl),
         poll: Duration::from_millis(args.poll_ms.max(10)),

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use fleet_lease::LeaseState;
 use fleet_registry::{OpenMode, WorkerStatus};
-use fleet_runtime::{Failure, FleetReader, RegistryLocation, now, open_registry, out};
+use fleet_runtime::{Failure, Fleet, RegistryLocation, now, open_registry, out};
 use fleet_snapshot::Policy;
 
 /// The address `serve` listens on unless told otherwise: loopback only.
@@ -133,7 +133,7 @@ pub(crate) fn render_counting(
     counts: &mut DecisionCounts,
 ) -> Result<String, Failure> {
     let at = now();
-    let mut fleet = FleetReader::new(location.clone());
+    let mut fleet = Fleet::new(location.clone());
     let snap = fleet.snapshot(None, &Policy::default(), at)?;
     let mut registry = open_registry(location, OpenMode::MustExist)?;
     let rows = registry.workers()?;

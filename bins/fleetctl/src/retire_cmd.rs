@@ -5,12 +5,10 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use fleet_identity::WorkerIdentity;
-use fleet_probe::LocalProbe;
 use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
-use fleet_retirement::{Plan, RetirementContext};
-use fleet_runtime::{Failure, RegistryLocation, now};
+use fleet_retirement::{CandidateFingerprint, Plan, RegistryFingerprint, RetirementContext};
+use fleet_runtime::{Failure, Fleet, RegistryLocation};
 use fleet_runtime::{out, outln};
-use fleet_snapshot::Policy;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Common {
@@ -75,22 +73,18 @@ pub(crate) enum RetireCmd {
     },
 }
 
-fn context(common: &Common) -> Result<(RetirementContext, LocalProbe), Failure> {
-    retirement_context(common.canonical_repository.as_deref())
-}
-
-pub(crate) use fleet_runtime::retirement_context;
-
-pub(crate) fn make_plan(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, Failure> {
-    Ok(fleet_runtime::plan_retirement(location, ctx)?)
+impl Common {
+    /// Where the retirement runs, as of now.
+    fn context(&self) -> Result<RetirementContext, Failure> {
+        fleet_runtime::retirement_context(self.canonical_repository.as_deref())
+    }
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCode, Failure> {
     match cmd {
         RetireCmd::Plan { common } => {
             common.audit()?;
-            let (ctx, _) = context(&common)?;
-            let p = make_plan(location, &ctx)?;
+            let p = Fleet::new(location.clone()).plan(&common.context()?)?;
             if common.json {
                 fleet_runtime::print_json(&p)?;
             } else {
@@ -113,16 +107,17 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             if workers.is_empty() {
                 return Err(Failure::usage("--workers names no worker (nothing_requested)"));
             }
-            for (flag, value) in [
-                ("--registry-fingerprint", &registry_fingerprint),
-                ("--candidate-fingerprint", &candidate_fingerprint),
-            ] {
-                if !fleet_retirement::is_fingerprint(value) {
-                    return Err(Failure::usage(format!(
-                        "{flag} {value:?} is not a fingerprint from `fleetctl retire plan` (b3: and 64 hex digits)"
-                    )));
-                }
-            }
+            let fingerprint = |flag: &str, value: &str| {
+                Failure::usage(format!(
+                    "{flag} {value:?} is not a fingerprint from `fleetctl retire plan` (b3: and 64 hex digits)"
+                ))
+            };
+            let registry_fingerprint: RegistryFingerprint = registry_fingerprint
+                .parse()
+                .map_err(|_| fingerprint("--registry-fingerprint", &registry_fingerprint))?;
+            let candidate_fingerprint: CandidateFingerprint = candidate_fingerprint
+                .parse()
+                .map_err(|_| fingerprint("--candidate-fingerprint", &candidate_fingerprint))?;
             let request = ApplyRequest {
                 registry_fingerprint,
                 candidate_fingerprint,
@@ -135,18 +130,11 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 },
                 audit: common.audit()?,
             };
-            let report =
-                fleet_runtime::apply_retirement(location, &request, common.canonical_repository.as_deref())?;
+            let mut fleet = Fleet::new(location.clone());
+            let report = fleet.apply(&request, &common.context()?)?;
             // The apply's outcome is reported even when the follow-up snapshot cannot be
             // taken: post_apply then says why.
-            let post_apply = fleet_runtime::take_snapshot(
-                location,
-                None,
-                &Policy::default(),
-                now(),
-                fleet_runtime::post_apply_summary,
-            )
-            .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+            let post_apply = fleet.post_apply();
             if common.json {
                 let mut v = serde_json::to_value(&report).unwrap_or_default();
                 v["post_apply"] = post_apply;
@@ -202,7 +190,7 @@ fn render_plan(p: &Plan) -> String {
                     Some(t) => format!("{} (a candidate after {t})", a.detail),
                     None => a.detail.to_owned(),
                 };
-                vec![format!("  {}", a.worker_identity), a.reason_code.to_owned(), detail]
+                vec![format!("  {}", a.worker_identity), a.reason_code.to_string(), detail]
             })
             .collect();
         out.push_str(&crate::table::render(&["  WORKER", "REASON", "DETAIL"], &rows));

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use fleet_identity::{Namespace, Repository, Timestamp};
 use fleet_runtime::out;
-use fleet_runtime::{Failure, FleetReader, RegistryLocation, now};
+use fleet_runtime::{Failure, Fleet, RegistryLocation, now};
 use fleet_snapshot::{
     FleetSnapshot, HeartbeatComparison, LiveHeartbeats, Manifest, Policy, WorkerState, compare_heartbeats,
 };
@@ -69,7 +69,7 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     if args.watch {
         return watch(location, manifest.as_ref(), &policy, &args);
     }
-    let mut fleet = FleetReader::new(location.clone());
+    let mut fleet = Fleet::new(location.clone());
     let snap = fleet.snapshot(manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
     if let Some(previous) = &previous {
         let comparison = compare_heartbeats(previous, &LiveHeartbeats::of(&snap));
@@ -144,8 +144,8 @@ fn watch(
     let mut safe = false;
     // The registry stays open between redraws, and rows are read again only when it moved.
     // A pidfd for each live local worker, beside the registry and the terminal.
-    fleet_probe::raise_open_file_limit();
-    let mut fleet = FleetReader::new(location.clone()).tracking_processes();
+    fleet_runtime::process::raise_open_file_limit();
+    let mut fleet = Fleet::new(location.clone()).tracking_processes();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         // A registry that cannot be read is shown, and counts as unsafe, until it can.
         let text = match fleet.json_snapshot(manifest, policy, now()) {

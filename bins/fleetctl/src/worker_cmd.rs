@@ -117,7 +117,7 @@ fn run_worker(
     };
     let registered =
         Pid::new(i64::from(child_pid)).map_err(|e| Failure::usage(e.to_string())).and_then(|pid| {
-            let process = fleet_probe::process_identity(pid)
+            let process = fleet_runtime::process::process_identity(pid)
                 .map_err(|e| Failure::store(format!("cannot read the worker's process evidence: {e}")))?;
             let options = WorkerOptions {
                 namespace,

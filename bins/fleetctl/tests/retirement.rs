@@ -243,22 +243,22 @@ fn a_revived_pid_between_plan_and_apply_is_never_retired() {
         now: fleet_identity::Timestamp::parse(&chrono_now()).unwrap(),
     };
     let request = ApplyRequest {
-        registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().into(),
-        candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().into(),
+        registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().parse().unwrap(),
+        candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().parse().unwrap(),
         worker_identities: vec![victim.parse().unwrap()],
         retired_by: "test".into(),
         registry_match: fleet_registry::RegistryMatch::Candidates,
         audit: Default::default(),
     };
-    let now = ctx.now;
-    let report = fleet.open().apply_retirement(&request, &ctx, Some(&probe), now, &ReviveBeforeWrite(&probe));
+    let report =
+        fleet.open().apply_retirement_with_hook(&request, &ctx, Some(&probe), &ReviveBeforeWrite(&probe));
     assert_eq!(report.outcome, ApplyOutcome::Applied);
     assert_eq!(report.retired_count, 0);
     assert_eq!(report.preserved[0].reason_code, "pid_alive");
     assert_eq!(fleet.workers()[0].status, WorkerStatus::Active);
 
     // Without a probe nothing is retired at all.
-    let none = fleet.open().apply_retirement(&request, &retire_ctx(), None, now, &());
+    let none = fleet.open().apply_retirement_with_hook(&request, &retire_ctx(), None, &());
     assert_eq!(none.outcome, ApplyOutcome::LivenessReprobeUnavailable);
 }
 
@@ -303,8 +303,8 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
     let p = plan(&fleet);
     assert_eq!(p["candidate_count"], 2);
     let request = ApplyRequest {
-        registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().into(),
-        candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().into(),
+        registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().parse().unwrap(),
+        candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().parse().unwrap(),
         worker_identities: p["candidate_worker_identities"]
             .as_array()
             .unwrap()
@@ -317,8 +317,7 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
     };
     let probe = fleet_probe::LocalProbe::new().unwrap();
     let hook = AcquireBeforeSecondWrite(std::cell::Cell::new(0));
-    let report =
-        fleet.open().apply_retirement(&request, &retire_ctx(), Some(&probe), retire_ctx().now, &hook);
+    let report = fleet.open().apply_retirement_with_hook(&request, &retire_ctx(), Some(&probe), &hook);
     assert_eq!(hook.0.get(), 2, "the first row was processed before the lease moved");
     assert_eq!(report.outcome, ApplyOutcome::TransactionFailed);
     assert!(!report.success && !report.mutation_performed);

@@ -15,5 +15,6 @@ mod rows;
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
     Claim, DumpError, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump,
-    WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, numbered, rows_by_identity,
+    WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, numbered, probe_active_rows,
+    rows_by_identity,
 };

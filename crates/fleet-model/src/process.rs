@@ -52,4 +52,12 @@ pub struct ProcessIdentity {
 pub trait LivenessProbe {
     /// What the recorded process is doing now, judged from where the probe runs.
     fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict;
+
+    /// Whether this probe can speak for processes recorded on `host` (`None`: a row
+    /// that names no host). Rows it cannot speak for stay unprobed rather than being
+    /// answered `unknown`. A scripted probe speaks for every host.
+    fn speaks_for(&self, host: Option<&HostId>) -> bool {
+        let _ = host;
+        true
+    }
 }

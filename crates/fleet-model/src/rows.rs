@@ -10,7 +10,7 @@ use fleet_identity::{
 };
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::process::ProcessIdentity;
+use crate::process::{LivenessProbe, ProcessIdentity};
 
 /// Where a registration is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -455,6 +455,19 @@ pub fn numbered<T: serde::de::DeserializeOwned>(
         .into_iter()
         .enumerate()
         .map(|(i, item)| serde_json::from_value(item).map_err(|e| DumpError(format!("{table}[{i}]: {e}"))))
+        .collect()
+}
+
+/// Probes every active row `probe` can speak for (see [`LivenessProbe::speaks_for`]); the
+/// others stay unprobed. The one way every surface turns rows into probe results, so a
+/// plan and the apply that rechecks it judge the same rows.
+pub fn probe_active_rows<P: LivenessProbe + ?Sized>(
+    rows: &[WorkerRow],
+    probe: &P,
+) -> std::collections::BTreeMap<WorkerIdentity, crate::ProcessVerdict> {
+    rows.iter()
+        .filter(|r| r.status == WorkerStatus::Active && probe.speaks_for(r.host_id.as_ref()))
+        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
         .collect()
 }
 

@@ -220,6 +220,10 @@ impl LocalProbe {
 }
 
 impl LivenessProbe for LocalProbe {
+    fn speaks_for(&self, host: Option<&HostId>) -> bool {
+        host == Some(&self.host_id)
+    }
+
     fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
         if process.host_id != self.host_id {
             return ProcessVerdict::Unknown;
@@ -364,6 +368,10 @@ impl TrackingProbe {
 }
 
 impl LivenessProbe for TrackingProbe {
+    fn speaks_for(&self, host: Option<&HostId>) -> bool {
+        self.local.speaks_for(host)
+    }
+
     fn probe(&self, process: &ProcessIdentity) -> ProcessVerdict {
         let local = &self.local;
         let trackable = process.host_id == local.host_id

@@ -886,40 +886,41 @@ pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) 
 
     let before = registry.export().expect("export");
     let moved = ApplyRequest {
-        registry_fingerprint: "stale-token".into(),
+        // A well-formed token of no registry this test ever held.
+        registry_fingerprint: format!("b3:{}", "0".repeat(64)).parse().expect("a fingerprint's shape"),
         registry_match: crate::RegistryMatch::WholeRegistry,
         ..request.clone()
     };
-    let report = registry.apply_retirement(&moved, &ctx, Some(&probe), at(50), &());
+    let report = registry.apply_retirement(&moved, &ctx, &probe);
     assert_eq!(report.outcome, ApplyOutcome::RegistryRevisionMoved);
-    let report = registry.apply_retirement(&request, &ctx, None, at(50), &());
+    let report = registry.apply_retirement_with_hook(&request, &ctx, None, &());
     assert_eq!(report.outcome, ApplyOutcome::LivenessReprobeUnavailable);
-    let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &LeaseBeforeWrite);
+    let report = registry.apply_retirement_with_hook(&request, &ctx, Some(&probe), &LeaseBeforeWrite);
     assert_eq!(report.outcome, ApplyOutcome::TransactionFailed);
     assert!(!report.success && report.retired.is_empty());
     assert_eq!(registry.export().expect("export"), before, "a failed apply writes nothing");
     assert!(registry.leases(None).expect("leases").is_empty(), "not even the lease written inside it");
 
     let nothing = ApplyRequest { worker_identities: Vec::new(), ..request.clone() };
-    let report = registry.apply_retirement(&nothing, &ctx, Some(&probe), at(50), &());
+    let report = registry.apply_retirement(&nothing, &ctx, &probe);
     assert_eq!(report.outcome, ApplyOutcome::NothingRequested);
     assert_eq!(registry.export().expect("export"), before, "asking for nothing writes nothing");
 
     // Another writer changes each row between its checks and its swap: the swap misses
     // and the row is preserved as changed, never retired on a stale reading.
-    let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &TouchBeforeWrite);
+    let report = registry.apply_retirement_with_hook(&request, &ctx, Some(&probe), &TouchBeforeWrite);
     assert_eq!(report.outcome, ApplyOutcome::Applied);
     assert_eq!(report.retired_count, 0);
     let reasons: Vec<&str> = report.preserved.iter().map(|p| p.reason_code.as_str()).collect();
     assert_eq!(reasons, ["row_changed_since_plan", "row_changed_since_plan"]);
 
-    let report = registry.apply_retirement(&request, &ctx, Some(&probe), at(50), &());
+    let report = registry.apply_retirement(&request, &ctx, &probe);
     assert_eq!(report.outcome, ApplyOutcome::Applied);
     assert_eq!(report.retired_count, 2);
     let retired =
         registry.workers().expect("read").into_iter().filter(|r| r.status == WorkerStatus::Retired).count();
     assert_eq!(retired, 2);
-    let replay = registry.apply_retirement(&request, &ctx, Some(&probe), at(51), &());
+    let replay = registry.apply_retirement(&request, &retirement_context(at(51)), &probe);
     assert_eq!(replay.outcome, ApplyOutcome::AlreadyRetired);
 }
 
@@ -984,13 +985,7 @@ fn plan_now<S: Store>(
 impl<S: Store> CrashedAuthor<S> {
     /// Applies the plan at `at(55)`.
     fn apply(&mut self) -> crate::ApplyReport {
-        self.registry.apply_retirement(
-            &self.request,
-            &retirement_context(at(55)),
-            Some(&self.probe),
-            at(55),
-            &(),
-        )
+        self.registry.apply_retirement(&self.request, &retirement_context(at(55)), &self.probe)
     }
 
     /// Applies the plan after a change the decision rests on: the apply must refuse with
@@ -1084,7 +1079,7 @@ pub fn apply_refuses_when_a_new_row_changes_a_candidates_verdict<S: Store>(store
         .preserved
         .iter()
         .find(|a| a.worker_identity == f.dead.row.worker_identity)
-        .map(|a| a.reason_code);
+        .map(|a| a.reason_code.as_str());
     assert_eq!(reason, Some("conflicting_identity_evidence"));
     f.refuses(crate::ApplyOutcome::CandidateSetMoved);
 }

@@ -36,7 +36,8 @@ pub use registry::{
     WorkerCredential, WorkerToken,
 };
 pub use retire::{
-    ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, Preserved, RegistryMatch, RetirementAudit,
+    ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, KeptReason, Preserved, RegistryMatch,
+    RetirementAudit,
 };
 pub use store::{
     ChangePosition, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION, Store, Tx, VersionsDigest,
@@ -46,5 +47,5 @@ pub use store::{
 /// model at the bottom of the graph.
 pub use fleet_model::{
     Claim, DumpError, InstanceRecord, Liveness, LivenessProbe, OwnershipState, ProcessIdentity,
-    ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, probe_active_rows,
 };

@@ -198,9 +198,24 @@ impl<S: Store> Registry<S> {
         Self { store }
     }
 
-    /// The store underneath.
-    pub fn store_mut(&mut self) -> &mut S {
+    /// The store underneath, for reads a backend offers beyond the registry's own.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The store underneath, for the algorithms of this crate.
+    pub(crate) fn store_mut(&mut self) -> &mut S {
         &mut self.store
+    }
+
+    /// The store's change marker (see [`Store::change_marker`]).
+    pub fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
+        self.store.change_marker()
+    }
+
+    /// Every worker row with the store's clock, read in one transaction.
+    pub fn workers_at_store_clock(&mut self) -> Result<(Vec<WorkerRow>, Timestamp), StoreError> {
+        self.store.read(|tx| Ok((tx.workers()?, tx.store_now()?)))
     }
 
     /// Records an ID the launcher minted. Only recorded IDs are trusted.

@@ -1,4 +1,5 @@
-//! Applying a retirement plan, written once over the store: inside one write
+//! Planning and applying retirement, written once over the store. The plan is one
+//! consistent read judged by the pure `fleet-retirement` rules. The apply, inside one write
 //! transaction, re-read, re-plan with freshly read leases, ledger and probes, compare
 //! the candidate fingerprint (and, when asked, the registry fingerprint), revalidate
 //! each requested identity, then retire each survivor with a guarded whole-row
@@ -7,9 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fleet_identity::{ClientInstanceId, Timestamp, WorkerIdentity};
-use fleet_model::{LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus};
-use fleet_retirement::{Evidence, RetirementContext, plan, registry_fingerprint};
+use fleet_identity::{ClientInstanceId, WorkerIdentity};
+use fleet_model::{LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus, probe_active_rows};
+use fleet_retirement::{
+    CandidateFingerprint, Evidence, Plan, PreserveReason, RegistryFingerprint, RetirementContext, Verdict,
+    plan, registry_fingerprint,
+};
 use serde::Serialize;
 
 use crate::error::StoreError;
@@ -21,9 +25,9 @@ use crate::store::Store;
 #[derive(Debug, Clone)]
 pub struct ApplyRequest {
     /// The plan's `registry_fingerprint`.
-    pub registry_fingerprint: String,
+    pub registry_fingerprint: RegistryFingerprint,
     /// The plan's `candidate_fingerprint`.
-    pub candidate_fingerprint: String,
+    pub candidate_fingerprint: CandidateFingerprint,
     /// The candidates to retire.
     pub worker_identities: Vec<WorkerIdentity>,
     /// Who retires them (recorded in `retired_by`).
@@ -179,8 +183,53 @@ impl std::fmt::Display for ApplyOutcome {
 pub struct Preserved {
     /// The row.
     pub worker_identity: WorkerIdentity,
-    /// Why: a conjunction code, `row_changed_since_plan`, or a re-probe verdict.
-    pub reason_code: String,
+    /// Why.
+    pub reason_code: KeptReason,
+}
+
+/// Why an apply left a requested row as it was. It serializes as its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeptReason {
+    /// The fresh plan preserved it (the conjunction's reason), or the re-probe just
+    /// before its write did not find its process gone (`pid_alive`,
+    /// `pid_reuse_detected`, `pid_liveness_unknown`).
+    Preserve(PreserveReason),
+    /// No row has that identity.
+    NotRegistered,
+    /// The fresh plan neither names it a candidate nor preserves it.
+    NotACandidate,
+    /// Another writer changed the row between its checks and its swap.
+    RowChangedSincePlan,
+}
+
+impl KeptReason {
+    /// The code as JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeptReason::Preserve(reason) => reason.as_str(),
+            KeptReason::NotRegistered => "not_registered",
+            KeptReason::NotACandidate => "not_a_candidate",
+            KeptReason::RowChangedSincePlan => "row_changed_since_plan",
+        }
+    }
+}
+
+impl std::fmt::Display for KeptReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for KeptReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for KeptReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// What an apply did.
@@ -203,9 +252,9 @@ pub struct ApplyReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The `registry_fingerprint` the plan returned.
-    pub plan_registry_fingerprint: String,
+    pub plan_registry_fingerprint: RegistryFingerprint,
     /// The `registry_fingerprint` of the rows the apply read (absent when it read none).
-    pub registry_fingerprint: Option<String>,
+    pub registry_fingerprint: Option<RegistryFingerprint>,
     /// The request's audit context (absent when none was given).
     #[serde(skip_serializing_if = "RetirementAudit::is_empty")]
     pub audit_context: RetirementAudit,
@@ -233,26 +282,19 @@ impl ApplyReport {
     }
 
     /// This report, with the registry fingerprint the apply read.
-    fn read(mut self, current: &str) -> Self {
-        self.registry_moved = Some(current != self.plan_registry_fingerprint);
-        self.registry_fingerprint = Some(current.to_owned());
+    fn read(mut self, current: &RegistryFingerprint) -> Self {
+        self.registry_moved = Some(*current != self.plan_registry_fingerprint);
+        self.registry_fingerprint = Some(current.clone());
         self
     }
 }
 
-fn probe_rows(rows: &[WorkerRow], probe: &dyn LivenessProbe) -> BTreeMap<WorkerIdentity, ProcessVerdict> {
-    rows.iter()
-        .filter(|r| r.status == WorkerStatus::Active)
-        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
-        .collect()
-}
-
-fn reprobe_reason(verdict: Option<ProcessVerdict>) -> &'static str {
-    match verdict {
-        Some(ProcessVerdict::Alive) => "pid_alive",
-        Some(ProcessVerdict::PidReused) => "pid_reuse_detected",
-        _ => "pid_liveness_unknown",
-    }
+fn reprobe_reason(verdict: Option<ProcessVerdict>) -> KeptReason {
+    KeptReason::Preserve(match verdict {
+        Some(ProcessVerdict::Alive) => PreserveReason::PidAlive,
+        Some(ProcessVerdict::PidReused) => PreserveReason::PidReuseDetected,
+        _ => PreserveReason::PidLivenessUnknown,
+    })
 }
 
 /// A seam called inside the transaction just before each row's checks and write, so a
@@ -269,16 +311,56 @@ impl BeforeWrite for () {
 }
 
 impl<S: Store> Registry<S> {
-    /// Applies a retirement plan. `probe` is `None` when no liveness probe is
-    /// available: then nothing is retired.
+    /// Plans retirement (seed 004's dry run) from one consistent read of rows, ledger
+    /// and workflow leases, with `probe` judging the rows it can speak for. Writes
+    /// nothing.
+    pub fn plan_retirement(
+        &mut self,
+        ctx: &RetirementContext,
+        probe: &dyn LivenessProbe,
+    ) -> Result<Plan, StoreError> {
+        let (rows, ledger, owners) = self.store_mut().read(|tx| {
+            let ledger: BTreeSet<ClientInstanceId> =
+                tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
+            Ok::<_, StoreError>((tx.workers()?, ledger, active_workflow_owners_in(tx)?.owners))
+        })?;
+        let probes = probe_active_rows(&rows, probe);
+        Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
+    }
+
+    /// Applies a retirement plan as of `ctx.now`, re-probing each candidate with `probe`
+    /// inside the transaction.
     pub fn apply_retirement(
         &mut self,
         request: &ApplyRequest,
         ctx: &RetirementContext,
+        probe: &dyn LivenessProbe,
+    ) -> ApplyReport {
+        self.apply(request, ctx, Some(probe), &())
+    }
+
+    /// [`Registry::apply_retirement`] with the seams a test needs: no probe at all
+    /// (then nothing is retired), and a hook called inside the transaction just before
+    /// each row's checks and write.
+    #[cfg(feature = "conformance")]
+    pub fn apply_retirement_with_hook(
+        &mut self,
+        request: &ApplyRequest,
+        ctx: &RetirementContext,
         probe: Option<&dyn LivenessProbe>,
-        now: Timestamp,
         hook: &dyn BeforeWrite,
     ) -> ApplyReport {
+        self.apply(request, ctx, probe, hook)
+    }
+
+    fn apply(
+        &mut self,
+        request: &ApplyRequest,
+        ctx: &RetirementContext,
+        probe: Option<&dyn LivenessProbe>,
+        hook: &dyn BeforeWrite,
+    ) -> ApplyReport {
+        let now = ctx.now;
         if request.worker_identities.is_empty() {
             tracing::info!(outcome = "nothing_requested", "retirement apply refused");
             return ApplyReport::nothing(ApplyOutcome::NothingRequested, request);
@@ -306,7 +388,7 @@ impl<S: Store> Registry<S> {
             let fence = active_workflow_owners_in(tx)?;
             let ledger: BTreeSet<ClientInstanceId> =
                 tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
-            let probes = probe_rows(&rows, probe);
+            let probes = probe_active_rows(&rows, probe);
             let fresh = plan(&Evidence::new(&rows, &ledger, &fence.owners, &probes), ctx);
             let moved = fresh.registry_fingerprint != request.registry_fingerprint;
             if moved && request.registry_match == RegistryMatch::WholeRegistry {
@@ -316,19 +398,21 @@ impl<S: Store> Registry<S> {
             if fresh.candidate_fingerprint != request.candidate_fingerprint {
                 return Ok(nothing(ApplyOutcome::CandidateSetMoved).read(&fresh.registry_fingerprint));
             }
-            let reasons: BTreeMap<&WorkerIdentity, &str> =
+            let reasons: BTreeMap<&WorkerIdentity, Verdict> =
                 fresh.preserved.iter().map(|a| (&a.worker_identity, a.reason_code)).collect();
             // 4 and 5. Revalidate each request, then retire it by guarded swap.
             let mut report = nothing(ApplyOutcome::Applied).read(&fresh.registry_fingerprint);
             for id in &request.worker_identities {
-                let preserve =
-                    |reason: &str| Preserved { worker_identity: id.clone(), reason_code: reason.to_owned() };
+                let preserve = |reason| Preserved { worker_identity: id.clone(), reason_code: reason };
                 let Some(row) = by_id.get(id).copied() else {
-                    report.preserved.push(preserve("not_registered"));
+                    report.preserved.push(preserve(KeptReason::NotRegistered));
                     continue;
                 };
                 if fresh.candidate_worker_identities.binary_search(id).is_err() {
-                    let reason = reasons.get(id).copied().unwrap_or("not_a_candidate");
+                    let reason = match reasons.get(id) {
+                        Some(Verdict::Preserve(reason)) => KeptReason::Preserve(*reason),
+                        _ => KeptReason::NotACandidate,
+                    };
                     report.preserved.push(preserve(reason));
                     continue;
                 }
@@ -362,7 +446,7 @@ impl<S: Store> Registry<S> {
                     );
                     report.retired.push(id.clone());
                 } else {
-                    report.preserved.push(preserve("row_changed_since_plan"));
+                    report.preserved.push(preserve(KeptReason::RowChangedSincePlan));
                 }
             }
             report.retired_count = report.retired.len();

@@ -180,8 +180,8 @@ enum Process {
 /// A plan the reconciler made, to apply later.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Planned {
-    registry_fingerprint: String,
-    candidate_fingerprint: String,
+    registry_fingerprint: fleet_retirement::RegistryFingerprint,
+    candidate_fingerprint: fleet_retirement::CandidateFingerprint,
     candidates: Vec<WorkerIdentity>,
     /// The candidates' rows as the plan saw them.
     rows: Vec<WorkerRow>,
@@ -342,8 +342,8 @@ impl State {
         };
         let now = at(self.clock);
         let report =
-            registry.apply_retirement(&request, &context(now), Some(&World(self.processes)), now, hook);
-        let after = registry.store_mut().0.clone();
+            registry.apply_retirement_with_hook(&request, &context(now), Some(&World(self.processes)), hook);
+        let after = registry.store().0.clone();
         if report.outcome != ApplyOutcome::Applied && after.workers != before {
             self.half_applied = true;
         }
@@ -397,7 +397,7 @@ impl Model for Retirement {
             };
             registry.register(&registration, &token(n), at(0), &world).unwrap();
         }
-        let tables = Tables { now: None, audit: Vec::new(), ..registry.store_mut().0.clone() };
+        let tables = Tables { now: None, audit: Vec::new(), ..registry.store().0.clone() };
         vec![State {
             clock: 0,
             tables,
@@ -459,7 +459,7 @@ impl Model for Retirement {
                     token: token(n),
                 };
                 registry.heartbeat(&who, now).ok()?;
-                next.tables = Tables { now: None, ..registry.store_mut().0.clone() };
+                next.tables = Tables { now: None, ..registry.store().0.clone() };
             }
             Action::TakeLease(n) => {
                 let mut registry = state.registry();
@@ -476,14 +476,14 @@ impl Model for Retirement {
                     )
                     .ok()?
                     .ok()?;
-                next.tables = Tables { now: None, ..registry.store_mut().0.clone() };
+                next.tables = Tables { now: None, ..registry.store().0.clone() };
             }
             Action::Sweep => {
                 let mut registry = state.registry();
                 if registry.mark_expired_stale(now).ok()?.is_empty() {
                     return None;
                 }
-                next.tables = Tables { now: None, ..registry.store_mut().0.clone() };
+                next.tables = Tables { now: None, ..registry.store().0.clone() };
             }
             Action::LoseLedger => next.tables.instances.clear(),
             Action::Plan => {

@@ -108,14 +108,42 @@ impl std::fmt::Display for PreserveReason {
     }
 }
 
-/// The verdict on one row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// The verdict on one row. It serializes as its code: `eligible_stale_orphan` or the
+/// preserve reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Every requirement holds: `eligible_stale_orphan`.
     EligibleStaleOrphan,
     /// Preserved for the first requirement that failed.
     Preserve(PreserveReason),
+}
+
+impl Verdict {
+    /// The code as JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::EligibleStaleOrphan => "eligible_stale_orphan",
+            Verdict::Preserve(reason) => reason.as_str(),
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Verdict {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// Where retirement runs and what it expects.

@@ -3,6 +3,7 @@
 //! a plan/apply cycle of any length can compare them.
 
 use fleet_model::WorkerRow;
+use serde::Serialize;
 
 /// Every column that retirement reads. Excluded on purpose: `token_fingerprint`
 /// (credential-adjacent), the four `*_revision` columns (revision drift is a separate
@@ -127,26 +128,111 @@ pub(crate) fn row_hashes<'a>(rows: impl Iterator<Item = &'a WorkerRow>) -> Vec<[
 
 /// Sorts the row hashes (so row order never matters) and hashes the sorted list.
 /// Sorting 32-byte hashes is cheaper than sorting the texts.
-pub(crate) fn digest(mut hashes: Vec<[u8; 32]>) -> String {
+pub(crate) fn digest(mut hashes: Vec<[u8; 32]>) -> Fingerprint {
     hashes.sort_unstable();
     let mut hasher = blake3::Hasher::new();
     hasher.update(hashes.as_flattened());
-    format!("b3:{}", hasher.finalize().to_hex())
+    Fingerprint(format!("b3:{}", hasher.finalize().to_hex()))
 }
 
 /// The token over every row's retirement-relevant content, independent of row order.
-pub fn registry_fingerprint(rows: &[WorkerRow]) -> String {
-    digest(row_hashes(rows.iter()))
+pub fn registry_fingerprint(rows: &[WorkerRow]) -> RegistryFingerprint {
+    RegistryFingerprint(digest(row_hashes(rows.iter())))
 }
 
 /// The token over the candidate rows.
-pub fn candidate_fingerprint<'a>(candidates: impl Iterator<Item = &'a WorkerRow>) -> String {
-    digest(row_hashes(candidates))
+pub fn candidate_fingerprint<'a>(candidates: impl Iterator<Item = &'a WorkerRow>) -> CandidateFingerprint {
+    CandidateFingerprint(digest(row_hashes(candidates)))
 }
+
+/// A token this crate makes: `b3:` and 64 lowercase hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub(crate) struct Fingerprint(String);
+
+/// Text handed in as a fingerprint that no plan made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAFingerprint;
+
+impl std::fmt::Display for NotAFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a fingerprint the plan returned (b3: and 64 hex digits)")
+    }
+}
+
+impl std::error::Error for NotAFingerprint {}
+
+impl std::str::FromStr for Fingerprint {
+    type Err = NotAFingerprint;
+
+    fn from_str(text: &str) -> Result<Self, NotAFingerprint> {
+        if is_fingerprint(text) { Ok(Self(text.to_owned())) } else { Err(NotAFingerprint) }
+    }
+}
+
+/// The two tokens of a plan, each its own type so one cannot be handed where the other
+/// is meant. Each parses only the shape a plan makes, prints as that text and
+/// serializes as a JSON string.
+macro_rules! fingerprint_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(Fingerprint);
+
+        impl $name {
+            pub(crate) fn from_digest(digest: Fingerprint) -> Self {
+                Self(digest)
+            }
+
+            /// The token's text.
+            pub fn as_str(&self) -> &str {
+                &self.0 .0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = NotAFingerprint;
+
+            fn from_str(text: &str) -> Result<Self, NotAFingerprint> {
+                text.parse().map(Self)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+    };
+}
+
+fingerprint_type!(
+    /// The stable token over every row of the registry (seed 004's `registry_fingerprint`).
+    RegistryFingerprint
+);
+
+fingerprint_type!(
+    /// The stable token over a plan's candidates (seed 004's `candidate_fingerprint`).
+    CandidateFingerprint
+);
 
 /// Whether `text` is shaped like a token this crate makes: `b3:` and 64 lowercase hex
 /// digits. Anything else handed to an apply is bad input, not a moved registry.
-pub fn is_fingerprint(text: &str) -> bool {
+fn is_fingerprint(text: &str) -> bool {
     text.strip_prefix("b3:").is_some_and(|hex| {
         hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })

@@ -15,6 +15,7 @@ pub use eligibility::{
     Evidence, PreserveReason, REQUIRED_IDENTITY_FIELDS, RetirementContext, Verdict, assess,
 };
 pub use fingerprint::{
-    FINGERPRINT_FIELDS, candidate_fingerprint, canonical_row, is_fingerprint, registry_fingerprint,
+    CandidateFingerprint, FINGERPRINT_FIELDS, NotAFingerprint, RegistryFingerprint, candidate_fingerprint,
+    canonical_row, registry_fingerprint,
 };
 pub use plan::{Assessment, Plan, RowEvidence, plan};

@@ -7,7 +7,7 @@ use fleet_model::{OwnershipState, ProcessVerdict, WorkerRow};
 use serde::Serialize;
 
 use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess_probed};
-use crate::fingerprint::{digest, row_hashes};
+use crate::fingerprint::{CandidateFingerprint, RegistryFingerprint, digest, row_hashes};
 
 /// One assessed row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -15,7 +15,7 @@ pub struct Assessment {
     /// The row.
     pub worker_identity: WorkerIdentity,
     /// `eligible_stale_orphan`, or the preserve reason.
-    pub reason_code: &'static str,
+    pub reason_code: Verdict,
     /// One sentence.
     pub detail: &'static str,
     /// What the verdict rests on.
@@ -48,9 +48,9 @@ pub struct Plan {
     /// Always `planned`.
     pub outcome: &'static str,
     /// Stable token over every row.
-    pub registry_fingerprint: String,
+    pub registry_fingerprint: RegistryFingerprint,
     /// Stable token over the candidates.
-    pub candidate_fingerprint: String,
+    pub candidate_fingerprint: CandidateFingerprint,
     /// The candidates, sorted.
     pub candidate_worker_identities: Vec<WorkerIdentity>,
     /// Each candidate.
@@ -146,7 +146,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
                 candidate_hashes.push(*hash);
                 candidates.push(Assessment {
                     worker_identity: row.worker_identity.clone(),
-                    reason_code: "eligible_stale_orphan",
+                    reason_code: Verdict::EligibleStaleOrphan,
                     detail: "every requirement holds: the process is provably gone",
                     evidence: evidence(row, probe),
                     eligible_after: None,
@@ -156,7 +156,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
                 *counts.entry(reason.as_str()).or_default() += 1;
                 preserved.push(Assessment {
                     worker_identity: row.worker_identity.clone(),
-                    reason_code: reason.as_str(),
+                    reason_code: Verdict::Preserve(reason),
                     detail: detail(reason),
                     evidence: evidence(row, probe),
                     eligible_after: match reason {
@@ -170,8 +170,8 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     let next_eligible_after = preserved.iter().filter_map(|a| a.eligible_after).min();
     Plan {
         outcome: "planned",
-        registry_fingerprint: digest(hashes),
-        candidate_fingerprint: digest(candidate_hashes),
+        registry_fingerprint: RegistryFingerprint::from_digest(digest(hashes)),
+        candidate_fingerprint: CandidateFingerprint::from_digest(digest(candidate_hashes)),
         candidate_worker_identities: candidates.iter().map(|c| c.worker_identity.clone()).collect(),
         candidate_count: candidates.len(),
         preserved_count: preserved.len(),

@@ -8,7 +8,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use fleet_registry::{OpenMode, RegistryDump};
-use fleet_runtime::{FleetReader, RegistryLocation, open_registry};
+use fleet_runtime::{Fleet, RegistryLocation, open_registry};
 use serde_json::json;
 
 /// A registry at `location` holding a healthy fleet of `workers` rows of another host
@@ -49,7 +49,7 @@ fn snapshot_json(c: &mut Criterion) {
         let dir = tempfile::tempdir().expect("tempdir");
         let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
         healthy_fleet(&location, workers);
-        let mut reader = FleetReader::new(location);
+        let mut reader = Fleet::new(location);
         let mut taken = reader.json_snapshot(None, &fleet_snapshot::Policy::default(), at).expect("snapshot");
         let mut first = Vec::new();
         taken.write_json(&mut first).expect("write");

@@ -1,37 +1,31 @@
-//! Fleet-wide reads every surface shares: the snapshot with local probes, and the
-//! retirement context and plan.
+//! The fleet as one process sees it: [`Fleet`], a session over one open registry, its
+//! kept rows and this host's probe, offering the snapshot, the retirement plan and its
+//! apply (with the rules an acting worker must pass), and the registry for leases,
+//! initialization and the connector gateway.
 
-use std::collections::BTreeSet;
-
-use fleet_identity::HostId;
-use fleet_identity::{ClientInstanceId, Repository, Timestamp};
+use fleet_identity::{Repository, Timestamp};
 use fleet_probe::{LocalProbe, TrackingProbe};
-use fleet_registry::LivenessProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
-    ApplyReport, ApplyRequest, ReadMark, Registry, RegistryDump, Store, StoreError, StoreErrorKind,
-    WorkerRow, WorkerStatus, active_workflow_owners_in,
+    ApplyReport, ApplyRequest, ReadMark, Registry, RegistryDump, StoreError, StoreErrorKind, WorkerRow,
+    probe_active_rows,
 };
-use fleet_retirement::{Evidence, Plan, RetirementContext, plan};
-use fleet_snapshot::{FleetSnapshot, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
+use fleet_retirement::{Plan, RetirementContext};
+use fleet_snapshot::{
+    FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput, mutation_gate,
+    snapshot,
+};
 
 use crate::exit::Failure;
 use crate::location::{AnyStore, RegistryLocation, open_registry};
+use crate::stable::StableRuntime;
 use crate::worker::now;
 use crate::worker_json::WorkerJson;
 
 /// Probes every active row that this machine can speak for; others stay unprobed.
 pub fn probe_local(rows: &[WorkerRow]) -> ProbeResults {
     let Ok(probe) = LocalProbe::new() else { return ProbeResults::new() };
-    probe_rows(&probe, probe.host_id(), rows)
-}
-
-/// Probes with `probe` every active row of `host`.
-fn probe_rows(probe: &impl LivenessProbe, host: &HostId, rows: &[WorkerRow]) -> ProbeResults {
-    rows.iter()
-        .filter(|r| r.status == WorkerStatus::Active && r.host_id.as_ref() == Some(host))
-        .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
-        .collect()
+    probe_active_rows(rows, &probe)
 }
 
 /// Reads the registry, probes the rows this machine can speak for, classifies, and
@@ -44,20 +38,24 @@ pub fn take_snapshot<T>(
     at: Timestamp,
     read: impl FnOnce(&FleetSnapshot<'_>) -> T,
 ) -> Result<T, StoreError> {
-    let mut reader = FleetReader::new(location.clone());
-    Ok(read(&reader.snapshot(manifest, policy, at)?))
+    let mut fleet = Fleet::new(location.clone());
+    Ok(read(&fleet.snapshot(manifest, policy, at)?))
 }
 
-/// A long-lived reader of the fleet, for servers that answer many snapshot calls: it
-/// keeps the registry open and the rows it last read, and reads the rows again only when
-/// the store's change marker has moved (or the store cannot tell). Probes and
-/// classification run on every call, because processes die and heartbeats lapse
-/// without any write to the store. A reader made [`FleetReader::tracking_processes`]
-/// probes local processes through a [`TrackingProbe`], which asks a pidfd for each
-/// process it has verified alive instead of reading `/proc` again. It also keeps each
-/// worker's JSON from the last [`FleetReader::json_snapshot`] written, for the next.
+/// One session over the fleet: the registry it keeps open, the rows it last read and
+/// this host's liveness probe. Every surface (the CLI, the MCP server, the demo) takes
+/// its snapshots, plans and applies through one, and maps the outcomes to exit codes or
+/// tool results.
+///
+/// It reads the rows again only when the store's change marker has moved (or the store
+/// cannot tell). Probes and classification run on every snapshot, because processes die
+/// and heartbeats lapse without any write to the store. A session made
+/// [`Fleet::tracking_processes`] probes local processes through a [`TrackingProbe`],
+/// which asks a pidfd for each process it has verified alive instead of reading `/proc`
+/// again. It also keeps each worker's JSON from the last [`Fleet::json_snapshot`]
+/// written, for the next.
 #[derive(Debug)]
-pub struct FleetReader {
+pub struct Fleet {
     location: RegistryLocation,
     registry: Option<Registry<AnyStore>>,
     /// The rows last read.
@@ -67,11 +65,13 @@ pub struct FleetReader {
     track: bool,
     /// The tracking probe, once made.
     tracking: Option<TrackingProbe>,
+    /// This host's probe for plans and applies, once made.
+    local: Option<LocalProbe>,
     /// Each worker's JSON, for the rows in `last`.
     json: WorkerJson,
 }
 
-/// The rows a [`FleetReader`] last read, and where the store stood then.
+/// The rows a [`Fleet`] last read, and where the store stood then.
 #[derive(Debug)]
 struct LastRead {
     /// The change marker, read just before the rows.
@@ -82,7 +82,7 @@ struct LastRead {
     dump: RegistryDump,
 }
 
-/// A snapshot taken by a [`FleetReader`], with what it needs to write the snapshot as
+/// A snapshot taken by a [`Fleet`], with what it needs to write the snapshot as
 /// JSON: [`JsonSnapshot::write_json`] writes each worker judged as at the last write
 /// from the bytes it wrote then (while the reader's rows stayed the same).
 #[derive(Debug)]
@@ -104,8 +104,8 @@ impl JsonSnapshot<'_> {
     }
 }
 
-impl FleetReader {
-    /// A reader of the registry at `location`; nothing is opened until the first read.
+impl Fleet {
+    /// A session over the registry at `location`; nothing is opened until the first read.
     pub fn new(location: RegistryLocation) -> Self {
         Self {
             location,
@@ -113,11 +113,12 @@ impl FleetReader {
             last: None,
             track: false,
             tracking: None,
+            local: None,
             json: WorkerJson::default(),
         }
     }
 
-    /// This reader, keeping a [`TrackingProbe`] across snapshots: for a process that
+    /// This session, keeping a [`TrackingProbe`] across snapshots: for a process that
     /// takes many (a server, `--watch`), each later probe of a live local worker is one
     /// `poll` of its pidfd. It holds one descriptor per live local worker.
     #[must_use]
@@ -163,7 +164,7 @@ impl FleetReader {
             Some(registry) => registry,
             None => self.registry.insert(open_registry(&self.location, OpenMode::MustExist)?),
         };
-        let marker = registry.store_mut().change_marker()?;
+        let marker = registry.change_marker()?;
         if let (Some(now), Some(LastRead { marker: Some(then), .. })) = (marker, &self.last)
             && now == *then
         {
@@ -182,7 +183,7 @@ impl FleetReader {
     }
 
     /// Reads (when the store moved), probes the rows this machine can speak for, and
-    /// classifies, as [`take_snapshot`] does. The snapshot borrows the rows this reader
+    /// classifies, as [`take_snapshot`] does. The snapshot borrows the rows this session
     /// keeps.
     pub fn snapshot(
         &mut self,
@@ -193,8 +194,8 @@ impl FleetReader {
         Ok(self.json_snapshot(manifest, policy, at)?.snapshot)
     }
 
-    /// A snapshot as [`FleetReader::snapshot`] takes it, ready to be written as JSON with
-    /// the worker JSON this reader kept from the last one written.
+    /// A snapshot as [`Fleet::snapshot`] takes it, ready to be written as JSON with
+    /// the worker JSON this session kept from the last one written.
     pub fn json_snapshot(
         &mut self,
         manifest: Option<&Manifest>,
@@ -209,7 +210,7 @@ impl FleetReader {
         let probes = match &self.tracking {
             Some(probe) => {
                 probe.begin_round();
-                let probes = probe_rows(probe, probe.host_id(), &dump.worker_registrations);
+                let probes = probe_active_rows(&dump.worker_registrations, probe);
                 probe.end_round();
                 probes
             }
@@ -232,8 +233,9 @@ fn not_read() -> StoreError {
 }
 
 /// Where retirement runs: this host and boot, the canonical repository (default: the
-/// current directory), now.
-pub fn retirement_context(repository: Option<&str>) -> Result<(RetirementContext, LocalProbe), Failure> {
+/// current directory), now. A repository that cannot be read is bad input; a host whose
+/// identity cannot be read is a store failure.
+pub fn retirement_context(repository: Option<&str>) -> Result<RetirementContext, Failure> {
     let probe =
         LocalProbe::new().map_err(|e| Failure::store(format!("cannot read this host's identity: {e}")))?;
     let repository = match repository {
@@ -243,13 +245,12 @@ pub fn retirement_context(repository: Option<&str>) -> Result<(RetirementContext
             .map(|p| p.display().to_string())
             .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
     };
-    let ctx = RetirementContext {
+    Ok(RetirementContext {
         host_id: probe.host_id().clone(),
         boot_id: Some(probe.boot_id().clone()),
         canonical_repository: Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?,
         now: now(),
-    };
-    Ok((ctx, probe))
+    })
 }
 
 /// Seed 004's audit context of a plan or apply, checked: `remote` must be one of
@@ -267,23 +268,112 @@ pub fn retirement_audit(
     fleet_registry::RetirementAudit::new(remote, host, org, repo, known.as_deref())
 }
 
-/// Applies a retirement plan from this host: the context (this host and boot, the
-/// canonical repository, now), the local probe, and one apply transaction.
-pub fn apply_retirement(
-    location: &RegistryLocation,
-    request: &ApplyRequest,
-    repository: Option<&str>,
-) -> Result<ApplyReport, Failure> {
-    let (ctx, probe) = retirement_context(repository)?;
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    Ok(registry.apply_retirement(request, &ctx, Some(&probe), ctx.now, &()))
+/// Why a worker may not act on the fleet now (seed 004's rules for a mutating tool
+/// call), checked in this order.
+#[derive(Debug)]
+pub enum WorkerMayNotMutate {
+    /// The registry could not be read.
+    Registry(StoreError),
+    /// The worker's mutation gate is closed, for these reasons.
+    GateClosed(Vec<GateReason>),
+    /// The binary this worker runs was replaced since it started.
+    RuntimeUnstable(String),
+    /// The worker's instance runs more than one worker in a namespace.
+    CohortNotUnique,
+    /// The workflow leases, the apply's external fence, cannot be read.
+    LeasesUnreadable(StoreError),
 }
 
-/// What the fleet looks like right after an apply, as the CLI and the MCP apply tool
-/// report it (`post_apply`): whether it is safe now, how many workers are still stale,
-/// and how many of each active blocker remain.
-pub fn post_apply_summary(snap: &FleetSnapshot<'_>) -> serde_json::Value {
-    let mut blockers: std::collections::BTreeMap<fleet_snapshot::FindingCode, usize> = Default::default();
+impl Fleet {
+    /// The registry this session keeps open, opened now if it is not, for the
+    /// operations beyond the fleet's reads (leases, initialization, the connector
+    /// gateway). A connection that failed is closed, so the next call opens afresh.
+    pub fn with_registry<T>(
+        &mut self,
+        work: impl FnOnce(&mut Registry<AnyStore>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let registry = match &mut self.registry {
+            Some(registry) => registry,
+            None => self.registry.insert(open_registry(&self.location, OpenMode::MustExist)?),
+        };
+        let result = work(registry);
+        if result.as_ref().is_err_and(|e| e.kind() == StoreErrorKind::Unavailable) {
+            (self.registry, self.last) = (None, None);
+        }
+        result
+    }
+
+    /// Plans retirement from one consistent read of rows, ledger and workflow leases,
+    /// with this host's probe. Writes nothing.
+    pub fn plan(&mut self, ctx: &RetirementContext) -> Result<Plan, StoreError> {
+        let probe = self.local_probe()?;
+        self.with_registry(|registry| registry.plan_retirement(ctx, &probe))
+    }
+
+    /// Whether `worker` may act on the fleet now: its mutation gate is open, its
+    /// binary is the one it started with (`runtime`), its instance runs one worker per
+    /// namespace, and the workflow leases that fence an apply can be read.
+    pub fn worker_may_mutate(
+        &mut self,
+        worker: &WorkerRow,
+        runtime: &StableRuntime,
+    ) -> Result<(), WorkerMayNotMutate> {
+        let mine = worker.client_instance_id.as_deref();
+        let snap = self.snapshot(None, &Policy::default(), now()).map_err(WorkerMayNotMutate::Registry)?;
+        let gate = mutation_gate(&snap, &worker.worker_identity);
+        let cohort_not_unique = snap
+            .findings_of(FindingCode::DuplicateNamespaceWorker)
+            .any(|f| f.client_instance_id.as_deref() == mine);
+        if !gate.mutation_allowed {
+            return Err(WorkerMayNotMutate::GateClosed(gate.reasons));
+        }
+        runtime.check().map_err(WorkerMayNotMutate::RuntimeUnstable)?;
+        if cohort_not_unique {
+            return Err(WorkerMayNotMutate::CohortNotUnique);
+        }
+        self.with_registry(|registry| registry.active_workflow_owners())
+            .map_err(WorkerMayNotMutate::LeasesUnreadable)?;
+        Ok(())
+    }
+
+    /// Applies a retirement plan from this host as of `ctx.now`, in one transaction on
+    /// the registry this session keeps open, re-probing each candidate with this host's
+    /// probe.
+    pub fn apply(
+        &mut self,
+        request: &ApplyRequest,
+        ctx: &RetirementContext,
+    ) -> Result<ApplyReport, StoreError> {
+        let probe = self.local_probe()?;
+        self.with_registry(|registry| Ok(registry.apply_retirement(request, ctx, &probe)))
+    }
+
+    /// What the fleet looks like now, as reported right after an apply (`post_apply`):
+    /// whether it is safe, how many workers are still stale, and how many of each active
+    /// blocker remain. A fleet that cannot be read says why, in `error`.
+    pub fn post_apply(&mut self) -> serde_json::Value {
+        match self.snapshot(None, &Policy::default(), now()) {
+            Ok(snap) => post_apply_summary(&snap),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        }
+    }
+
+    /// This host's probe (its host, boot and PID namespace, read once per session).
+    fn local_probe(&mut self) -> Result<LocalProbe, StoreError> {
+        if let Some(probe) = &self.local {
+            return Ok(probe.clone());
+        }
+        let probe = LocalProbe::new().map_err(|e| {
+            StoreError::new(StoreErrorKind::Unavailable, format!("cannot read this host's identity: {e}"))
+        })?;
+        Ok(self.local.insert(probe).clone())
+    }
+}
+
+/// What the fleet looks like right after an apply (`post_apply`): whether it is safe
+/// now, how many workers are still stale, and how many of each active blocker remain.
+fn post_apply_summary(snap: &FleetSnapshot<'_>) -> serde_json::Value {
+    let mut blockers: std::collections::BTreeMap<FindingCode, usize> = Default::default();
     for f in snap.findings.iter().filter(|f| f.active_blocker) {
         *blockers.entry(f.code).or_default() += 1;
     }
@@ -292,15 +382,4 @@ pub fn post_apply_summary(snap: &FleetSnapshot<'_>) -> serde_json::Value {
         "stale_worker_count": snap.counts.stale_worker_count,
         "remaining_blockers": blockers,
     })
-}
-
-/// Plans retirement from one consistent read of rows, ledger and workflow leases.
-pub fn plan_retirement(location: &RegistryLocation, ctx: &RetirementContext) -> Result<Plan, StoreError> {
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    let (rows, ledger, owners) = registry.store_mut().read(|tx| {
-        Ok::<_, StoreError>((tx.workers()?, tx.instances()?, active_workflow_owners_in(tx)?.owners))
-    })?;
-    let probes = probe_local(&rows);
-    let ledger: BTreeSet<ClientInstanceId> = ledger.into_iter().map(|i| i.client_instance_id).collect();
-    Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
 }

@@ -13,6 +13,7 @@ mod fleet;
 mod init;
 mod launch;
 mod location;
+pub mod process;
 mod stable;
 pub mod user_file;
 mod worker;
@@ -23,8 +24,7 @@ pub use exit::{EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, print_json, wa
 #[cfg(feature = "cli")]
 pub use exit::{init_logging, namespace_parser, parse_args, parse_args_with};
 pub use fleet::{
-    FleetReader, JsonSnapshot, apply_retirement, plan_retirement, post_apply_summary, probe_local,
-    retirement_audit, retirement_context, take_snapshot,
+    Fleet, JsonSnapshot, WorkerMayNotMutate, probe_local, retirement_audit, retirement_context, take_snapshot,
 };
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{

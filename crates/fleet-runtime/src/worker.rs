@@ -198,9 +198,7 @@ fn clock_agrees(
     me: &fleet_identity::WorkerIdentity,
     at: Timestamp,
 ) -> Result<Result<(), crate::clock::ClockDisagreement>, StoreError> {
-    use fleet_registry::Store;
-    let (rows, store_now) =
-        reg.store_mut().read(|tx| Ok::<_, StoreError>((tx.workers()?, tx.store_now()?)))?;
+    let (rows, store_now) = reg.workers_at_store_clock()?;
     Ok(crate::clock::against_store(at, store_now)
         .and_then(|()| crate::clock::against_fleet(&rows, me, &crate::probe_local(&rows), at)))
 }

@@ -2,7 +2,7 @@
 //! connection, a replaced registry file and a removed one are all seen on the next read.
 
 use fleet_registry::{OpenMode, RegistryDump};
-use fleet_runtime::{FleetReader, RegistryLocation, open_registry};
+use fleet_runtime::{Fleet, RegistryLocation, open_registry};
 
 /// A ledger entry and one active worker row per name, in the registry's export format.
 fn dump(names: &[&str]) -> RegistryDump {
@@ -29,7 +29,7 @@ fn create(location: &RegistryLocation, names: &[&str]) {
     open_registry(location, OpenMode::CreateIfMissing).unwrap().import(&dump(names)).unwrap();
 }
 
-fn identities(reader: &mut FleetReader) -> Vec<String> {
+fn identities(reader: &mut Fleet) -> Vec<String> {
     reader.dump().unwrap().worker_registrations.iter().map(|r| r.worker_identity.to_string()).collect()
 }
 
@@ -60,7 +60,7 @@ fn a_commit_by_another_connection_is_read_at_once_on_postgres() {
 fn commits_are_read_at_once(location: &RegistryLocation) {
     let location = location.clone();
     create(&location, &["wkr-a"]);
-    let mut reader = FleetReader::new(location.clone());
+    let mut reader = Fleet::new(location.clone());
     assert_eq!(identities(&mut reader), ["wkr-a"]);
     assert_eq!(identities(&mut reader), ["wkr-a"], "unchanged: served from what was read");
 
@@ -74,7 +74,7 @@ fn a_replaced_registry_file_is_read_afresh_and_a_removed_one_is_an_error() {
     let path = dir.path().join("registry.sqlite3");
     let location = RegistryLocation::Sqlite(path.clone());
     create(&location, &["wkr-old"]);
-    let mut reader = FleetReader::new(location.clone());
+    let mut reader = Fleet::new(location.clone());
     assert_eq!(identities(&mut reader), ["wkr-old"]);
 
     // Restored from elsewhere: the open connection still sees the old file.
@@ -109,7 +109,7 @@ fn worker(
 
 /// Writes the snapshot at `at` from the JSON the reader keeps, checks it is byte for
 /// byte what serde writes of the same snapshot, and returns it as a value.
-fn written(reader: &mut FleetReader, at: fleet_identity::Timestamp) -> serde_json::Value {
+fn written(reader: &mut Fleet, at: fleet_identity::Timestamp) -> serde_json::Value {
     let mut taken = reader.json_snapshot(None, &fleet_snapshot::Policy::default(), at).unwrap();
     let mut out = Vec::new();
     taken.write_json(&mut out).unwrap();
@@ -144,7 +144,7 @@ fn kept_worker_json_is_written_as_serde_writes_the_snapshot_after_every_change()
     let mut children = [sleep(), sleep(), sleep()];
     let author = worker(&location, &launch, Namespace::Author, &children[0]);
     let reviewer = worker(&location, &launch, Namespace::Reviewer, &children[1]);
-    let mut reader = FleetReader::new(location.clone()).tracking_processes();
+    let mut reader = Fleet::new(location.clone()).tracking_processes();
     let now = fleet_runtime::now();
 
     let first = written(&mut reader, now);
@@ -180,7 +180,7 @@ fn kept_worker_json_follows_rows_that_move() {
     let dir = tempfile::tempdir().unwrap();
     let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
     create(&location, &["wkr-b", "wkr-c"]);
-    let mut reader = FleetReader::new(location.clone());
+    let mut reader = Fleet::new(location.clone());
     let at = fleet_identity::Timestamp::parse("2026-07-30T12:00:10Z").unwrap();
     let before = written(&mut reader, at);
     open_registry(&location, OpenMode::MustExist).unwrap().import(&dump(&["wkr-a"])).unwrap();

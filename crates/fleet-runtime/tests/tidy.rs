@@ -130,11 +130,18 @@ fn arrows_point_down_from_the_registry_to_the_pure_crates() {
         !reachable(&graph, "fleet-registry").iter().any(|d| d == "fleet-probe"),
         "the probe is handed in"
     );
+}
+
+/// The binaries parse, call the runtime and map its outcomes: no backend crate and no
+/// probe crate among their own dependencies (`cargo tree -e normal -p <bin> --depth 1`).
+#[test]
+fn the_binaries_depend_on_no_backend_and_no_probe_crate() {
+    let graph = normal_dependency_graph();
     for bin in ["fleetctl", "fleet-mcp", "fleet-launch"] {
-        assert!(
-            !graph[bin].iter().any(|d| d == "registry-sqlite"),
-            "{bin} names the SQLite backend directly"
-        );
+        for below in ["registry-sqlite", "registry-postgres", "fleet-probe"] {
+            assert!(!graph[bin].iter().any(|d| d == below), "{bin} depends on {below} directly");
+        }
+        assert!(graph[bin].iter().any(|d| d == "fleet-runtime"), "{bin} goes through the runtime");
     }
 }
 

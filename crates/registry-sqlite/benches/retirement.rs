@@ -148,7 +148,7 @@ fn bench(c: &mut Criterion) {
                 Registry::new(SqliteStore::open(&copy, OpenMode::MustExist).expect("open"))
             },
             |mut registry| {
-                let report = registry.apply_retirement(&request, &ctx(), Some(&scripted), at(1000), &());
+                let report = registry.apply_retirement(&request, &ctx(), &scripted);
                 assert_eq!(report.retired_count, 10_000, "{report:?}");
             },
             BatchSize::PerIteration,

@@ -272,13 +272,13 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     }
     let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::MustExist).unwrap());
     let version: i64 =
-        registry.store_mut().connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        registry.store().connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
     let mut kept = fleet_registry::RegistryDump::default();
     let (at, _) = follow(&mut registry, &mut kept, None);
     assert_eq!(kept.worker_registrations.len(), 2, "the rows of version 3");
     registry
-        .store_mut()
+        .store()
         .connection()
         .execute("UPDATE worker_registrations SET status = 'released' WHERE worker_identity = 'wkr-a'", [])
         .unwrap();
