@@ -1,0 +1,252 @@
+//! A reference classifier for the identity-reuse rules, written straight from seed 000
+//! ("each namespace worker has a distinct worker_identity, process identity,
+//! generation, and PID"; one live worker per instance and namespace; a session is one
+//! client's; a fencing epoch or worker token belongs to one worker), with no hashing,
+//! packing, prefilter or radix sort: every key is grouped in a `BTreeMap`. A property
+//! test holds the fast classifier to it on random fleets, small ones and ones past the
+//! size (4,096 keyed rows) where the fast path's bit-table prefilter and radix sort run,
+//! with keys drawn from small domains (many collisions) or large ones (few).
+
+use std::collections::BTreeMap;
+
+use fleet_identity::{Namespace, Timestamp, WorkerIdentity};
+use fleet_model::{WorkerRow, WorkerStatus};
+use fleet_snapshot::{FindingCode, Policy, ProbeResults, SnapshotInput, snapshot};
+use proptest::prelude::*;
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_unix_millis((1_785_412_800 + secs) * 1000).unwrap()
+}
+
+/// What a reuse finding says: its code and the workers it names.
+type Reuse = (FindingCode, Vec<WorkerIdentity>);
+
+/// Seed 000's reuse rules over the active rows, one `BTreeMap` per key.
+fn reference(rows: &[WorkerRow]) -> Vec<Reuse> {
+    let active: Vec<&WorkerRow> = rows.iter().filter(|r| r.status == WorkerStatus::Active).collect();
+    let mut found = Vec::new();
+    /// Every group of rows sharing a key in which `reused` holds.
+    fn by<K: Ord>(
+        rows: &[&WorkerRow],
+        key: impl Fn(&WorkerRow) -> Option<K>,
+        reused: impl Fn(&[&WorkerRow]) -> bool,
+        code: FindingCode,
+        found: &mut Vec<Reuse>,
+    ) {
+        let mut groups: BTreeMap<K, Vec<&WorkerRow>> = BTreeMap::new();
+        for row in rows {
+            if let Some(k) = key(row) {
+                groups.entry(k).or_default().push(row);
+            }
+        }
+        for group in groups.values().filter(|g| reused(g)) {
+            let mut ids: Vec<WorkerIdentity> = group.iter().map(|r| r.worker_identity.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            found.push((code, ids));
+        }
+    }
+    let two = |g: &[&WorkerRow]| g.len() > 1;
+    let distinct = |values: Vec<String>| values.iter().any(|v| *v != values[0]);
+    by(&active, |r| Some(r.worker_identity.clone()), two, FindingCode::ReusedWorkerIdentity, &mut found);
+    // A session shared by the workers of one launch is how a launch works; shared across
+    // launches it is reuse.
+    let across_instances = |g: &[&WorkerRow]| {
+        distinct(g.iter().map(|r| r.client_instance_id.clone().unwrap_or_default()).collect())
+    };
+    by(&active, |r| r.session_id.clone(), across_instances, FindingCode::ReusedSessionIdentity, &mut found);
+    by(&active, |r| r.generation_id.clone(), two, FindingCode::ReusedGenerationIdentity, &mut found);
+    let process = |r: &WorkerRow| {
+        Some((r.host_id.clone()?, r.boot_id.clone()?, r.pid?.get(), r.process_start_time?.ticks()))
+    };
+    by(&active, process, two, FindingCode::ReusedProcessIdentity, &mut found);
+    // One pid number held by two incarnations at once: different start times.
+    let incarnations =
+        |g: &[&WorkerRow]| distinct(g.iter().map(|r| format!("{:?}", r.process_start_time)).collect());
+    let pid = |r: &WorkerRow| Some((r.host_id.clone()?, r.boot_id.clone()?, r.pid?.get()));
+    by(&active, pid, incarnations, FindingCode::ReusedPid, &mut found);
+    let slot = |r: &WorkerRow| Some((r.client_instance_id.clone()?, r.namespace, r.fencing_epoch?));
+    by(&active, slot, two, FindingCode::ReusedFencingIdentity, &mut found);
+    by(&active, |r| r.token_fingerprint.clone(), two, FindingCode::ReusedFencingIdentity, &mut found);
+    // More than one live worker for one instance and namespace (every row here is live:
+    // fresh heartbeat, owned, unprobed). Workers without an instance ID share a profile
+    // without trusted instance evidence: indistinguishable from duplicates, so one group.
+    let namespace = |r: &WorkerRow| Some((r.client_instance_id.clone(), r.namespace));
+    by(&active, namespace, two, FindingCode::DuplicateNamespaceWorker, &mut found);
+    found.sort();
+    found
+}
+
+/// The reuse and duplicate findings of the fast classifier.
+fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
+    let snap = snapshot(SnapshotInput {
+        rows,
+        ledger: &[],
+        manifest: None,
+        probes: &ProbeResults::new(),
+        policy: &Policy::default(),
+        now: at(110),
+    });
+    let mut found: Vec<Reuse> = snap
+        .findings
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.code,
+                FindingCode::ReusedWorkerIdentity
+                    | FindingCode::ReusedSessionIdentity
+                    | FindingCode::ReusedGenerationIdentity
+                    | FindingCode::ReusedProcessIdentity
+                    | FindingCode::ReusedPid
+                    | FindingCode::ReusedFencingIdentity
+                    | FindingCode::DuplicateNamespaceWorker
+            )
+        })
+        .map(|f| (f.code, f.worker_identities.clone()))
+        .collect();
+    found.sort();
+    found
+}
+
+/// How many distinct values each key draws from, as a share of the fleet's size:
+/// small (many collisions), or large (a key shared now and then).
+#[derive(Debug, Clone, Copy)]
+struct Domains {
+    identity: u64,
+    instance: u64,
+    session: u64,
+    generation: u64,
+    pid: u64,
+    start: u64,
+    epoch: u64,
+    token: u64,
+}
+
+fn domain() -> impl Strategy<Value = u64> {
+    prop_oneof![1u64..4, Just(64), Just(1_000_000)]
+}
+
+fn domains() -> impl Strategy<Value = Domains> {
+    (domain(), domain(), domain(), domain(), domain(), domain(), domain(), domain()).prop_map(
+        |(identity, instance, session, generation, pid, start, epoch, token)| Domains {
+            identity,
+            instance,
+            session,
+            generation,
+            pid,
+            start,
+            epoch,
+            token,
+        },
+    )
+}
+
+/// A fleet of `n` rows drawn from `seed`: each key is a value from its domain (`share`
+/// × n values; 1,000,000 means all but unique), or absent now and then.
+fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
+    let mut state = seed | 1;
+    let mut next = move |m: u64| {
+        // xorshift64*: a fixed sequence per seed.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D) % m.max(1)
+    };
+    let size = n as u64;
+    let mut pick = |share: u64| next(if share >= 64 { size * share } else { size / share.max(1) + 1 });
+    let template: WorkerRow = serde_json::from_value(serde_json::json!({
+        "worker_identity": "wkr-template",
+        "client_type": "codex",
+        "namespace": "author",
+        "status": "active",
+        "ownership_state": "owned",
+        "registered_at": at(0).to_string(),
+        "last_heartbeat_at": at(100).to_string(),
+        "heartbeat_ttl_s": 30,
+        "boot_id": "11111111-2222-3333-4444-555555555555",
+    }))
+    .unwrap();
+    (0..n)
+        .map(|i| {
+            let mut row = template.clone();
+            row.worker_identity = WorkerIdentity::new(format!("wkr-{:07}", pick(d.identity))).unwrap();
+            row.namespace = Namespace::ALL[i % Namespace::ALL.len()];
+            let instance = pick(d.instance);
+            row.client_instance_id =
+                (instance % 17 != 0).then(|| format!("inst-codex-20260730T120000Z-{instance:012x}"));
+            let session = pick(d.session);
+            row.session_id = (session % 13 != 0).then(|| format!("sess-{session}").parse().unwrap());
+            row.generation_id = Some(format!("gen-{}", pick(d.generation)).parse().unwrap());
+            let host = if i % 11 == 0 {
+                "fedcba9876543210fedcba9876543210"
+            } else {
+                "0123456789abcdef0123456789abcdef"
+            };
+            row.host_id = Some(host.parse().unwrap());
+            // Linux's pid numbers stop at 2^22.
+            let pid = pick(d.pid) % (1 << 22) + 1;
+            row.pid = (pid % 19 != 0).then(|| fleet_identity::Pid::new(i64::try_from(pid).unwrap()).unwrap());
+            row.process_start_time =
+                Some(serde_json::from_value(serde_json::json!(pick(d.start) + 1)).unwrap());
+            row.fencing_epoch = Some(pick(d.epoch));
+            row.token_fingerprint = Some(format!("b3:{:032}", pick(d.token)));
+            if i % 23 == 0 {
+                row.status = WorkerStatus::Released;
+            }
+            row
+        })
+        .collect()
+}
+
+/// What one side found and the other did not, a few of each (the whole lists of a large
+/// fleet are too long to read).
+fn disagreement(fast: &[Reuse], reference: &[Reuse]) -> Option<String> {
+    let only = |a: &[Reuse], b: &[Reuse]| -> Vec<Reuse> {
+        a.iter().filter(|x| !b.contains(x)).take(3).cloned().collect()
+    };
+    let (fast_only, reference_only) = (only(fast, reference), only(reference, fast));
+    (fast_only.len() + reference_only.len() > 0 || fast.len() != reference.len()).then(|| {
+        format!(
+            "{} found by the fast classifier, {} by the reference; only fast: {fast_only:?}; only reference: {reference_only:?}",
+            fast.len(),
+            reference.len()
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_fast_reuse_rules_agree_with_the_reference_on_random_fleets(
+        n in prop_oneof![0usize..64, 4_200usize..6_000],
+        d in domains(),
+        seed in any::<u64>(),
+    ) {
+        let rows = fleet(n, d, seed);
+        let found = disagreement(&fast(&rows), &reference(&rows));
+        prop_assert!(found.is_none(), "{}", found.unwrap_or_default());
+    }
+}
+
+/// The property above exercises the large-fleet path: a fleet past 4,096 keyed rows with
+/// reuse in it is found by both, and not only when keys are rare.
+#[test]
+fn a_large_fleet_with_reuse_is_judged_alike() {
+    let d = Domains {
+        identity: 1_000_000,
+        instance: 64,
+        session: 2,
+        generation: 1_000_000,
+        pid: 64,
+        start: 2,
+        epoch: 64,
+        token: 1_000_000,
+    };
+    let rows = fleet(5_000, d, 7);
+    let found = reference(&rows);
+    assert!(found.iter().any(|(code, _)| *code == FindingCode::ReusedPid), "the fleet has reuse to find");
+    if let Some(found) = disagreement(&fast(&rows), &found) {
+        panic!("{found}");
+    }
+}
