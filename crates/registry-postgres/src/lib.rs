@@ -12,16 +12,18 @@
 // Store crates convert between Rust and SQL integers; every such cast must be checked.
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
+mod bounded;
 mod rows;
 mod tls;
 
+use bounded::{Client, Transaction};
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
 use fleet_registry::{
     AuditEntry, Claim, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
 };
-use postgres::error::SqlState;
-use postgres::{Client, IsolationLevel, Transaction};
+use tokio_postgres::IsolationLevel;
+use tokio_postgres::error::SqlState;
 
 /// The advisory lock every write transaction holds (an arbitrary constant: "fleetwar").
 const WRITE_LOCK: i64 = 0x666c_6565_7477_6172;
@@ -114,9 +116,9 @@ const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration 
 pub struct PostgresStore {
     client: Client,
     /// The heartbeat statement, prepared on first use for this connection.
-    heartbeat: Option<postgres::Statement>,
+    heartbeat: Option<tokio_postgres::Statement>,
     /// The change-marker query, prepared on first use for this connection.
-    marker: Option<postgres::Statement>,
+    marker: Option<tokio_postgres::Statement>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -125,7 +127,29 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-pub(crate) fn map_error(e: postgres::Error) -> StoreError {
+pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
+    let e = match e.into() {
+        bounded::Error::Pg(e) => e,
+        bounded::Error::NoAnswer(deadline) => {
+            return StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!(
+                    "registry error: the PostgreSQL server did not answer within {} s (stalled or stopped); \
+                     the connection was dropped",
+                    deadline.as_secs()
+                ),
+            );
+        }
+        bounded::Error::Abandoned => {
+            return StoreError::new(
+                StoreErrorKind::Unavailable,
+                "registry error: this connection was dropped after the server missed a deadline",
+            );
+        }
+        bounded::Error::Runtime(e) => {
+            return StoreError::new(StoreErrorKind::Unavailable, format!("registry error: {e}"));
+        }
+    };
     let kind = match e.code() {
         Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreErrorKind::Conflict,
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
@@ -173,43 +197,62 @@ fn set_default_timeouts(client: &mut Client) -> Result<(), StoreError> {
 /// the connection string sets `connect_timeout`.
 pub const CONNECT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How much longer than the session's `statement_timeout` the client waits for any one
+/// answer: the server cancels a slow statement itself and says so within that time,
+/// so only a server that has stopped answering is given up on.
+pub const ANSWER_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Connects and sets the default timeouts, giving up after the connection string's
-/// `connect_timeout` (else [`CONNECT_DEADLINE`]). The driver bounds only the TCP connect
-/// by `connect_timeout`: a server that accepts and then never answers (a stalled host, a
-/// port that swallows bytes, a TLS handshake that never completes) would hold the caller
-/// forever. The attempt runs on its own thread; past the deadline the caller gets an
-/// error, and the thread, still blocked, ends with the process or when the server speaks.
+/// `connect_timeout` (else [`CONNECT_DEADLINE`]): the driver bounds only the TCP connect
+/// by `connect_timeout`, and a server that accepts and then never answers (a stalled
+/// host, a port that swallows bytes, a TLS handshake that never completes) would hold
+/// the caller forever. From then on each round trip waits at most the session's
+/// `statement_timeout` plus [`ANSWER_MARGIN`].
 fn connect_within(
-    config: &postgres::Config,
+    config: &tokio_postgres::Config,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
 ) -> Result<Client, StoreError> {
     let deadline = config.get_connect_timeout().copied().unwrap_or(CONNECT_DEADLINE);
-    let config = config.clone();
-    let (sent, answer) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new().name("fleet-pg-connect".into()).spawn(move || {
-        let connected = config
-            .connect(tls)
-            .map_err(|e| {
-                StoreError::new(
-                    StoreErrorKind::Unavailable,
-                    format!("cannot connect to the PostgreSQL registry: {}", fleet_registry::with_causes(&e)),
-                )
-            })
-            .and_then(|mut client| set_default_timeouts(&mut client).map(|()| client));
-        let _ = sent.send(connected);
-    });
-    if let Err(e) = spawned {
-        return Err(StoreError::new(StoreErrorKind::Unavailable, format!("cannot start connecting: {e}")));
-    }
-    answer.recv_timeout(deadline).unwrap_or_else(|_| {
-        Err(StoreError::new(
+    let mut client = Client::connect(config, tls, deadline).map_err(|e| match e {
+        bounded::Error::NoAnswer(_) => StoreError::new(
             StoreErrorKind::Unavailable,
             format!(
                 "cannot connect to the PostgreSQL registry: the server did not answer within {} s",
                 deadline.as_secs_f64()
             ),
-        ))
-    })
+        ),
+        e => {
+            let e = map_error(e);
+            StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!("cannot connect to the PostgreSQL registry: {}", fleet_registry::with_causes(&e)),
+            )
+        }
+    })?;
+    set_default_timeouts(&mut client)?;
+    let statement_timeout: String =
+        client.query_one("SHOW statement_timeout", &[]).map_err(map_error)?.get(0);
+    client.set_deadline(answer_deadline(&statement_timeout));
+    Ok(client)
+}
+
+/// The longest the client waits for one answer, given `SHOW statement_timeout`'s text
+/// (a number and a unit, `ms` when none): that plus [`ANSWER_MARGIN`]. A value this
+/// cannot read is taken as the default's 60 s.
+fn answer_deadline(statement_timeout: &str) -> std::time::Duration {
+    let text = statement_timeout.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let millis_per = match unit.trim() {
+        "" | "ms" => Some(1),
+        "s" => Some(1_000),
+        "min" => Some(60_000),
+        "h" => Some(3_600_000),
+        "d" => Some(86_400_000),
+        _ => None,
+    };
+    let millis = number.parse::<u64>().ok().zip(millis_per).map(|(n, per)| n.saturating_mul(per));
+    std::time::Duration::from_millis(millis.filter(|m| *m > 0).unwrap_or(60_000)) + ANSWER_MARGIN
 }
 
 impl PostgresStore {
@@ -257,11 +300,7 @@ fn stored_version(client: &mut Client) -> Result<i64, StoreError> {
 /// lock is held, so writes serialize on the lock and never fail with a serialization
 /// error (which a stricter default raises for a snapshot taken while waiting for it).
 fn locked_write(client: &mut Client) -> Result<Transaction<'_>, StoreError> {
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
-        .map_err(map_error)?;
+    let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
     Ok(tx)
 }
@@ -372,7 +411,8 @@ impl Tx for PgTx<'_, '_> {
             return Ok(());
         }
         let columns = rows::worker_columns(rows);
-        let params: Vec<&(dyn postgres::types::ToSql + Sync)> = columns.iter().map(|c| c.as_ref()).collect();
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            columns.iter().map(|c| c.as_ref()).collect();
         self.tx.execute(rows::insert_unnest_sql(), &params).map_err(|e| {
             let duplicate = e.as_db_error().and_then(|db| db.detail().map(str::to_owned));
             let err = map_error(e);
@@ -559,13 +599,7 @@ impl Store for PostgresStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
-        let mut tx = self
-            .client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(map_error)?;
+        let mut tx = self.client.transaction(IsolationLevel::RepeatableRead, true).map_err(map_error)?;
         let value = f(&mut PgTx { tx: &mut tx })?;
         tx.commit().map_err(map_error)?;
         Ok(value)

@@ -7,9 +7,9 @@ use std::sync::OnceLock;
 use fleet_lease::{LEASE_COLUMNS, LeaseRecord};
 use fleet_registry::columns::{self, RowColumns};
 use fleet_registry::{AuditEntry, InstanceRecord, StoreError, WorkerRow};
-use postgres::Row;
-use postgres::types::ToSql;
 use serde_json::{Map, Value};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use fleet_registry::WORKER_COLUMNS;
 
@@ -252,7 +252,7 @@ pub(crate) fn read_lease(row: &Row) -> Result<LeaseRecord, StoreError> {
 }
 
 pub(crate) fn read_audit(row: &Row) -> Result<AuditEntry, StoreError> {
-    let corrupt = |e: postgres::Error| StoreError::corrupt(format!("audit log: {e}"));
+    let corrupt = |e: tokio_postgres::Error| StoreError::corrupt(format!("audit log: {e}"));
     let epoch: Option<i64> = row.try_get(9).map_err(corrupt)?;
     let kind: String = row.try_get(5).map_err(corrupt)?;
     let at: String = row.try_get(11).map_err(corrupt)?;

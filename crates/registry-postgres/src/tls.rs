@@ -13,13 +13,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::config::SslMode;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use fleet_registry::StoreError;
@@ -46,7 +46,7 @@ pub(crate) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The connection settings and the TLS connector for `url`. The `sslmode` and
 /// `sslrootcert` parameters are read here, and the rest of the URL is left to the
 /// driver (which knows neither `verify-*` nor `sslrootcert`).
-pub(crate) fn prepare(url: &str) -> Result<(postgres::Config, MakeRustlsConnect), StoreError> {
+pub(crate) fn prepare(url: &str) -> Result<(tokio_postgres::Config, MakeRustlsConnect), StoreError> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut mode = Mode::Prefer;
     let mut root: Option<String> = None;
@@ -74,7 +74,7 @@ pub(crate) fn prepare(url: &str) -> Result<(postgres::Config, MakeRustlsConnect)
         }
     }
     let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
-    let mut config: postgres::Config = rest
+    let mut config: tokio_postgres::Config = rest
         .parse()
         .map_err(|e| StoreError::invalid(format!("the PostgreSQL registry URL is not valid: {e}")))?;
     let given = |key: &str| kept.iter().any(|pair| pair.split('=').next() == Some(key));

@@ -1,0 +1,223 @@
+//! A blocking PostgreSQL client in which every round trip has a deadline.
+//!
+//! `postgres`' blocking client waits for the server's answer for as long as it takes: a
+//! server process that stops answering while its host's kernel still acknowledges the
+//! bytes (stopped with SIGSTOP, wedged in I/O) holds the caller forever, and neither TCP
+//! keepalives nor `tcp_user_timeout` notice, since the peer's kernel answers them. This
+//! client drives `tokio-postgres` on a runtime of its own, as `postgres` does, and
+//! bounds each wait with a timer. A connection whose server missed a deadline is never
+//! used again: the answer may still arrive, and the next statement would read it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, Row, Statement, ToStatement};
+
+/// Why a round trip failed.
+#[derive(Debug)]
+pub(crate) enum Error {
+    /// The server or the driver said so.
+    Pg(tokio_postgres::Error),
+    /// The server did not answer within the deadline; the connection is abandoned.
+    NoAnswer(Duration),
+    /// An earlier round trip on this connection missed its deadline.
+    Abandoned,
+    /// The runtime that drives the connection could not be made.
+    Runtime(std::io::Error),
+}
+
+impl Error {
+    /// The server's own error, when it sent one.
+    pub(crate) fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
+        match self {
+            Self::Pg(e) => e.as_db_error(),
+            _ => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Self::Pg(e)
+    }
+}
+
+/// Runs `work` on `runtime`, giving up after `deadline`.
+fn within<T>(
+    runtime: &Runtime,
+    deadline: Duration,
+    abandoned: &mut bool,
+    work: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, Error> {
+    if *abandoned {
+        return Err(Error::Abandoned);
+    }
+    match runtime.block_on(async { tokio::time::timeout(deadline, work).await }) {
+        Ok(answer) => answer.map_err(Error::Pg),
+        Err(_) => {
+            *abandoned = true;
+            Err(Error::NoAnswer(deadline))
+        }
+    }
+}
+
+/// A connection, its runtime and the deadline of each round trip.
+pub(crate) struct Client {
+    runtime: Runtime,
+    client: tokio_postgres::Client,
+    deadline: Duration,
+    abandoned: bool,
+}
+
+impl Client {
+    /// Connects with `config` and `tls`, the whole handshake bounded by `deadline`, and
+    /// bounds each later round trip by `deadline` too.
+    pub(crate) fn connect<T>(
+        config: &tokio_postgres::Config,
+        tls: T,
+        deadline: Duration,
+    ) -> Result<Self, Error>
+    where
+        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + 'static + Send,
+        T::Stream: Send,
+        T::TlsConnect: Send,
+        <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+    {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
+        let mut abandoned = false;
+        let (client, connection) = within(&runtime, deadline, &mut abandoned, config.connect(tls))?;
+        // The connection's messages move only while this thread waits in `block_on`,
+        // which is whenever the client waits for an answer.
+        runtime.spawn(connection);
+        Ok(Self { runtime, client, deadline, abandoned })
+    }
+
+    /// The deadline of each round trip.
+    pub(crate) fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
+    }
+
+    pub(crate) fn query_one<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, Error> {
+        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.query_one(sql, params))
+    }
+
+    pub(crate) fn query_opt<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, Error> {
+        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.query_opt(sql, params))
+    }
+
+    pub(crate) fn execute<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, Error> {
+        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.execute(sql, params))
+    }
+
+    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
+        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.batch_execute(sql))
+    }
+
+    pub(crate) fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
+        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.prepare(sql))
+    }
+
+    /// Begins a transaction at `isolation`, read-only when asked.
+    pub(crate) fn transaction(
+        &mut self,
+        isolation: IsolationLevel,
+        read_only: bool,
+    ) -> Result<Transaction<'_>, Error> {
+        let Self { runtime, client, deadline, abandoned } = self;
+        let start = client.build_transaction().isolation_level(isolation).read_only(read_only).start();
+        let tx = within(runtime, *deadline, abandoned, start)?;
+        Ok(Transaction { runtime, tx: Some(tx), deadline: *deadline, abandoned })
+    }
+}
+
+/// An open transaction; dropped without [`Transaction::commit`], it is rolled back then
+/// and there (the connection moves only while this thread waits on it, so a rollback
+/// left queued would keep the transaction, and any lock it holds, open on the server).
+pub(crate) struct Transaction<'a> {
+    runtime: &'a Runtime,
+    /// Taken by `commit`.
+    tx: Option<tokio_postgres::Transaction<'a>>,
+    deadline: Duration,
+    abandoned: &'a mut bool,
+}
+
+impl<'a> Transaction<'a> {
+    pub(crate) fn query<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, Error> {
+        self.run(|tx| tx.query(sql, params))
+    }
+
+    pub(crate) fn query_one<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, Error> {
+        self.run(|tx| tx.query_one(sql, params))
+    }
+
+    pub(crate) fn query_opt<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, Error> {
+        self.run(|tx| tx.query_opt(sql, params))
+    }
+
+    pub(crate) fn execute<S: ToStatement + ?Sized>(
+        &mut self,
+        sql: &S,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, Error> {
+        self.run(|tx| tx.execute(sql, params))
+    }
+
+    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
+        self.run(|tx| tx.batch_execute(sql))
+    }
+
+    pub(crate) fn commit(mut self) -> Result<(), Error> {
+        let tx = self.tx.take().ok_or(Error::Abandoned)?;
+        within(self.runtime, self.deadline, self.abandoned, tx.commit())
+    }
+
+    /// Runs one round trip of the open transaction within the deadline.
+    fn run<'s, T, F>(
+        &'s mut self,
+        work: impl FnOnce(&'s tokio_postgres::Transaction<'a>) -> F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let Self { runtime, tx, deadline, abandoned } = self;
+        let tx = tx.as_ref().ok_or(Error::Abandoned)?;
+        within(runtime, *deadline, abandoned, work(tx))
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            // A failed rollback leaves the connection abandoned or closed; the server
+            // ends the transaction when the connection goes.
+            let _ = within(self.runtime, self.deadline, self.abandoned, tx.rollback());
+        }
+    }
+}
