@@ -1,6 +1,7 @@
-//! Reading rows back from a store's columns, written once for every backend: each value
-//! is checked as an import checks it, and one that does not validate is reported as
-//! corruption naming the row and the column.
+//! Rows to a store's columns and back, written once for every backend: the column
+//! lists, each row as the values of its columns, the compare-and-swap statements built
+//! from the lists, and the reading of each value, checked as an import checks it (one
+//! that does not validate is reported as corruption naming the row and the column).
 
 use std::fmt::Display;
 use std::str::FromStr;
@@ -115,4 +116,171 @@ pub fn read_instance(row: &(impl RowColumns + ?Sized)) -> Result<InstanceRecord,
         minted_at: r.required(3)?,
         host_id: r.parsed(4)?,
     })
+}
+
+/// The columns of `worker_registrations` that hold integers; every other holds text.
+pub const WORKER_INTEGER_COLUMNS: [&str; 5] =
+    ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch", "pid_namespace"];
+
+/// One stored value: every column of the registry holds text or an integer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    /// A text column's value.
+    Text(String),
+    /// An integer column's value.
+    Integer(i64),
+    /// NULL.
+    Null,
+}
+
+fn text<T: AsRef<str>>(v: Option<T>) -> Cell {
+    v.map_or(Cell::Null, |s| Cell::Text(s.as_ref().to_owned()))
+}
+
+fn integer(v: Option<i64>) -> Cell {
+    v.map_or(Cell::Null, Cell::Integer)
+}
+
+/// A worker row as the values of its columns, in [`WORKER_COLUMNS`] order: the one way
+/// a row is written, whichever backend writes it ([`read_worker`] reads it back).
+pub fn worker_cells(row: &WorkerRow) -> [Cell; WORKER_COLUMNS.len()] {
+    [
+        Cell::Text(row.worker_identity.to_string()),
+        text(row.client_type.as_ref()),
+        text(row.client_instance_id.as_ref()),
+        text(row.instance_provenance.as_ref()),
+        text(row.fleet_run_id.as_ref()),
+        Cell::Text(row.namespace.as_str().to_owned()),
+        text(row.profile.as_ref()),
+        text(row.session_id.as_ref()),
+        text(row.generation_id.as_ref()),
+        text(row.host_id.as_ref()),
+        text(row.boot_id.as_ref()),
+        integer(row.pid.map(i64::from)),
+        integer(row.process_start_time.map(i64::from)),
+        text(row.repository.as_ref()),
+        Cell::Text(row.status.as_str().to_owned()),
+        text(row.ownership_state.map(|o| o.as_str())),
+        Cell::Text(row.registered_at.to_string()),
+        text(row.last_heartbeat_at.as_ref()),
+        integer(row.heartbeat_ttl_s.map(i64::from)),
+        // A row never holds an epoch past i64::MAX: its constructors refuse one.
+        integer(row.fencing_epoch.map(|e| i64::try_from(e).unwrap_or(i64::MAX))),
+        text(row.token_fingerprint.as_ref()),
+        text(row.code_revision.as_ref()),
+        text(row.config_revision.as_ref()),
+        text(row.profile_revision.as_ref()),
+        text(row.schema_revision.as_ref()),
+        text(row.retired_at.map(|t| t.to_string())),
+        text(row.retired_by.as_ref()),
+        text(row.retirement_reason.as_ref()),
+        integer(row.pid_namespace.map(i64::from)),
+    ]
+}
+
+/// How a backend's SQL names parameters and compares possibly-NULL values; the
+/// statements below are built from the column lists with it, once per backend.
+#[derive(Debug, Clone, Copy)]
+pub struct Dialect {
+    /// The `n`th parameter (from 1), typed for a column holding integers or not.
+    pub param: fn(n: usize, integer: bool) -> String,
+    /// The operator by which NULL equals NULL (`IS`; `IS NOT DISTINCT FROM`).
+    pub same: &'static str,
+}
+
+/// The columns joined for a `SELECT` or `INSERT` list.
+pub fn list(columns: &[&str]) -> String {
+    columns.join(", ")
+}
+
+/// `INSERT INTO table (columns) VALUES (one parameter per column)`.
+pub fn insert_sql(d: Dialect, table: &str, columns: &[&str], integers: &[&str]) -> String {
+    let params: Vec<String> =
+        columns.iter().enumerate().map(|(i, c)| (d.param)(i + 1, integers.contains(c))).collect();
+    format!("INSERT INTO {table} ({}) VALUES ({})", list(columns), params.join(", "))
+}
+
+/// The compare-and-swap of a whole row: `UPDATE table SET every column to the first
+/// parameters WHERE every column is the same as the next ones`, which changes nothing
+/// unless the stored row is exactly the expected one.
+pub fn replace_sql(d: Dialect, table: &str, columns: &[&str], integers: &[&str]) -> String {
+    let n = columns.len();
+    let set: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} = {}", (d.param)(i + 1, integers.contains(c))))
+        .collect();
+    let guard: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} {} {}", d.same, (d.param)(n + i + 1, integers.contains(c))))
+        .collect();
+    format!("UPDATE {table} SET {} WHERE {}", set.join(", "), guard.join(" AND "))
+}
+
+/// The guarded delete of a whole row: it removes the row only when every column is the
+/// same as the parameters.
+pub fn delete_sql(d: Dialect, table: &str, columns: &[&str], integers: &[&str]) -> String {
+    let guard: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} {} {}", d.same, (d.param)(i + 1, integers.contains(c))))
+        .collect();
+    format!("DELETE FROM {table} WHERE {}", guard.join(" AND "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Cells(Vec<Cell>);
+
+    impl RowColumns for Cells {
+        fn text(&self, idx: usize) -> Result<Option<&str>, String> {
+            match &self.0[idx] {
+                Cell::Text(s) => Ok(Some(s)),
+                Cell::Null => Ok(None),
+                Cell::Integer(n) => Err(format!("{n} is not text")),
+            }
+        }
+
+        fn integer(&self, idx: usize) -> Result<Option<i64>, String> {
+            match &self.0[idx] {
+                Cell::Integer(n) => Ok(Some(*n)),
+                Cell::Null => Ok(None),
+                Cell::Text(s) => Err(format!("{s:?} is not an integer")),
+            }
+        }
+    }
+
+    /// What a row is written as reads back as the same row, with every integer column
+    /// written as an integer.
+    #[test]
+    fn a_row_written_as_cells_reads_back_the_same() {
+        let row: WorkerRow = serde_json::from_value(serde_json::json!({
+            "worker_identity": "wkr-author-1", "client_type": "codex",
+            "client_instance_id": "inst-codex-20260730T120000Z-0123456789ab",
+            "instance_provenance": "trusted_launcher", "fleet_run_id": "canary-1",
+            "namespace": "author", "profile": "author", "session_id": "sess-1",
+            "generation_id": "gen-1", "host_id": "0123456789abcdef0123456789abcdef",
+            "boot_id": "11111111-2222-3333-4444-555555555555", "pid": 4242,
+            "process_start_time": 777, "repository": "/srv/repo", "status": "retired",
+            "ownership_state": "stale", "registered_at": "2026-07-30T12:00:00Z",
+            "last_heartbeat_at": "2026-07-30T12:00:05Z", "heartbeat_ttl_s": 30,
+            "fencing_epoch": 3, "token_fingerprint": "b3:00", "code_revision": "0.1.0",
+            "config_revision": "c", "profile_revision": "p", "schema_revision": "4",
+            "retired_at": "2026-07-30T13:00:00Z", "retired_by": "fleetctl-pid-1",
+            "retirement_reason": "eligible_stale_orphan", "pid_namespace": 4026531836u64,
+        }))
+        .unwrap();
+        let cells = worker_cells(&row);
+        for (cell, column) in cells.iter().zip(WORKER_COLUMNS) {
+            assert_eq!(
+                matches!(cell, Cell::Integer(_)),
+                WORKER_INTEGER_COLUMNS.contains(&column),
+                "{column}"
+            );
+        }
+        assert_eq!(read_worker(&Cells(cells.to_vec())).unwrap(), row);
+    }
 }

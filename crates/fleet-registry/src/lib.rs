@@ -46,6 +46,7 @@ pub use store::{
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.
 pub use fleet_model::{
-    Claim, DumpError, InstanceRecord, Liveness, LivenessProbe, OwnershipState, ProcessIdentity,
-    ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, probe_active_rows,
+    Claim, DumpError, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW, OwnershipState,
+    ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    probe_active_rows,
 };

@@ -441,13 +441,13 @@ impl Tx for PgTx<'_, '_> {
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
         let sql = format!(
             "SELECT {} FROM instances ORDER BY client_instance_id COLLATE \"C\"",
-            rows::INSTANCE_LIST
+            *rows::INSTANCE_LIST
         );
         self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_instance).collect()
     }
 
     fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError> {
-        let sql = format!("SELECT {} FROM instances WHERE client_instance_id = $1", rows::INSTANCE_LIST);
+        let sql = format!("SELECT {} FROM instances WHERE client_instance_id = $1", *rows::INSTANCE_LIST);
         self.tx
             .query_opt(&sql, &[&id.as_str()])
             .map_err(map_error)?

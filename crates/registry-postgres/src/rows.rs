@@ -1,6 +1,7 @@
-//! Rows to SQL parameters and back. Rows travel through their serde form, so the
-//! validation of `fleet-registry`'s row types (and its lenient reading of TTLs) applies
-//! to what the database returns, exactly as it does to an import.
+//! Rows to SQL parameters and back. Worker rows and ledger entries go through
+//! `fleet_registry::columns`, as the SQLite backend's do; leases and audit entries
+//! travel through their serde form, so their types' validation applies to what the
+//! database returns, exactly as it does to an import.
 
 use std::sync::OnceLock;
 
@@ -13,41 +14,28 @@ use tokio_postgres::types::ToSql;
 
 use fleet_registry::WORKER_COLUMNS;
 
-const WORKER_INTEGERS: [&str; 5] =
-    ["pid", "process_start_time", "heartbeat_ttl_s", "fencing_epoch", "pid_namespace"];
+use fleet_registry::columns::{Cell, WORKER_INTEGER_COLUMNS as WORKER_INTEGERS};
 
 const LEASE_INTEGERS: [&str; 2] = ["fencing_epoch", "target_version"];
 
-fn joined(columns: &[&str]) -> String {
-    columns.join(", ")
-}
+/// Parameters are numbered and typed; `IS NOT DISTINCT FROM` compares NULL with NULL.
+const POSTGRES: columns::Dialect = columns::Dialect {
+    param: |n, integer| format!("${n}::{}", if integer { "BIGINT" } else { "TEXT" }),
+    same: "IS NOT DISTINCT FROM",
+};
 
-pub(crate) static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| joined(&WORKER_COLUMNS));
+pub(crate) static LIST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| columns::list(&WORKER_COLUMNS));
 pub(crate) static LEASE_LIST: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| joined(&LEASE_COLUMNS));
-pub(crate) const INSTANCE_LIST: &str = "client_instance_id, client_type, fleet_run_id, minted_at, host_id";
-
-fn insert(table: &str, columns: &[&str]) -> String {
-    let marks: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
-    format!("INSERT INTO {table} ({}) VALUES ({})", joined(columns), marks.join(", "))
-}
-
-/// `UPDATE … SET every column WHERE every column IS NOT DISTINCT FROM its expected value`.
-fn replace(table: &str, columns: &[&str], integers: &[&str]) -> String {
-    let n = columns.len();
-    let cast = |c: &str| if integers.contains(&c) { "::BIGINT" } else { "::TEXT" };
-    let set: Vec<String> = columns.iter().enumerate().map(|(i, c)| format!("{c} = ${}", i + 1)).collect();
-    let guard: Vec<String> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{c} IS NOT DISTINCT FROM ${}{}", n + i + 1, cast(c)))
-        .collect();
-    format!("UPDATE {table} SET {} WHERE {}", set.join(", "), guard.join(" AND "))
-}
+    std::sync::LazyLock::new(|| columns::list(&LEASE_COLUMNS));
+pub(crate) static INSTANCE_LIST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| columns::list(&columns::INSTANCE_COLUMNS));
 
 pub(crate) fn insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| insert("worker_registrations", &WORKER_COLUMNS))
+    SQL.get_or_init(|| {
+        columns::insert_sql(POSTGRES, "worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS)
+    })
 }
 
 /// `INSERT … SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], …)`: every row of an import
@@ -62,38 +50,29 @@ pub(crate) fn insert_unnest_sql() -> &'static str {
                 format!("${}::{}[]", i + 1, if WORKER_INTEGERS.contains(c) { "BIGINT" } else { "TEXT" })
             })
             .collect();
-        format!(
-            "INSERT INTO worker_registrations ({}) SELECT * FROM unnest({})",
-            joined(&WORKER_COLUMNS),
-            arrays.join(", ")
-        )
+        format!("INSERT INTO worker_registrations ({}) SELECT * FROM unnest({})", *LIST, arrays.join(", "))
     })
 }
 
 /// The worker rows as one array per column, for [`insert_unnest_sql`].
 pub(crate) fn worker_columns(rows: &[WorkerRow]) -> Vec<Box<dyn ToSql + Sync>> {
-    let objects: Vec<Map<String, Value>> = rows
-        .iter()
-        .map(|row| match serde_json::to_value(row) {
-            Ok(Value::Object(o)) => o,
-            _ => Map::new(),
-        })
-        .collect();
+    let cells: Vec<_> = rows.iter().map(columns::worker_cells).collect();
     WORKER_COLUMNS
         .iter()
-        .map(|c| -> Box<dyn ToSql + Sync> {
-            let cells = objects.iter().map(|o| o.get(*c).unwrap_or(&Value::Null));
+        .enumerate()
+        .map(|(i, c)| -> Box<dyn ToSql + Sync> {
+            let column = cells.iter().map(|row| &row[i]);
             if WORKER_INTEGERS.contains(c) {
-                Box::new(cells.map(Value::as_i64).collect::<Vec<Option<i64>>>())
+                Box::new(
+                    column
+                        .map(|cell| if let Cell::Integer(n) = cell { Some(*n) } else { None })
+                        .collect::<Vec<_>>(),
+                )
             } else {
                 Box::new(
-                    cells
-                        .map(|v| match v {
-                            Value::Null => None,
-                            Value::String(s) => Some(s.clone()),
-                            other => Some(other.to_string()),
-                        })
-                        .collect::<Vec<Option<String>>>(),
+                    column
+                        .map(|cell| if let Cell::Text(s) = cell { Some(s.clone()) } else { None })
+                        .collect::<Vec<_>>(),
                 )
             }
         })
@@ -102,31 +81,30 @@ pub(crate) fn worker_columns(rows: &[WorkerRow]) -> Vec<Box<dyn ToSql + Sync>> {
 
 pub(crate) fn replace_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| replace("worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS))
+    SQL.get_or_init(|| {
+        columns::replace_sql(POSTGRES, "worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS)
+    })
 }
 
 /// `DELETE … WHERE every column IS NOT DISTINCT FROM its expected value`.
 pub(crate) fn delete_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let cast = |c: &str| if WORKER_INTEGERS.contains(&c) { "::BIGINT" } else { "::TEXT" };
-        let guard: Vec<String> = WORKER_COLUMNS
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c} IS NOT DISTINCT FROM ${}{}", i + 1, cast(c)))
-            .collect();
-        format!("DELETE FROM worker_registrations WHERE {}", guard.join(" AND "))
+        columns::delete_sql(POSTGRES, "worker_registrations", &WORKER_COLUMNS, &WORKER_INTEGERS)
     })
 }
 
 pub(crate) fn lease_insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| format!("{} ON CONFLICT (lease_key) DO NOTHING", insert("leases", &LEASE_COLUMNS)))
+    SQL.get_or_init(|| {
+        let insert = columns::insert_sql(POSTGRES, "leases", &LEASE_COLUMNS, &LEASE_INTEGERS);
+        format!("{insert} ON CONFLICT (lease_key) DO NOTHING")
+    })
 }
 
 pub(crate) fn lease_replace_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
-    SQL.get_or_init(|| replace("leases", &LEASE_COLUMNS, &LEASE_INTEGERS))
+    SQL.get_or_init(|| columns::replace_sql(POSTGRES, "leases", &LEASE_COLUMNS, &LEASE_INTEGERS))
 }
 
 /// Owned parameter values of one row, in column order.
@@ -161,12 +139,23 @@ impl Values {
 pub(crate) struct WorkerValues;
 
 impl WorkerValues {
+    /// See [`columns::worker_cells`].
     pub(crate) fn of(row: &WorkerRow) -> Values {
-        let object = match serde_json::to_value(row) {
-            Ok(Value::Object(o)) => o,
-            _ => Map::new(),
-        };
-        Values::from_object(&object, &WORKER_COLUMNS, &WORKER_INTEGERS)
+        let cells = columns::worker_cells(row);
+        Values(
+            cells
+                .into_iter()
+                .zip(WORKER_COLUMNS)
+                .map(|(cell, c)| -> Box<dyn ToSql + Sync> {
+                    match cell {
+                        Cell::Integer(n) => Box::new(Some(n)),
+                        Cell::Text(s) => Box::new(Some(s)),
+                        Cell::Null if WORKER_INTEGERS.contains(&c) => Box::new(None::<i64>),
+                        Cell::Null => Box::new(None::<String>),
+                    }
+                })
+                .collect(),
+        )
     }
 }
 

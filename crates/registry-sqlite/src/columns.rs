@@ -12,9 +12,10 @@ use rusqlite::types::Value;
 pub(crate) use fleet_registry::WORKER_COLUMNS as COLUMNS;
 
 /// The columns as a `SELECT` list.
-pub(crate) static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| COLUMNS.join(", "));
+pub(crate) static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| columns::list(&COLUMNS));
 
-pub(crate) const INSTANCE_LIST: &str = "client_instance_id, client_type, fleet_run_id, minted_at, host_id";
+pub(crate) static INSTANCE_LIST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| columns::list(&columns::INSTANCE_COLUMNS));
 
 /// A row's next `change_seq`: above every row's, by a random step (schema version 4,
 /// `migrations.rs`). The heartbeat sets it itself, so the trigger that sets it for any
@@ -22,28 +23,23 @@ pub(crate) const INSTANCE_LIST: &str = "client_instance_id, client_type, fleet_r
 pub(crate) const NEXT_CHANGE: &str =
     "(SELECT coalesce(max(change_seq), 0) + 1 + (random() & 65535) FROM worker_registrations)";
 
+/// Parameters are numbered; `IS` compares NULL with NULL.
+const SQLITE: columns::Dialect = columns::Dialect { param: |n, _| format!("?{n}"), same: "IS" };
+
 pub(crate) fn insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let marks: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
-        format!("INSERT INTO worker_registrations ({}) VALUES ({})", *LIST, marks.join(", "))
+        columns::insert_sql(SQLITE, "worker_registrations", &COLUMNS, &columns::WORKER_INTEGER_COLUMNS)
     })
 }
 
-/// `UPDATE … SET every column WHERE every column IS its expected value` — a
-/// compare-and-swap on the whole row. `IS` compares NULLs as equal.
 pub(crate) fn replace_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let n = COLUMNS.len();
-        let set: Vec<String> = COLUMNS.iter().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
-        let guard: Vec<String> =
-            COLUMNS.iter().enumerate().map(|(i, c)| format!("{c} IS ?{}", n + i + 1)).collect();
-        format!("UPDATE worker_registrations SET {} WHERE {}", set.join(", "), guard.join(" AND "))
+        columns::replace_sql(SQLITE, "worker_registrations", &COLUMNS, &columns::WORKER_INTEGER_COLUMNS)
     })
 }
 
-/// The heartbeat: one guarded `UPDATE` of the worker's own active row.
 pub(crate) fn heartbeat_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
@@ -59,56 +55,22 @@ pub(crate) fn heartbeat_sql() -> &'static str {
 pub(crate) fn delete_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| {
-        let guard: Vec<String> =
-            COLUMNS.iter().enumerate().map(|(i, c)| format!("{c} IS ?{}", i + 1)).collect();
-        format!("DELETE FROM worker_registrations WHERE {}", guard.join(" AND "))
+        columns::delete_sql(SQLITE, "worker_registrations", &COLUMNS, &columns::WORKER_INTEGER_COLUMNS)
     })
 }
 
-fn text<T: AsRef<str>>(v: Option<&T>) -> Value {
-    v.map_or(Value::Null, |s| Value::Text(s.as_ref().to_owned()))
-}
-
-fn int(v: Option<i64>) -> Value {
-    v.map_or(Value::Null, Value::Integer)
-}
-
-/// The row's values in [`COLUMNS`] order.
+/// A worker row's values, in [`COLUMNS`] order (see [`columns::worker_cells`]).
 pub(crate) fn values(row: &WorkerRow) -> Vec<Value> {
-    vec![
-        Value::Text(row.worker_identity.to_string()),
-        text(row.client_type.as_ref()),
-        text(row.client_instance_id.as_ref()),
-        text(row.instance_provenance.as_ref()),
-        text(row.fleet_run_id.as_ref()),
-        Value::Text(row.namespace.as_str().to_owned()),
-        text(row.profile.as_ref()),
-        text(row.session_id.as_ref()),
-        text(row.generation_id.as_ref()),
-        text(row.host_id.as_ref()),
-        text(row.boot_id.as_ref()),
-        int(row.pid.map(i64::from)),
-        int(row.process_start_time.map(i64::from)),
-        text(row.repository.as_ref()),
-        Value::Text(row.status.as_str().to_owned()),
-        text(row.ownership_state.map(|o| o.as_str()).as_ref()),
-        Value::Text(row.registered_at.to_string()),
-        text(row.last_heartbeat_at.as_ref()),
-        int(row.heartbeat_ttl_s.map(i64::from)),
-        int(row.fencing_epoch.map(|e| i64::try_from(e).unwrap_or(i64::MAX))),
-        text(row.token_fingerprint.as_ref()),
-        text(row.code_revision.as_ref()),
-        text(row.config_revision.as_ref()),
-        text(row.profile_revision.as_ref()),
-        text(row.schema_revision.as_ref()),
-        text(row.retired_at.map(|t| t.to_string()).as_ref()),
-        text(row.retired_by.as_ref()),
-        text(row.retirement_reason.as_ref()),
-        int(row.pid_namespace.map(i64::from)),
-    ]
+    columns::worker_cells(row)
+        .into_iter()
+        .map(|cell| match cell {
+            columns::Cell::Text(s) => Value::Text(s),
+            columns::Cell::Integer(n) => Value::Integer(n),
+            columns::Cell::Null => Value::Null,
+        })
+        .collect()
 }
 
-/// One row's columns as SQLite holds them.
 struct Columns<'r, 's>(&'r Row<'s>);
 
 impl RowColumns for Columns<'_, '_> {

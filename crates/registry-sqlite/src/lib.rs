@@ -367,14 +367,14 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
-        let sql = format!("SELECT {} FROM instances ORDER BY client_instance_id", columns::INSTANCE_LIST);
+        let sql = format!("SELECT {} FROM instances ORDER BY client_instance_id", *columns::INSTANCE_LIST);
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
         let rows = stmt.query_map([], columns::read_instance).map_err(map_error)?;
         rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
     }
 
     fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError> {
-        let sql = format!("SELECT {} FROM instances WHERE client_instance_id = ?1", columns::INSTANCE_LIST);
+        let sql = format!("SELECT {} FROM instances WHERE client_instance_id = ?1", *columns::INSTANCE_LIST);
         let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
         stmt.query_row([id.as_str()], columns::read_instance).optional().map_err(map_error)?.transpose()
     }
