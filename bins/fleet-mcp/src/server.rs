@@ -10,7 +10,7 @@ use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, RegistryMatch, St
 use fleet_retirement::{CandidateFingerprint, RegistryFingerprint};
 
 use fleet_runtime::{
-    Fleet, InstanceEnv, JsonSnapshot, RegistryLocation, WorkerMayNotMutate, now, retirement_context,
+    Fleet, InstanceEnv, JsonSnapshot, RegistryLocation, Taken, WorkerMayNotMutate, now, retirement_context,
 };
 use fleet_snapshot::{FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -105,9 +105,25 @@ pub struct FleetServer {
     bodies: Option<Arc<Bodies>>,
     /// The live heartbeats of the last snapshots this server answered, by consistency
     /// token, newest last: what `compare_to` compares with.
-    recent: Arc<Mutex<std::collections::VecDeque<(String, LiveHeartbeats)>>>,
+    recent: Arc<Mutex<Recent>>,
+    /// The last summary answered, kept while the fleet stays as it was (see
+    /// [`fleet_runtime::Taken`]).
+    summary: Arc<Mutex<Option<KeptSummary>>>,
     tool_router: ToolRouter<Self>,
 }
+
+/// A summary answered from snapshot `number`: another summary of the same page of an
+/// unchanged fleet is this body with its time and token moved.
+#[derive(Debug)]
+struct KeptSummary {
+    number: u64,
+    page: SnapshotPage,
+    body: Value,
+    heartbeats: LiveHeartbeats,
+}
+
+/// The live heartbeats of the snapshots last answered, by consistency token, newest last.
+type Recent = std::collections::VecDeque<(String, LiveHeartbeats)>;
 
 /// How many answered snapshots `compare_to` can name.
 const RECENT_SNAPSHOTS: usize = 8;
@@ -431,7 +447,14 @@ impl FleetServer {
         let reader = Fleet::new(ctx.location.clone());
         let reader = if fleet_role { reader.tracking_processes() } else { reader };
         let fleet = Arc::new(Mutex::new(reader));
-        Self { ctx: Arc::new(ctx), fleet, bodies: None, recent: Arc::default(), tool_router }
+        Self {
+            ctx: Arc::new(ctx),
+            fleet,
+            bodies: None,
+            recent: Arc::default(),
+            summary: Arc::default(),
+            tool_router,
+        }
     }
 
     /// This server behind a [`crate::stdio::guard`] made with `bodies`: large answers
@@ -498,6 +521,57 @@ impl FleetServer {
         Ok(read(&mut self.fleet().json_snapshot(manifest, policy, now())?))
     }
 
+    /// The summary `page` of the fleet now. When the fleet is as it was at the last
+    /// summary of the same page (the same rows, probe answers and policy, no manifest,
+    /// no heartbeat lapsed since), that summary is answered again with its time and token
+    /// moved, without classifying the fleet again.
+    fn summary(
+        &self,
+        page: SnapshotPage,
+        own: Option<&str>,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        compare_to: Option<&str>,
+    ) -> Result<CallToolResult, CallToolResult> {
+        let unavailable = |e: StoreError| refuse(Refusal::RegistryUnavailable.as_str(), e);
+        let mut fleet = self.fleet();
+        let at = now();
+        if let Taken::Unchanged { number, snapshot_at, consistency_token } =
+            fleet.json_snapshot_or_unchanged(manifest, policy, at).map_err(unavailable)?
+        {
+            let kept = {
+                let kept = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let same = kept.as_ref().filter(|k| k.number == number && k.page == page);
+                same.map(|k| (k.body.clone(), k.heartbeats.seen_at(snapshot_at)))
+            };
+            if let Some((mut body, heartbeats)) = kept {
+                body["snapshot_at"] = serde_json::to_value(snapshot_at).map_err(internal)?;
+                body["consistency_token"] = Value::from(consistency_token.as_str());
+                body["registry_revision"] = Value::from(consistency_token.as_str());
+                if let Some(token) = compare_to {
+                    body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
+                }
+                let full = serde_json::to_vec(&body).map_err(internal)?;
+                // A body too large for the text block needs the snapshot for its digest.
+                if full.len() <= FULL_TEXT_LIMIT {
+                    self.remember(consistency_token, heartbeats);
+                    return self.answer_json(full, || Ok(body), || Ok(String::new()));
+                }
+            }
+        }
+        let (number, taken) = fleet.numbered_json_snapshot(manifest, policy, at).map_err(unavailable)?;
+        let snap = &taken.snapshot;
+        let mut body = page.body(snap, own).map_err(internal)?;
+        let heartbeats = LiveHeartbeats::of(snap);
+        *self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(KeptSummary { number, page, body: body.clone(), heartbeats: heartbeats.clone() });
+        if let Some(token) = compare_to {
+            body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
+        }
+        self.remember(snap.consistency_token.clone(), heartbeats);
+        self.answer(&body, || digest(snap))
+    }
+
     /// Refuses an argument the tool's input schema does not name: passed, it would be
     /// ignored, and a caller would believe it had been applied.
     fn unknown_argument(&self, tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
@@ -531,17 +605,17 @@ impl FleetServer {
     }
 
     /// Keeps `snap`'s live heartbeats under its token for a later `compare_to`.
-    fn remember(&self, snap: &FleetSnapshot<'_>) {
+    fn remember(&self, token: String, beats: LiveHeartbeats) {
         let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if recent.len() == RECENT_SNAPSHOTS {
             recent.pop_front();
         }
-        recent.push_back((snap.consistency_token.clone(), LiveHeartbeats::of(snap)));
+        recent.push_back((token, beats));
     }
 
     /// Seed 000's heartbeat comparison between the snapshot this server answered with
-    /// `token` and `now`.
-    fn compare_with(&self, token: &str, now: &FleetSnapshot<'_>) -> Result<Value, CallToolResult> {
+    /// `token` and `now`'s live heartbeats.
+    fn compare_with(&self, token: &str, now: &LiveHeartbeats) -> Result<Value, CallToolResult> {
         let recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let earlier = recent.iter().find(|(t, _)| t == token).map(|(_, beats)| beats).ok_or_else(|| {
             invalid(
@@ -552,7 +626,7 @@ impl FleetServer {
                 ),
             )
         })?;
-        serde_json::to_value(compare_heartbeats(earlier, &LiveHeartbeats::of(now))).map_err(internal)
+        serde_json::to_value(compare_heartbeats(earlier, now)).map_err(internal)
     }
 
     /// Resolves this process's profile now and checks `operation` and the fleet role.
@@ -794,23 +868,18 @@ impl FleetServer {
                     "compare_to is answered in a summary; leave out detail \"full\"",
                 ));
             }
-            self.with_snapshot_under(manifest.as_ref(), &policy, |taken| match &page {
-                Some(page) => {
-                    let mut body = page.body(&taken.snapshot, own).map_err(internal)?;
-                    if let Some(token) = &p.compare_to {
-                        body["heartbeat_comparison"] = self.compare_with(token, &taken.snapshot)?;
-                    }
-                    self.remember(&taken.snapshot);
-                    self.answer(&body, || digest(&taken.snapshot))
-                }
-                None => {
-                    let mut full = Vec::new();
-                    taken.write_json(&mut full).map_err(internal)?;
-                    self.remember(&taken.snapshot);
-                    self.snapshot_answer(&taken.snapshot, full)
-                }
-            })
-            .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?
+            match page {
+                Some(page) => self.summary(page, own, manifest.as_ref(), &policy, p.compare_to.as_deref()),
+                None => self
+                    .with_snapshot_under(manifest.as_ref(), &policy, |taken| {
+                        let mut full = Vec::new();
+                        taken.write_json(&mut full).map_err(internal)?;
+                        let token = taken.snapshot.consistency_token.clone();
+                        self.remember(token, LiveHeartbeats::of(&taken.snapshot));
+                        self.snapshot_answer(&taken.snapshot, full)
+                    })
+                    .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?,
+            }
         })
         .unwrap_or_else(|refusal| refusal)
     }

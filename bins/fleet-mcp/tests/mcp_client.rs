@@ -1625,3 +1625,39 @@ fn stdin_closed_or_sigterm_mid_answer_leaves_only_whole_lines() {
         rows.iter().filter(|r| r.client_instance_id.as_deref() == Some(id.as_str())).collect();
     assert!(servers.iter().all(|r| r.status == fleet_registry::WorkerStatus::Released), "every row released");
 }
+
+/// A summary of a fleet that has not changed since the last one is answered from that
+/// one with its time and token moved: the token is the one a snapshot of the same rows
+/// at the new time carries, and `compare_to` the earlier token still compares.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summary_of_an_unchanged_fleet_carries_the_time_and_token_of_now() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let mut clients = Vec::new();
+    for ns in NAMESPACES {
+        clients.push(fleet.connect_with_ttl(ns, Some(&id), None, 600).await);
+    }
+    let controller = &clients[3];
+    let first =
+        call(controller, "gitea_snapshot_instance_fleet", json!({})).await.structured_content.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let token = first["consistency_token"].as_str().unwrap();
+    let second = call(controller, "gitea_snapshot_instance_fleet", json!({ "compare_to": token }))
+        .await
+        .structured_content
+        .unwrap();
+    assert_ne!(second["snapshot_at"], first["snapshot_at"], "the time moved");
+    assert_ne!(second["consistency_token"], first["consistency_token"], "and the token with it");
+    let at: fleet_identity::Timestamp = serde_json::from_value(second["snapshot_at"].clone()).unwrap();
+    let expected = fleet_snapshot::TokenRows::of(&workers(&fleet)).token_at(at);
+    assert_eq!(second["consistency_token"], expected.as_str(), "the token of these rows at that time");
+    assert_eq!(second["registry_revision"], expected.as_str());
+    for same in ["counts", "live_fleet_safe", "instances", "findings"] {
+        assert_eq!(second[same], first[same], "{same}");
+    }
+    let comparison = &second["heartbeat_comparison"];
+    assert_eq!(comparison["earlier_at"], first["snapshot_at"], "{comparison}");
+    assert_eq!(comparison["later_at"], second["snapshot_at"], "compared as of this answer: {comparison}");
+    assert_eq!(comparison["unchanged"].as_array().unwrap().len(), 5, "{comparison}");
+    assert_eq!(comparison["lost"], json!([]), "{comparison}");
+}

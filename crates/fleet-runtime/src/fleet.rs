@@ -5,6 +5,7 @@
 
 use fleet_identity::{Repository, Timestamp};
 use fleet_probe::{LocalProbe, TrackingProbe};
+use fleet_registry::MAX_CLOCK_SKEW;
 use fleet_registry::OpenMode;
 use fleet_registry::{
     ApplyReport, ApplyRequest, ReadMark, Registry, RegistryDump, StoreError, StoreErrorKind, WorkerRow,
@@ -12,8 +13,8 @@ use fleet_registry::{
 };
 use fleet_retirement::{Plan, RetirementContext};
 use fleet_snapshot::{
-    FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput, mutation_gate,
-    snapshot,
+    FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput, TokenRows,
+    WorkerState, mutation_gate, snapshot,
 };
 
 use crate::exit::Failure;
@@ -67,6 +68,12 @@ pub struct Fleet {
     tracking: Option<TrackingProbe>,
     /// This host's probe for plans and applies, once made.
     local: Option<LocalProbe>,
+    /// Moves each time rows are read (or dropped): rows of one generation are the same.
+    generation: u64,
+    /// What the last snapshot rested on.
+    judged: Option<Judged>,
+    /// The rows' share of the consistency token, for the generation it was made of.
+    token_rows: Option<(u64, TokenRows)>,
     /// Each worker's JSON, for the rows in `last`.
     json: WorkerJson,
 }
@@ -80,6 +87,40 @@ struct LastRead {
     /// with the rows.
     mark: Option<ReadMark>,
     dump: RegistryDump,
+}
+
+/// What a snapshot rested on, beyond its time: a snapshot taken later with the same
+/// rows, probe answers and policy, and no manifest, says the same until `valid_before`.
+#[derive(Debug)]
+struct Judged {
+    /// Its number (see [`Taken`]).
+    number: u64,
+    generation: u64,
+    probes: ProbeResults,
+    policy: Policy,
+    at: Timestamp,
+    /// The first instant at which a heartbeat lapses or, coming from the future, becomes
+    /// believable (`None`: time alone changes nothing).
+    valid_before: Option<Timestamp>,
+}
+
+/// A snapshot, or word that it would say what the last one said.
+#[derive(Debug)]
+pub enum Taken<'r> {
+    /// Taken now, with its number.
+    Fresh(u64, JsonSnapshot<'r>),
+    /// Snapshot number `.0`, taken earlier by this session, rests on exactly what a
+    /// snapshot now would: the same rows, probe answers and policy, no manifest, and no
+    /// heartbeat has lapsed or become believable since. Only its time and consistency
+    /// token would move; here they are.
+    Unchanged {
+        /// The earlier snapshot's number.
+        number: u64,
+        /// When this snapshot is taken.
+        snapshot_at: Timestamp,
+        /// Its consistency token (and registry revision).
+        consistency_token: String,
+    },
 }
 
 /// A snapshot taken by a [`Fleet`], with what it needs to write the snapshot as
@@ -114,6 +155,9 @@ impl Fleet {
             track: false,
             tracking: None,
             local: None,
+            generation: 0,
+            judged: None,
+            token_rows: None,
             json: WorkerJson::default(),
         }
     }
@@ -171,6 +215,7 @@ impl Fleet {
             return Ok(());
         }
         let read = registry.read_since(self.last.as_mut().and_then(|last| last.mark.take()))?;
+        self.generation += 1;
         let last = self.last.get_or_insert_with(|| LastRead {
             marker: None,
             mark: None,
@@ -202,12 +247,75 @@ impl Fleet {
         policy: &Policy,
         at: Timestamp,
     ) -> Result<JsonSnapshot<'_>, StoreError> {
+        Ok(self.numbered_json_snapshot(manifest, policy, at)?.1)
+    }
+
+    /// [`Fleet::json_snapshot`], with the snapshot's number (see [`Taken`]).
+    pub fn numbered_json_snapshot(
+        &mut self,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        at: Timestamp,
+    ) -> Result<(u64, JsonSnapshot<'_>), StoreError> {
+        let probes = self.read_and_probe()?;
+        self.classify(probes, manifest, policy, at)
+    }
+
+    /// A snapshot as [`Fleet::json_snapshot`] takes it — or, when the last snapshot this
+    /// session took rests on exactly what one taken now would, word of that (see
+    /// [`Taken::Unchanged`]), with no classification at all.
+    pub fn json_snapshot_or_unchanged(
+        &mut self,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        at: Timestamp,
+    ) -> Result<Taken<'_>, StoreError> {
+        let probes = self.read_and_probe()?;
+        if let Some(number) = self.unchanged(&probes, manifest, policy, at) {
+            let generation = self.generation;
+            let rows = match &self.token_rows {
+                Some((made, rows)) if *made == generation => rows,
+                _ => {
+                    let dump = &self.last.as_ref().ok_or_else(not_read)?.dump;
+                    &self.token_rows.insert((generation, TokenRows::of(&dump.worker_registrations))).1
+                }
+            };
+            return Ok(Taken::Unchanged { number, snapshot_at: at, consistency_token: rows.token_at(at) });
+        }
+        let (number, snapshot) = self.classify(probes, manifest, policy, at)?;
+        Ok(Taken::Fresh(number, snapshot))
+    }
+
+    /// The number of the last snapshot when one taken at `at` from `probes` would judge
+    /// every row as it did.
+    fn unchanged(
+        &self,
+        probes: &ProbeResults,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        at: Timestamp,
+    ) -> Option<u64> {
+        let judged = self.judged.as_ref()?;
+        let same = manifest.is_none()
+            && judged.generation == self.generation
+            && judged.policy == *policy
+            && judged.at <= at
+            && judged.valid_before.is_none_or(|before| at < before)
+            && judged.probes == *probes;
+        same.then_some(judged.number)
+    }
+
+    /// Brings the rows up to date and probes those this machine can speak for.
+    fn read_and_probe(&mut self) -> Result<ProbeResults, StoreError> {
         if self.track && self.tracking.is_none() {
             self.tracking = TrackingProbe::new().ok();
         }
-        self.read()?;
+        if let Err(e) = self.read() {
+            self.generation += 1;
+            return Err(e);
+        }
         let Some(LastRead { dump, .. }) = &self.last else { return Err(not_read()) };
-        let probes = match &self.tracking {
+        Ok(match &self.tracking {
             Some(probe) => {
                 probe.begin_round();
                 let probes = probe_active_rows(&dump.worker_registrations, probe);
@@ -215,7 +323,20 @@ impl Fleet {
                 probes
             }
             None => probe_local(&dump.worker_registrations),
-        };
+        })
+    }
+
+    /// Classifies the rows read, and remembers what the snapshot rested on. A snapshot
+    /// that judges every row as the last one did keeps its number.
+    fn classify(
+        &mut self,
+        probes: ProbeResults,
+        manifest: Option<&Manifest>,
+        policy: &Policy,
+        at: Timestamp,
+    ) -> Result<(u64, JsonSnapshot<'_>), StoreError> {
+        let unchanged = self.unchanged(&probes, manifest, policy, at);
+        let Some(LastRead { dump, .. }) = &self.last else { return Err(not_read()) };
         let snapshot = snapshot(SnapshotInput {
             rows: &dump.worker_registrations,
             ledger: &dump.instances,
@@ -224,8 +345,43 @@ impl Fleet {
             policy,
             now: at,
         });
-        Ok(JsonSnapshot { snapshot, rows: &dump.worker_registrations, json: &mut self.json })
+        let number = match unchanged {
+            Some(number) => number,
+            None => {
+                let number = self.judged.as_ref().map_or(0, |j| j.number + 1);
+                // A manifest's verdicts are not kept: the next snapshot classifies again.
+                self.judged = Some(Judged {
+                    number,
+                    generation: if manifest.is_some() { u64::MAX } else { self.generation },
+                    valid_before: valid_before(&snapshot, at),
+                    probes,
+                    policy: policy.clone(),
+                    at,
+                });
+                number
+            }
+        };
+        Ok((number, JsonSnapshot { snapshot, rows: &dump.worker_registrations, json: &mut self.json }))
     }
+}
+
+/// The first instant after `at` at which time alone changes a verdict of `snap`: an
+/// active row's heartbeat lapses just past its expiry, and a heartbeat from beyond the
+/// believable future becomes believable when `at` comes within [`MAX_CLOCK_SKEW`] of it.
+fn valid_before(snap: &FleetSnapshot<'_>, at: Timestamp) -> Option<Timestamp> {
+    let millisecond = time::Duration::milliseconds(1);
+    snap.workers
+        .iter()
+        .filter(|view| view.state != WorkerState::Historical)
+        .filter_map(|view| {
+            let expiry = view.expires_at?;
+            let beat = expiry.saturating_add(-time::Duration::seconds(i64::from(view.row.heartbeat_ttl_s?)));
+            let lapses = (expiry >= at).then(|| expiry.saturating_add(millisecond));
+            let believed = beat.saturating_add(-MAX_CLOCK_SKEW);
+            let believable = (believed > at).then_some(believed);
+            lapses.into_iter().chain(believable).min()
+        })
+        .min()
 }
 
 fn not_read() -> StoreError {

@@ -24,7 +24,8 @@ pub use exit::{EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, print_json, wa
 #[cfg(feature = "cli")]
 pub use exit::{init_logging, namespace_parser, parse_args, parse_args_with};
 pub use fleet::{
-    Fleet, JsonSnapshot, WorkerMayNotMutate, probe_local, retirement_audit, retirement_context, take_snapshot,
+    Fleet, JsonSnapshot, Taken, WorkerMayNotMutate, probe_local, retirement_audit, retirement_context,
+    take_snapshot,
 };
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{

@@ -191,3 +191,72 @@ fn kept_worker_json_follows_rows_that_move() {
     assert_eq!(names(&before), ["wkr-b", "wkr-c"]);
     assert_eq!(names(&after), ["wkr-a", "wkr-b", "wkr-c"]);
 }
+
+/// The snapshot a fresh session takes of `location` at `at`, as JSON.
+fn fresh_snapshot(location: &RegistryLocation, at: fleet_identity::Timestamp) -> serde_json::Value {
+    let policy = fleet_snapshot::Policy::default();
+    fleet_runtime::take_snapshot(location, None, &policy, at, |snap| serde_json::to_value(snap).unwrap())
+        .unwrap()
+}
+
+/// A session says a snapshot is unchanged only when a fresh one would say the same,
+/// and gives the time and token that fresh one carries; a write, a lapsing heartbeat,
+/// another policy or a manifest make it classify again.
+#[test]
+fn an_unchanged_snapshot_is_one_a_fresh_session_would_take_and_every_change_classifies_again() {
+    use fleet_runtime::Taken;
+    let dir = tempfile::tempdir().unwrap();
+    let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+    create(&location, &["wkr-a", "wkr-b"]);
+    let at = |secs: i64| {
+        fleet_identity::Timestamp::parse("2026-07-30T12:00:00Z")
+            .unwrap()
+            .saturating_add(time::Duration::seconds(secs))
+    };
+    let policy = fleet_snapshot::Policy::default();
+    let mut fleet = Fleet::new(location.clone());
+    let take = |fleet: &mut Fleet, secs: i64, policy: &fleet_snapshot::Policy| match fleet
+        .json_snapshot_or_unchanged(None, policy, at(secs))
+        .unwrap()
+    {
+        Taken::Fresh(number, taken) => (number, Some(serde_json::to_value(&taken.snapshot).unwrap()), None),
+        Taken::Unchanged { number, snapshot_at, consistency_token } => {
+            (number, None, Some((snapshot_at, consistency_token)))
+        }
+    };
+
+    let (first, whole, _) = take(&mut fleet, 1, &policy);
+    assert_eq!(whole.unwrap()["counts"]["live_worker_count"], 2);
+    // Later, before any heartbeat lapses (at 30 s): unchanged, with the time and token a
+    // fresh session gives.
+    let (number, whole, kept) = take(&mut fleet, 20, &policy);
+    assert_eq!((number, whole), (first, None));
+    let (snapshot_at, token) = kept.unwrap();
+    let fresh = fresh_snapshot(&location, at(20));
+    assert_eq!(serde_json::to_value(snapshot_at).unwrap(), fresh["snapshot_at"]);
+    assert_eq!(token, fresh["consistency_token"].as_str().unwrap());
+    // A whole snapshot taken meanwhile judges every row alike: it keeps the number.
+    assert_eq!(fleet.numbered_json_snapshot(None, &policy, at(21)).unwrap().0, first);
+    assert_eq!(take(&mut fleet, 22, &policy).0, first);
+    // The last instant before the heartbeats lapse is still the same; just past it is not.
+    assert!(take(&mut fleet, 30, &policy).2.is_some(), "at the expiry itself nothing has lapsed");
+    let (after, whole, _) = take(&mut fleet, 31, &policy);
+    assert_ne!(after, first);
+    assert_eq!(whole.unwrap()["counts"]["stale_worker_count"], 2, "lapsed: classified again");
+    assert!(take(&mut fleet, 40, &policy).2.is_some(), "stale stays stale");
+    // Another connection writes: classified again.
+    open_registry(&location, OpenMode::MustExist).unwrap().import(&dump(&["wkr-c"])).unwrap();
+    let (_, whole, _) = take(&mut fleet, 41, &policy);
+    assert_eq!(whole.unwrap()["counts"]["total_rows"], 3);
+    // Another policy, or a clock that went back: classified again.
+    let other = fleet_snapshot::Policy { expected_code_revision: Some("9.9.9".into()), ..Default::default() };
+    assert!(take(&mut fleet, 42, &other).1.is_some());
+    assert!(take(&mut fleet, 43, &other).1.is_none());
+    assert!(take(&mut fleet, 41, &other).1.is_some(), "a clock that went back");
+    // A manifest is always classified with.
+    let manifest = fleet_snapshot::Manifest::from_json(r#"{"instances": []}"#).unwrap();
+    assert!(matches!(
+        fleet.json_snapshot_or_unchanged(Some(&manifest), &other, at(44)).unwrap(),
+        Taken::Fresh(..)
+    ));
+}

@@ -32,9 +32,15 @@ pub struct HeartbeatComparison {
 /// ([`LiveHeartbeats::from_json`]), as `fleetctl snapshot --json` prints it. Kept compact
 /// (the identities side by side in one string, in identity order): a server keeps one
 /// for each of its recent answers, and builds one on every snapshot call.
+/// A clone shares the workers with the original.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveHeartbeats {
     at: Timestamp,
+    live: std::sync::Arc<Live>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Live {
     /// Every live worker's identity, one after another.
     names: String,
     /// Each worker's identity (its span of `names`) and heartbeat, in identity order.
@@ -50,11 +56,18 @@ impl LiveHeartbeats {
             names.push_str(name);
             entries.push((start, u32::try_from(names.len()).unwrap_or(u32::MAX), beat));
         }
-        Self { at, names, entries }
+        Self { at, live: std::sync::Arc::new(Live { names, entries }) }
     }
 
     fn name(&self, entry: &(u32, u32, Option<Timestamp>)) -> &str {
-        self.names.get(entry.0 as usize..entry.1 as usize).unwrap_or_default()
+        self.live.names.get(entry.0 as usize..entry.1 as usize).unwrap_or_default()
+    }
+
+    /// The same live workers and heartbeats, as seen by a snapshot taken at `at` (one
+    /// that judged every worker as this one did).
+    #[must_use]
+    pub fn seen_at(&self, at: Timestamp) -> Self {
+        Self { at, live: self.live.clone() }
     }
 
     /// The live workers of `snapshot` (its workers are in identity order).
@@ -132,7 +145,8 @@ pub fn compare_heartbeats(earlier: &LiveHeartbeats, later: &LiveHeartbeats) -> H
         continuous: false,
     };
     let id = |name: &str| WorkerIdentity::new(name).ok();
-    let (mut before, mut after) = (earlier.entries.iter().peekable(), later.entries.iter().peekable());
+    let (mut before, mut after) =
+        (earlier.live.entries.iter().peekable(), later.live.entries.iter().peekable());
     loop {
         match (before.peek(), after.peek()) {
             (None, None) => break,

@@ -52,3 +52,4 @@ pub use manifest::{Manifest, ManifestError, ManifestInstance};
 
 /// The snapshot of a fleet, as `fleetctl snapshot --json` and the MCP tool print it.
 pub use classify::FleetSnapshot;
+pub use classify::TokenRows;

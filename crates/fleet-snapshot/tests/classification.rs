@@ -446,6 +446,14 @@ fn arbitrary_rows() -> impl Strategy<Value = Vec<WorkerRow>> {
 }
 
 proptest! {
+    /// A reader that keeps the rows' share of the token gives the token a snapshot of
+    /// the same rows would carry, at any time.
+    #[test]
+    fn kept_token_rows_give_the_snapshots_token(rows in arbitrary_rows(), secs in 0i64..1000) {
+        let case = Case { now: at(secs), ..Case::new(rows.clone()) };
+        prop_assert_eq!(fleet_snapshot::TokenRows::of(&rows).token_at(at(secs)), case.run().consistency_token);
+    }
+
     #[test]
     fn the_snapshot_does_not_depend_on_row_order(rows in arbitrary_rows(), seed in any::<u64>()) {
         let mut shuffled = rows.clone();

@@ -19,6 +19,7 @@ use ledger::*;
 use manifests::*;
 use reuse::*;
 use rows::*;
+pub use token::TokenRows;
 use token::*;
 use views::NamespaceWorkers;
 pub use views::{Counts, FleetSnapshot, InstanceView, WithWorkers, WorkerState, WorkerView};
@@ -37,7 +38,7 @@ use crate::manifest::Manifest;
 pub type ProbeResults = BTreeMap<WorkerIdentity, ProcessVerdict>;
 
 /// What the operator expects of every live worker, beyond the manifest.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     /// The repository every worker should be bound to; others are `foreign_repository`.
     pub canonical_repository: Option<Repository>,

@@ -20,37 +20,8 @@ impl Token {
         Self { hasher: blake3::Hasher::new(), buf }
     }
 
-    /// A length prefix keeps field boundaries unambiguous; absent differs from empty.
-    pub(super) fn field(&mut self, value: Option<&[u8]>) {
-        match value {
-            Some(v) => {
-                self.buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
-                self.buf.extend_from_slice(v);
-            }
-            None => self.buf.extend_from_slice(&u64::MAX.to_le_bytes()),
-        }
-    }
-
     pub(super) fn row(&mut self, row: &WorkerRow) {
-        self.field(Some(row.worker_identity.as_str().as_bytes()));
-        self.field(row.client_instance_id.as_deref().map(str::as_bytes));
-        self.field(Some(row.status.as_str().as_bytes()));
-        self.field(row.last_heartbeat_at.as_deref().map(str::as_bytes));
-        // The epoch in decimal, written from the right.
-        let mut digits = [0u8; 20];
-        let epoch = row.fencing_epoch.map(|mut e| {
-            let mut at = digits.len();
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (e % 10) as u8;
-                e /= 10;
-                if e == 0 {
-                    break at;
-                }
-            }
-        });
-        self.field(epoch.map(|at| &digits[at..]));
-        self.field(row.generation_id.as_ref().map(|g| g.as_str().as_bytes()));
+        push_row(&mut self.buf, row);
         if self.buf.len() >= Self::BLOCK {
             self.hasher.update(&self.buf);
             self.buf.clear();
@@ -60,5 +31,64 @@ impl Token {
     pub(super) fn finish(mut self) -> String {
         self.hasher.update(&self.buf);
         format!("b3:{}", &self.hasher.finalize().to_hex().as_str()[..32])
+    }
+}
+
+/// A length prefix keeps field boundaries unambiguous; absent differs from empty.
+fn push_field(buf: &mut Vec<u8>, value: Option<&[u8]>) {
+    match value {
+        Some(v) => {
+            buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            buf.extend_from_slice(v);
+        }
+        None => buf.extend_from_slice(&u64::MAX.to_le_bytes()),
+    }
+}
+
+/// Appends one row's share of the token to `buf`.
+fn push_row(buf: &mut Vec<u8>, row: &WorkerRow) {
+    push_field(buf, Some(row.worker_identity.as_str().as_bytes()));
+    push_field(buf, row.client_instance_id.as_deref().map(str::as_bytes));
+    push_field(buf, Some(row.status.as_str().as_bytes()));
+    push_field(buf, row.last_heartbeat_at.as_deref().map(str::as_bytes));
+    // The epoch in decimal, written from the right.
+    let mut digits = [0u8; 20];
+    let epoch = row.fencing_epoch.map(|mut e| {
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (e % 10) as u8;
+            e /= 10;
+            if e == 0 {
+                break at;
+            }
+        }
+    });
+    push_field(buf, epoch.map(|at| &digits[at..]));
+    push_field(buf, row.generation_id.as_ref().map(|g| g.as_str().as_bytes()));
+}
+
+/// The rows' share of a snapshot's consistency token, kept: while the rows stay the
+/// same, the token of a snapshot of them at another time is one hash of these bytes
+/// behind that time, with no pass over the rows.
+#[derive(Debug, Clone, Default)]
+pub struct TokenRows(Vec<u8>);
+
+impl TokenRows {
+    /// The share of `rows`, in the order a snapshot takes them.
+    pub fn of(rows: &[WorkerRow]) -> Self {
+        let mut buf = Vec::with_capacity(rows.len() * 160);
+        for row in super::ordered(rows) {
+            push_row(&mut buf, row);
+        }
+        Self(buf)
+    }
+
+    /// The consistency token a snapshot of these rows taken at `now` carries.
+    pub fn token_at(&self, now: Timestamp) -> String {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(now.to_string().as_bytes());
+        hasher.update(&self.0);
+        format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
     }
 }
