@@ -44,7 +44,7 @@ def healthy_fleet(workers):
     }
 
 
-def call_times(server, registry, tool, calls, live_workers):
+def call_times(server, registry, tool, arguments, calls, live_workers):
     """With live_workers (the fleet's size), a heartbeat of one of them before each call."""
     env = dict(os.environ, FLEET_REGISTRY=registry, GITEA_MCP_CLIENT="codex")
     env.pop("GITEA_MCP_CLIENT_INSTANCE", None)
@@ -91,7 +91,7 @@ def call_times(server, registry, tool, calls, live_workers):
                            (beat, f"wkr-bench-{(i * 7919) % live_workers:05}"))
             writer.commit()
         started = time.perf_counter()
-        send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": tool, "arguments": {}}})
+        send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
         line, first = read_line()
         whole.append(time.perf_counter() - started)
         first_byte.append(first - started)
@@ -109,6 +109,7 @@ def main():
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--live", action="store_true", help="write a heartbeat before each call")
+    parser.add_argument("--arguments", default="{}", help="the tool's arguments, as JSON")
     parser.add_argument("servers", nargs="*", default=["target/release/fleet-mcp"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,7 +127,8 @@ def main():
         for round_ in range(1, args.rounds + 1):
             for server in args.servers:
                 first, whole, cpu, size = call_times(os.path.abspath(server), registries[server], args.tool,
-                                                     args.calls, args.workers if args.live else 0)
+                                                     json.loads(args.arguments), args.calls,
+                                                     args.workers if args.live else 0)
                 print(f"round {round_}: {server}: {args.tool} first byte {first * 1000:.2f} ms, "
                       f"whole answer {whole * 1000:.2f} ms, server CPU {cpu:.2f} ms per call, {size} bytes")
 
