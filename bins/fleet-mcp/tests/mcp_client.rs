@@ -91,6 +91,17 @@ impl Fleet {
         path
     }
 
+    /// One launch: a minted instance and a client of each of its five servers, in
+    /// `NAMESPACES` order, their heartbeats `ttl_s` apart.
+    async fn launch_with_ttl(&self, ttl_s: u32) -> Vec<Client> {
+        let id = self.mint();
+        let mut clients = Vec::new();
+        for ns in NAMESPACES {
+            clients.push(self.connect_with_ttl(ns, Some(&id), None, ttl_s).await);
+        }
+        clients
+    }
+
     async fn connect(&self, ns: &str, instance: Option<&str>, profiles: Option<&Path>) -> Client {
         self.connect_with_ttl(ns, instance, profiles, 5).await
     }
@@ -1492,11 +1503,7 @@ fn the_server_grows_its_stdout_pipe_only_for_a_large_answer() {
 #[tokio::test]
 async fn a_worker_killed_between_two_snapshots_is_gone_in_the_second() {
     let fleet = Fleet::new();
-    let id = fleet.mint();
-    let mut clients = Vec::new();
-    for ns in NAMESPACES {
-        clients.push(fleet.connect_with_ttl(ns, Some(&id), None, 600).await);
-    }
+    let clients = fleet.launch_with_ttl(600).await;
     let controller = &clients[3];
     let view_of = |snap: &Value, worker: &str| {
         snap["workers"].as_array().unwrap().iter().find(|w| w["worker_identity"] == worker).cloned().unwrap()
@@ -1632,11 +1639,7 @@ fn stdin_closed_or_sigterm_mid_answer_leaves_only_whole_lines() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_summary_of_an_unchanged_fleet_carries_the_time_and_token_of_now() {
     let fleet = Fleet::new();
-    let id = fleet.mint();
-    let mut clients = Vec::new();
-    for ns in NAMESPACES {
-        clients.push(fleet.connect_with_ttl(ns, Some(&id), None, 600).await);
-    }
+    let clients = fleet.launch_with_ttl(600).await;
     let controller = &clients[3];
     let first =
         call(controller, "gitea_snapshot_instance_fleet", json!({})).await.structured_content.unwrap();

@@ -214,23 +214,7 @@ impl KeptReason {
     }
 }
 
-impl std::fmt::Display for KeptReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for KeptReason {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for KeptReason {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
+fleet_model::outward_code!(KeptReason);
 
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

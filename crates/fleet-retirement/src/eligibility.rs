@@ -128,23 +128,7 @@ impl Verdict {
     }
 }
 
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for Verdict {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for Verdict {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
+fleet_model::outward_code!(Verdict);
 
 /// Where retirement runs and what it expects.
 #[derive(Debug, Clone)]
