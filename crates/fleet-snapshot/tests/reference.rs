@@ -1,11 +1,15 @@
-//! A reference classifier for the identity-reuse rules, written straight from seed 000
-//! ("each namespace worker has a distinct worker_identity, process identity,
-//! generation, and PID"; one live worker per instance and namespace; a session is one
-//! client's; a fencing epoch or worker token belongs to one worker), with no hashing,
-//! packing, prefilter or radix sort: every key is grouped in a `BTreeMap`. A property
-//! test holds the fast classifier to it on random fleets, small ones and ones past the
-//! size (4,096 keyed rows) where the fast path's bit-table prefilter and radix sort run,
-//! with keys drawn from small domains (many collisions) or large ones (few).
+//! A reference classifier for the liveness and identity-reuse rules, written straight
+//! from seed 000 and the heartbeat lifecycle ("stale workers still marked active": a
+//! heartbeat past its TTL, one from further in the future than the skew a fleet
+//! tolerates, or a row marked stale; "each namespace worker has a distinct
+//! worker_identity, process identity, generation, and PID"; one live worker per
+//! instance and namespace; a session is one client's; a fencing epoch or worker token
+//! belongs to one worker), with no hashing, packing, prefilter or radix sort: every key
+//! is grouped in a `BTreeMap`. A property test holds the fast classifier to it on random
+//! fleets, small ones and ones past the size (4,096 keyed rows) where the fast path's
+//! bit-table prefilter and radix sort run, with keys drawn from small domains (many
+//! collisions) or large ones (few), and heartbeats lapsed, fresh, skewed a little or far
+//! into the future, or unreadable.
 
 use std::collections::BTreeMap;
 
@@ -21,10 +25,31 @@ fn at(secs: i64) -> Timestamp {
 /// What a reuse finding says: its code and the workers it names.
 type Reuse = (FindingCode, Vec<WorkerIdentity>);
 
-/// Seed 000's reuse rules over the active rows, one `BTreeMap` per key.
+/// When the reference judges: every heartbeat below is placed around it.
+fn now() -> Timestamp {
+    at(110)
+}
+
+/// Whether an active row is live at [`now`]: a heartbeat that reads, within its TTL, not
+/// from further ahead than the fleet's clock skew, and a row not marked stale (nothing
+/// is probed here).
+fn live(row: &WorkerRow) -> bool {
+    let Some(beat) = row.last_heartbeat_at.as_deref().and_then(|b| Timestamp::parse(b).ok()) else {
+        return false;
+    };
+    let Some(ttl) = row.heartbeat_ttl_s else { return false };
+    let lapsed = now() > beat.saturating_add(time::Duration::seconds(i64::from(ttl)));
+    let from_the_future = beat > now().saturating_add(fleet_model::MAX_CLOCK_SKEW);
+    !lapsed && !from_the_future && row.ownership_state != Some(fleet_model::OwnershipState::Stale)
+}
+
+/// Seed 000's liveness and reuse rules over the active rows, one `BTreeMap` per key.
 fn reference(rows: &[WorkerRow]) -> Vec<Reuse> {
     let active: Vec<&WorkerRow> = rows.iter().filter(|r| r.status == WorkerStatus::Active).collect();
     let mut found = Vec::new();
+    for row in active.iter().filter(|r| !live(r)) {
+        found.push((FindingCode::StaleWorker, vec![row.worker_identity.clone()]));
+    }
     /// Every group of rows sharing a key in which `reused` holds.
     fn by<K: Ord>(
         rows: &[&WorkerRow],
@@ -68,16 +93,17 @@ fn reference(rows: &[WorkerRow]) -> Vec<Reuse> {
     let slot = |r: &WorkerRow| Some((r.client_instance_id.clone()?, r.namespace, r.fencing_epoch?));
     by(&active, slot, two, FindingCode::ReusedFencingIdentity, &mut found);
     by(&active, |r| r.token_fingerprint.clone(), two, FindingCode::ReusedFencingIdentity, &mut found);
-    // More than one live worker for one instance and namespace (every row here is live:
-    // fresh heartbeat, owned, unprobed). Workers without an instance ID share a profile
-    // without trusted instance evidence: indistinguishable from duplicates, so one group.
+    // More than one live worker for one instance and namespace. Workers without an
+    // instance ID share a profile without trusted instance evidence: indistinguishable
+    // from duplicates, so one group.
+    let live_rows: Vec<&WorkerRow> = active.iter().copied().filter(|r| live(r)).collect();
     let namespace = |r: &WorkerRow| Some((r.client_instance_id.clone(), r.namespace));
-    by(&active, namespace, two, FindingCode::DuplicateNamespaceWorker, &mut found);
+    by(&live_rows, namespace, two, FindingCode::DuplicateNamespaceWorker, &mut found);
     found.sort();
     found
 }
 
-/// The reuse and duplicate findings of the fast classifier.
+/// The stale, reuse and duplicate findings of the fast classifier.
 fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
     let snap = snapshot(SnapshotInput {
         rows,
@@ -85,7 +111,7 @@ fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
         manifest: None,
         probes: &ProbeResults::new(),
         policy: &Policy::default(),
-        now: at(110),
+        now: now(),
     });
     let mut found: Vec<Reuse> = snap
         .findings
@@ -93,7 +119,8 @@ fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
         .filter(|f| {
             matches!(
                 f.code,
-                FindingCode::ReusedWorkerIdentity
+                FindingCode::StaleWorker
+                    | FindingCode::ReusedWorkerIdentity
                     | FindingCode::ReusedSessionIdentity
                     | FindingCode::ReusedGenerationIdentity
                     | FindingCode::ReusedProcessIdentity
@@ -120,6 +147,8 @@ struct Domains {
     start: u64,
     epoch: u64,
     token: u64,
+    /// How often a heartbeat is anything but fresh: 0 never, else about one in this.
+    beats: u64,
 }
 
 fn domain() -> impl Strategy<Value = u64> {
@@ -127,8 +156,18 @@ fn domain() -> impl Strategy<Value = u64> {
 }
 
 fn domains() -> impl Strategy<Value = Domains> {
-    (domain(), domain(), domain(), domain(), domain(), domain(), domain(), domain()).prop_map(
-        |(identity, instance, session, generation, pid, start, epoch, token)| Domains {
+    (
+        domain(),
+        domain(),
+        domain(),
+        domain(),
+        domain(),
+        domain(),
+        domain(),
+        domain(),
+        prop_oneof![Just(0u64), 6u64..60],
+    )
+        .prop_map(|(identity, instance, session, generation, pid, start, epoch, token, beats)| Domains {
             identity,
             instance,
             session,
@@ -137,23 +176,34 @@ fn domains() -> impl Strategy<Value = Domains> {
             start,
             epoch,
             token,
-        },
-    )
+            beats,
+        })
+}
+
+/// xorshift64*: a fixed sequence per seed.
+struct Rng(u64);
+
+impl Rng {
+    /// A number below `m` (0 when `m` is 0).
+    fn next(&mut self, m: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % m.max(1)
+    }
+
+    /// A value of a key whose domain is `share` for a fleet of `size` rows: `share`
+    /// times as many values as rows when it is 64 or more, else a `share`th as many.
+    fn pick(&mut self, size: u64, share: u64) -> u64 {
+        self.next(if share >= 64 { size * share } else { size / share.max(1) + 1 })
+    }
 }
 
 /// A fleet of `n` rows drawn from `seed`: each key is a value from its domain (`share`
 /// × n values; 1,000,000 means all but unique), or absent now and then.
 fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
-    let mut state = seed | 1;
-    let mut next = move |m: u64| {
-        // xorshift64*: a fixed sequence per seed.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        state.wrapping_mul(0x2545_F491_4F6C_DD1D) % m.max(1)
-    };
+    let mut rng = Rng(seed | 1);
     let size = n as u64;
-    let mut pick = |share: u64| next(if share >= 64 { size * share } else { size / share.max(1) + 1 });
     let template: WorkerRow = serde_json::from_value(serde_json::json!({
         "worker_identity": "wkr-template",
         "client_type": "codex",
@@ -169,14 +219,15 @@ fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
     (0..n)
         .map(|i| {
             let mut row = template.clone();
-            row.worker_identity = WorkerIdentity::new(format!("wkr-{:07}", pick(d.identity))).unwrap();
+            row.worker_identity =
+                WorkerIdentity::new(format!("wkr-{:07}", rng.pick(size, d.identity))).unwrap();
             row.namespace = Namespace::ALL[i % Namespace::ALL.len()];
-            let instance = pick(d.instance);
+            let instance = rng.pick(size, d.instance);
             row.client_instance_id =
                 (instance % 17 != 0).then(|| format!("inst-codex-20260730T120000Z-{instance:012x}"));
-            let session = pick(d.session);
+            let session = rng.pick(size, d.session);
             row.session_id = (session % 13 != 0).then(|| format!("sess-{session}").parse().unwrap());
-            row.generation_id = Some(format!("gen-{}", pick(d.generation)).parse().unwrap());
+            row.generation_id = Some(format!("gen-{}", rng.pick(size, d.generation)).parse().unwrap());
             let host = if i % 11 == 0 {
                 "fedcba9876543210fedcba9876543210"
             } else {
@@ -184,14 +235,30 @@ fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
             };
             row.host_id = Some(host.parse().unwrap());
             // Linux's pid numbers stop at 2^22.
-            let pid = pick(d.pid) % (1 << 22) + 1;
+            let pid = rng.pick(size, d.pid) % (1 << 22) + 1;
             row.pid = (pid % 19 != 0).then(|| fleet_identity::Pid::new(i64::try_from(pid).unwrap()).unwrap());
             row.process_start_time =
-                Some(serde_json::from_value(serde_json::json!(pick(d.start) + 1)).unwrap());
-            row.fencing_epoch = Some(pick(d.epoch));
-            row.token_fingerprint = Some(format!("b3:{:032}", pick(d.token)));
+                Some(serde_json::from_value(serde_json::json!(rng.pick(size, d.start) + 1)).unwrap());
+            row.fencing_epoch = Some(rng.pick(size, d.epoch));
+            row.token_fingerprint = Some(format!("b3:{:032}", rng.pick(size, d.token)));
             if i % 23 == 0 {
                 row.status = WorkerStatus::Released;
+            }
+            // Around `now` (110 s): lapsed, fresh, a little ahead, far ahead, unreadable.
+            let beat = match if d.beats == 0 { 0 } else { rng.next(d.beats) } {
+                0 => None,
+                1 => Some(at(110 + 600).to_string()),
+                2 => Some(at(110 + 120).to_string()),
+                3 => Some(at(60).to_string()),
+                4 => Some("not a time".to_owned()),
+                _ => Some(at(100).to_string()),
+            };
+            row.last_heartbeat_at = beat.or(row.last_heartbeat_at);
+            if d.beats > 0 && rng.next(d.beats * 4) == 0 {
+                row.heartbeat_ttl_s = None;
+            }
+            if d.beats > 0 && rng.next(d.beats * 3) == 0 {
+                row.ownership_state = Some(fleet_model::OwnershipState::Stale);
             }
             row
         })
@@ -215,7 +282,7 @@ fn disagreement(fast: &[Reuse], reference: &[Reuse]) -> Option<String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn the_fast_reuse_rules_agree_with_the_reference_on_random_fleets(
@@ -242,6 +309,7 @@ fn a_large_fleet_with_reuse_is_judged_alike() {
         start: 2,
         epoch: 64,
         token: 1_000_000,
+        beats: 8,
     };
     let rows = fleet(5_000, d, 7);
     let found = reference(&rows);
