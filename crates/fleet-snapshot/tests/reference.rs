@@ -223,10 +223,11 @@ fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
                 WorkerIdentity::new(format!("wkr-{:07}", rng.pick(size, d.identity))).unwrap();
             row.namespace = Namespace::ALL[i % Namespace::ALL.len()];
             let instance = rng.pick(size, d.instance);
-            row.client_instance_id =
-                (instance % 17 != 0).then(|| format!("inst-codex-20260730T120000Z-{instance:012x}"));
+            row.client_instance_id = (!instance.is_multiple_of(17))
+                .then(|| format!("inst-codex-20260730T120000Z-{instance:012x}"));
             let session = rng.pick(size, d.session);
-            row.session_id = (session % 13 != 0).then(|| format!("sess-{session}").parse().unwrap());
+            row.session_id =
+                (!session.is_multiple_of(13)).then(|| format!("sess-{session}").parse().unwrap());
             row.generation_id = Some(format!("gen-{}", rng.pick(size, d.generation)).parse().unwrap());
             let host = if i % 11 == 0 {
                 "fedcba9876543210fedcba9876543210"
@@ -236,7 +237,8 @@ fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
             row.host_id = Some(host.parse().unwrap());
             // Linux's pid numbers stop at 2^22.
             let pid = rng.pick(size, d.pid) % (1 << 22) + 1;
-            row.pid = (pid % 19 != 0).then(|| fleet_identity::Pid::new(i64::try_from(pid).unwrap()).unwrap());
+            row.pid = (!pid.is_multiple_of(19))
+                .then(|| fleet_identity::Pid::new(i64::try_from(pid).unwrap()).unwrap());
             row.process_start_time =
                 Some(serde_json::from_value(serde_json::json!(rng.pick(size, d.start) + 1)).unwrap());
             row.fencing_epoch = Some(rng.pick(size, d.epoch));
