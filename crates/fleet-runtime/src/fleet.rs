@@ -186,6 +186,12 @@ impl Fleet {
     fn read(&mut self) -> Result<(), StoreError> {
         let was_open = self.registry.is_some();
         if let Err(e) = self.refresh() {
+            // Another session holds what the read needs (past lock_timeout): a fresh
+            // connection would wait for the same lock again. The connection is sound.
+            if e.kind() == StoreErrorKind::Busy {
+                self.last = None;
+                return Err(e);
+            }
             // A registry that could not even be opened is not opened twice: the caller
             // hears within one connection's deadline.
             if !was_open {

@@ -260,3 +260,46 @@ fn an_unchanged_snapshot_is_one_a_fresh_session_would_take_and_every_change_clas
         Taken::Fresh(..)
     ));
 }
+
+/// A long-lived reader whose read waits out `lock_timeout` on a table another session
+/// has locked says busy once, on the connection it has: a fresh connection would only
+/// wait for the same lock again (twice the bound). On PostgreSQL
+/// (`FLEET_TEST_POSTGRES_URL`; CI sets it).
+#[test]
+fn a_read_blocked_by_a_table_lock_fails_busy_once_on_its_own_connection() {
+    let Some(base) = std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = format!("fleet_reader_lock_{}", std::process::id());
+    let app = format!("fleet_reader_lock_{}", std::process::id());
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).expect("the test PostgreSQL server");
+    admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let location = RegistryLocation::Postgres(format!(
+        "{base}{sep}options=-csearch_path%3D{schema}%20-clock_timeout%3D1s&application_name={app}"
+    ));
+    create(&location, &["wkr-a"]);
+    let mut reader = Fleet::new(location);
+    assert_eq!(identities(&mut reader), ["wkr-a"]);
+    let backend = |admin: &mut postgres::Client| -> Vec<i32> {
+        let rows =
+            admin.query("SELECT pid FROM pg_stat_activity WHERE application_name = $1", &[&app]).unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    };
+    let before = backend(&mut admin);
+    assert_eq!(before.len(), 1, "the reader's one connection");
+
+    let mut locker = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let mut lock = locker.transaction().unwrap();
+    lock.batch_execute(&format!("LOCK TABLE {schema}.worker_registrations IN ACCESS EXCLUSIVE MODE"))
+        .unwrap();
+    let busy = reader.dump().expect_err("the table is locked");
+    assert_eq!(busy.kind(), fleet_registry::StoreErrorKind::Busy, "{busy}");
+    assert_eq!(backend(&mut admin), before, "the same connection, not a second wait on a fresh one");
+    lock.rollback().unwrap();
+
+    assert_eq!(identities(&mut reader), ["wkr-a"], "read again once the lock is gone");
+    drop(reader);
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+}
