@@ -371,23 +371,40 @@ impl Fleet {
     }
 }
 
-/// The first instant after `at` at which time alone changes a verdict of `snap`: an
-/// active row's heartbeat lapses just past its expiry, and a heartbeat from beyond the
-/// believable future becomes believable when `at` comes within [`MAX_CLOCK_SKEW`] of it.
+/// The first instant after `at` at which time alone changes a verdict of `snap`: a live
+/// row's heartbeat lapses just past its expiry, and a stale row's heartbeat from beyond
+/// the believable future becomes believable when `at` comes within [`MAX_CLOCK_SKEW`]
+/// of it (a stale row is counted at its expiry too, to be safe). Live rows, nearly the
+/// whole of a healthy fleet, cost one comparison each.
 fn valid_before(snap: &FleetSnapshot<'_>, at: Timestamp) -> Option<Timestamp> {
-    let millisecond = time::Duration::milliseconds(1);
-    snap.workers
-        .iter()
-        .filter(|view| view.state != WorkerState::Historical)
-        .filter_map(|view| {
-            let expiry = view.expires_at?;
-            let beat = expiry.saturating_add(-time::Duration::seconds(i64::from(view.row.heartbeat_ttl_s?)));
-            let lapses = (expiry >= at).then(|| expiry.saturating_add(millisecond));
-            let believed = beat.saturating_add(-MAX_CLOCK_SKEW);
-            let believable = (believed > at).then_some(believed);
-            lapses.into_iter().chain(believable).min()
-        })
-        .min()
+    let believable = at.saturating_add(MAX_CLOCK_SKEW);
+    let earliest = |a: Option<Timestamp>, b: Timestamp| Some(a.map_or(b, |a| a.min(b)));
+    // A heartbeat lapses once `now` is past its expiry; one from the future is believed
+    // from the instant `now` is within the skew of it.
+    let (mut lapses, mut believed) = (None, None);
+    for view in &snap.workers {
+        match view.state {
+            WorkerState::Historical => {}
+            WorkerState::Live => {
+                if let Some(expiry) = view.expires_at {
+                    lapses = earliest(lapses, expiry);
+                }
+            }
+            WorkerState::Stale => {
+                if let Some(expiry) = view.expires_at.filter(|e| *e >= at) {
+                    lapses = earliest(lapses, expiry);
+                }
+                if let Some(beat) = view.heartbeat.filter(|b| *b > believable) {
+                    believed = earliest(believed, beat.saturating_add(-MAX_CLOCK_SKEW));
+                }
+            }
+        }
+    }
+    let lapses = lapses.map(|t: Timestamp| t.saturating_add(time::Duration::milliseconds(1)));
+    match (lapses, believed) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn not_read() -> StoreError {

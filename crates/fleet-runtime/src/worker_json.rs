@@ -23,7 +23,7 @@ struct Judged {
 impl Judged {
     fn of(view: &WorkerView<'_>) -> Self {
         // Every field named: a field added to the view must be weighed here.
-        let WorkerView { row: _, state, expires_at, liveness } = *view;
+        let WorkerView { row: _, state, expires_at, heartbeat: _, liveness } = *view;
         Self { state, expires_at, liveness }
     }
 }

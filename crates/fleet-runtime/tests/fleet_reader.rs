@@ -303,3 +303,35 @@ fn a_read_blocked_by_a_table_lock_fails_busy_once_on_its_own_connection() {
     drop(reader);
     admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
 }
+
+/// A heartbeat from further ahead than the fleet's clock skew vouches for nothing until
+/// `now` comes within the skew of it: from that instant the row is live, and a session
+/// classifies again rather than answer "unchanged".
+#[test]
+fn a_heartbeat_from_the_future_is_believed_from_the_instant_it_comes_within_the_skew() {
+    use fleet_runtime::Taken;
+    let dir = tempfile::tempdir().unwrap();
+    let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+    let mut ahead = dump(&["wkr-ahead"]);
+    // Ten minutes ahead of 12:00:00; the skew believed is five.
+    ahead.worker_registrations[0].last_heartbeat_at = Some("2026-07-30T12:10:00Z".into());
+    ahead.worker_registrations[0].heartbeat_ttl_s = Some(3600);
+    open_registry(&location, OpenMode::CreateIfMissing).unwrap().import(&ahead).unwrap();
+    let at = |secs: i64| {
+        fleet_identity::Timestamp::parse("2026-07-30T12:00:00Z")
+            .unwrap()
+            .saturating_add(time::Duration::milliseconds(secs))
+    };
+    let policy = fleet_snapshot::Policy::default();
+    let mut fleet = Fleet::new(location);
+    let live = |fleet: &mut Fleet, millis: i64| match fleet
+        .json_snapshot_or_unchanged(None, &policy, at(millis))
+        .unwrap()
+    {
+        Taken::Fresh(_, taken) => Some(taken.snapshot.counts.live_worker_count),
+        Taken::Unchanged { .. } => None,
+    };
+    assert_eq!(live(&mut fleet, 0), Some(0), "from the future: stale");
+    assert_eq!(live(&mut fleet, 299_999), None, "a millisecond before it is believed: unchanged");
+    assert_eq!(live(&mut fleet, 300_000), Some(1), "within the skew: live, classified again");
+}

@@ -76,7 +76,7 @@ impl LiveHeartbeats {
             .workers
             .iter()
             .filter(|w| w.state == WorkerState::Live)
-            .map(|w| (w.worker_identity().as_str(), w.row.heartbeat()));
+            .map(|w| (w.worker_identity().as_str(), w.heartbeat));
         if snapshot.workers.windows(2).all(|p| p[0].worker_identity() <= p[1].worker_identity()) {
             return Self::from_sorted(snapshot.snapshot_at, live);
         }

@@ -70,20 +70,21 @@ fn judge(
     row: &WorkerRow,
     probe: Option<ProcessVerdict>,
     heartbeats: &HeartbeatJudge,
-) -> (Option<Timestamp>, WorkerState) {
+) -> (Option<Timestamp>, Option<Timestamp>, WorkerState) {
     // The registry's TTL rule, on the heartbeat parsed once.
-    let judged = row.heartbeat().zip(row.heartbeat_ttl_s).map(|(beat, ttl)| heartbeats.judge(beat, ttl));
+    let beat = row.heartbeat();
+    let judged = beat.zip(row.heartbeat_ttl_s).map(|(beat, ttl)| heartbeats.judge(beat, ttl));
     let expires_at = judged.map(|(expiry, _)| expiry);
     if row.status != WorkerStatus::Active {
-        return (expires_at, WorkerState::Historical);
+        return (beat, expires_at, WorkerState::Historical);
     }
     // No parsable heartbeat or no TTL: nothing vouches for the row.
     let expired = judged.is_none_or(|(_, lapsed)| lapsed);
     let gone = matches!(probe, Some(ProcessVerdict::Gone | ProcessVerdict::PidReused));
     if expired || gone || row.ownership_state == Some(OwnershipState::Stale) {
-        (expires_at, WorkerState::Stale)
+        (beat, expires_at, WorkerState::Stale)
     } else {
-        (expires_at, WorkerState::Live)
+        (beat, expires_at, WorkerState::Live)
     }
 }
 
@@ -149,8 +150,8 @@ fn take<'rows>(
         }
         while probes.next_if(|(id, _)| **id < row.worker_identity).is_some() {}
         let liveness = probes.peek().filter(|(id, _)| **id == row.worker_identity).map(|(_, v)| **v);
-        let (expires_at, state) = judge(row, liveness, &heartbeats);
-        let view = WorkerView { row, state, expires_at, liveness };
+        let (heartbeat, expires_at, state) = judge(row, liveness, &heartbeats);
+        let view = WorkerView { row, state, expires_at, heartbeat, liveness };
         token.row(row);
         let key = view.client_instance_id();
         let guess = &mut next_instance[row.namespace as usize];

@@ -34,6 +34,8 @@ pub struct WorkerView<'rows> {
     pub state: WorkerState,
     /// When the row's heartbeat lapses (`None` without a parsable heartbeat and a TTL).
     pub expires_at: Option<Timestamp>,
+    /// The row's heartbeat, read (`None` when it has none or it does not parse).
+    pub heartbeat: Option<Timestamp>,
     /// The probe's verdict on the row's process (`None` when it was not probed).
     pub liveness: Option<ProcessVerdict>,
 }
