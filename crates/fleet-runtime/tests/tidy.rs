@@ -288,7 +288,7 @@ fn defined_items() -> std::collections::BTreeSet<String> {
 }
 
 /// ARCHITECTURE.md's code map names paths (`crates/…`, `bins/…`, `scripts/…`, a file
-/// such as `keys.rs`) and types (`FleetReader`, `Registry<S>`): each must exist, so the
+/// such as `keys.rs`) and types (`Fleet`, `Registry<S>`): each must exist, so the
 /// map cannot drift from the code it maps.
 #[test]
 fn every_path_and_type_the_architecture_names_exists() {
