@@ -536,30 +536,48 @@ impl FleetServer {
         let unavailable = |e: StoreError| refuse(Refusal::RegistryUnavailable.as_str(), e);
         let mut fleet = self.fleet();
         let at = now();
-        if let Taken::Unchanged { number, snapshot_at, consistency_token } =
-            fleet.json_snapshot_or_unchanged(manifest, policy, at).map_err(unavailable)?
+        let (number, snapshot_at, consistency_token) = match fleet
+            .json_snapshot_or_unchanged(manifest, policy, at)
+            .map_err(unavailable)?
         {
-            let kept = {
-                let kept = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let same = kept.as_ref().filter(|k| k.number == number && k.page == page);
-                same.map(|k| (k.body.clone(), k.heartbeats.seen_at(snapshot_at)))
-            };
-            if let Some((mut body, heartbeats)) = kept {
-                body["snapshot_at"] = serde_json::to_value(snapshot_at).map_err(internal)?;
-                body["consistency_token"] = Value::from(consistency_token.as_str());
-                body["registry_revision"] = Value::from(consistency_token.as_str());
-                if let Some(token) = compare_to {
-                    body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
-                }
-                let full = serde_json::to_vec(&body).map_err(internal)?;
-                // A body too large for the text block needs the snapshot for its digest.
-                if full.len() <= FULL_TEXT_LIMIT {
-                    self.remember(consistency_token, heartbeats);
-                    return self.answer_json(full, || Ok(body), || Ok(String::new()));
-                }
+            Taken::Fresh(number, taken) => return self.fresh_summary(number, &taken, page, own, compare_to),
+            Taken::Unchanged { number, snapshot_at, consistency_token } => {
+                (number, snapshot_at, consistency_token)
+            }
+        };
+        let kept = {
+            let kept = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let same = kept.as_ref().filter(|k| k.number == number && k.page == page);
+            same.map(|k| (k.body.clone(), k.heartbeats.seen_at(snapshot_at)))
+        };
+        if let Some((mut body, heartbeats)) = kept {
+            body["snapshot_at"] = serde_json::to_value(snapshot_at).map_err(internal)?;
+            body["consistency_token"] = Value::from(consistency_token.as_str());
+            body["registry_revision"] = Value::from(consistency_token.as_str());
+            if let Some(token) = compare_to {
+                body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
+            }
+            let full = serde_json::to_vec(&body).map_err(internal)?;
+            // A body too large for the text block needs the snapshot for its digest.
+            if full.len() <= FULL_TEXT_LIMIT {
+                self.remember(consistency_token, heartbeats);
+                return self.answer_json(full, || Ok(body), || Ok(String::new()));
             }
         }
+        // Kept for another page, or too large to answer without the snapshot: take it.
         let (number, taken) = fleet.numbered_json_snapshot(manifest, policy, at).map_err(unavailable)?;
+        self.fresh_summary(number, &taken, page, own, compare_to)
+    }
+
+    /// The summary `page` of snapshot `number`, kept for the next summary of it.
+    fn fresh_summary(
+        &self,
+        number: u64,
+        taken: &JsonSnapshot<'_>,
+        page: SnapshotPage,
+        own: Option<&str>,
+        compare_to: Option<&str>,
+    ) -> Result<CallToolResult, CallToolResult> {
         let snap = &taken.snapshot;
         let mut body = page.body(snap, own).map_err(internal)?;
         let heartbeats = LiveHeartbeats::of(snap);
