@@ -4,7 +4,8 @@
 //! tolerates, or a row marked stale; "each namespace worker has a distinct
 //! worker_identity, process identity, generation, and PID"; one live worker per
 //! instance and namespace; a session is one client's; a fencing epoch or worker token
-//! belongs to one worker), with no hashing, packing, prefilter or radix sort: every key
+//! belongs to one worker; the live workers of one instance ID agree on who launched
+//! them), with no hashing, packing, prefilter or radix sort: every key
 //! is grouped in a `BTreeMap`. A property test holds the fast classifier to it on random
 //! fleets, small ones and ones past the size (4,096 keyed rows) where the fast path's
 //! bit-table prefilter and radix sort run, with keys drawn from small domains (many
@@ -99,11 +100,42 @@ fn reference(rows: &[WorkerRow]) -> Vec<Reuse> {
     let live_rows: Vec<&WorkerRow> = active.iter().copied().filter(|r| live(r)).collect();
     let namespace = |r: &WorkerRow| Some((r.client_instance_id.clone(), r.namespace));
     by(&live_rows, namespace, two, FindingCode::DuplicateNamespaceWorker, &mut found);
+    // The live workers of one launch share who launched them: live workers of one
+    // instance ID that disagree on client type, session, enrollment, host or boot are
+    // two launches on one ID (rows without a value do not vote).
+    let mut by_instance: BTreeMap<&str, Vec<&WorkerRow>> = BTreeMap::new();
+    for row in &live_rows {
+        if let Some(id) = row.client_instance_id.as_deref() {
+            by_instance.entry(id).or_default().push(row);
+        }
+    }
+    for rows in by_instance.values() {
+        let launch = |r: &WorkerRow| -> [Option<String>; 5] {
+            [
+                r.client_type.as_ref().map(|v| v.as_str().to_owned()),
+                r.session_id.as_ref().map(|v| v.as_str().to_owned()),
+                r.fleet_run_id.as_ref().map(|v| v.as_str().to_owned()),
+                r.host_id.as_ref().map(|v| v.as_str().to_owned()),
+                r.boot_id.as_ref().map(|v| v.as_str().to_owned()),
+            ]
+        };
+        let disagree = (0..5).any(|field| {
+            let values: std::collections::BTreeSet<String> =
+                rows.iter().filter_map(|r| launch(r)[field].clone()).collect();
+            values.len() > 1
+        });
+        if disagree {
+            let mut ids: Vec<WorkerIdentity> = rows.iter().map(|r| r.worker_identity.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            found.push((FindingCode::ClientInstanceCollision, ids));
+        }
+    }
     found.sort();
     found
 }
 
-/// The stale, reuse and duplicate findings of the fast classifier.
+/// The stale, reuse, duplicate and collision findings of the fast classifier.
 fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
     let snap = snapshot(SnapshotInput {
         rows,
@@ -120,6 +152,7 @@ fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
             matches!(
                 f.code,
                 FindingCode::StaleWorker
+                    | FindingCode::ClientInstanceCollision
                     | FindingCode::ReusedWorkerIdentity
                     | FindingCode::ReusedSessionIdentity
                     | FindingCode::ReusedGenerationIdentity
