@@ -5,7 +5,8 @@
 //! worker_identity, process identity, generation, and PID"; one live worker per
 //! instance and namespace; a session is one client's; a fencing epoch or worker token
 //! belongs to one worker; the live workers of one instance ID agree on who launched
-//! them), with no hashing, packing, prefilter or radix sort: every key
+//! them; a well-formed instance ID the ledger does not hold is not trusted), with no
+//! hashing, packing, prefilter or radix sort: every key
 //! is grouped in a `BTreeMap`. A property test holds the fast classifier to it on random
 //! fleets, small ones and ones past the size (4,096 keyed rows) where the fast path's
 //! bit-table prefilter and radix sort run, with keys drawn from small domains (many
@@ -14,8 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use fleet_identity::{Namespace, Timestamp, WorkerIdentity};
-use fleet_model::{WorkerRow, WorkerStatus};
+use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
+use fleet_model::{InstanceRecord, WorkerRow, WorkerStatus};
 use fleet_snapshot::{FindingCode, Policy, ProbeResults, SnapshotInput, snapshot};
 use proptest::prelude::*;
 
@@ -44,12 +45,43 @@ fn live(row: &WorkerRow) -> bool {
     !lapsed && !from_the_future && row.ownership_state != Some(fleet_model::OwnershipState::Stale)
 }
 
-/// Seed 000's liveness and reuse rules over the active rows, one `BTreeMap` per key.
-fn reference(rows: &[WorkerRow]) -> Vec<Reuse> {
+/// The launcher's ledger for a fleet: every well-formed instance ID of its rows whose
+/// number is not a multiple of three (the others were never minted).
+fn ledger(rows: &[WorkerRow]) -> Vec<InstanceRecord> {
+    let ids: std::collections::BTreeSet<ClientInstanceId> = rows
+        .iter()
+        .filter_map(|r| ClientInstanceId::parse(r.client_instance_id.as_deref()?).ok())
+        .filter(|id| {
+            u64::from_str_radix(id.as_str().rsplit('-').next().unwrap_or("0"), 16).unwrap_or(0) % 3 != 0
+        })
+        .collect();
+    ids.into_iter()
+        .map(|client_instance_id| InstanceRecord {
+            client_instance_id,
+            client_type: "codex".parse().unwrap(),
+            fleet_run_id: None,
+            minted_at: at(0),
+            host_id: None,
+        })
+        .collect()
+}
+
+/// Seed 000's liveness, trust and reuse rules over the active rows, one `BTreeMap` per
+/// key.
+fn reference(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
     let active: Vec<&WorkerRow> = rows.iter().filter(|r| r.status == WorkerStatus::Active).collect();
     let mut found = Vec::new();
     for row in active.iter().filter(|r| !live(r)) {
         found.push((FindingCode::StaleWorker, vec![row.worker_identity.clone()]));
+    }
+    // A well-formed instance ID the launcher never minted is not trusted.
+    let minted: std::collections::BTreeSet<&str> =
+        ledger.iter().map(|r| r.client_instance_id.as_str()).collect();
+    for row in &active {
+        let id = row.client_instance_id.as_deref();
+        if id.is_some_and(|id| ClientInstanceId::parse(id).is_ok() && !minted.contains(id)) {
+            found.push((FindingCode::UnmintedInstanceId, vec![row.worker_identity.clone()]));
+        }
     }
     /// Every group of rows sharing a key in which `reused` holds.
     fn by<K: Ord>(
@@ -136,10 +168,10 @@ fn reference(rows: &[WorkerRow]) -> Vec<Reuse> {
 }
 
 /// The stale, reuse, duplicate and collision findings of the fast classifier.
-fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
+fn fast(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
     let snap = snapshot(SnapshotInput {
         rows,
-        ledger: &[],
+        ledger,
         manifest: None,
         probes: &ProbeResults::new(),
         policy: &Policy::default(),
@@ -152,6 +184,7 @@ fn fast(rows: &[WorkerRow]) -> Vec<Reuse> {
             matches!(
                 f.code,
                 FindingCode::StaleWorker
+                    | FindingCode::UnmintedInstanceId
                     | FindingCode::ClientInstanceCollision
                     | FindingCode::ReusedWorkerIdentity
                     | FindingCode::ReusedSessionIdentity
@@ -326,13 +359,15 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let rows = fleet(n, d, seed);
-        let found = disagreement(&fast(&rows), &reference(&rows));
+        let ledger = ledger(&rows);
+        let found = disagreement(&fast(&rows, &ledger), &reference(&rows, &ledger));
         prop_assert!(found.is_none(), "{}", found.unwrap_or_default());
     }
 }
 
 /// The property above exercises the large-fleet path: a fleet past 4,096 keyed rows with
-/// reuse in it is found by both, and not only when keys are rare.
+/// reuse, stale rows, unminted IDs, collisions and duplicates in it is judged alike, and
+/// not only when keys are rare.
 #[test]
 fn a_large_fleet_with_reuse_is_judged_alike() {
     let d = Domains {
@@ -347,9 +382,18 @@ fn a_large_fleet_with_reuse_is_judged_alike() {
         beats: 8,
     };
     let rows = fleet(5_000, d, 7);
-    let found = reference(&rows);
-    assert!(found.iter().any(|(code, _)| *code == FindingCode::ReusedPid), "the fleet has reuse to find");
-    if let Some(found) = disagreement(&fast(&rows), &found) {
+    let ledger = ledger(&rows);
+    let found = reference(&rows, &ledger);
+    for code in [
+        FindingCode::ReusedPid,
+        FindingCode::StaleWorker,
+        FindingCode::UnmintedInstanceId,
+        FindingCode::ClientInstanceCollision,
+        FindingCode::DuplicateNamespaceWorker,
+    ] {
+        assert!(found.iter().any(|(c, _)| *c == code), "the fleet has {code:?} to find");
+    }
+    if let Some(found) = disagreement(&fast(&rows, &ledger), &found) {
         panic!("{found}");
     }
 }
