@@ -5,8 +5,9 @@
 //! worker_identity, process identity, generation, and PID"; one live worker per
 //! instance and namespace; a session is one client's; a fencing epoch or worker token
 //! belongs to one worker; the live workers of one instance ID agree on who launched
-//! them; a well-formed instance ID the ledger does not hold is not trusted), with no
-//! hashing, packing, prefilter or radix sort: every key
+//! them; a well-formed instance ID the ledger does not hold is not trusted; an expected
+//! instance or namespace without a live worker is missing, a live instance off the
+//! manifest is unmanifested), with no hashing, packing, prefilter or radix sort: every key
 //! is grouped in a `BTreeMap`. A property test holds the fast classifier to it on random
 //! fleets, small ones and ones past the size (4,096 keyed rows) where the fast path's
 //! bit-table prefilter and radix sort run, with keys drawn from small domains (many
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_model::{InstanceRecord, WorkerRow, WorkerStatus};
-use fleet_snapshot::{FindingCode, Policy, ProbeResults, SnapshotInput, snapshot};
+use fleet_snapshot::{FindingCode, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
 use proptest::prelude::*;
 
 fn at(secs: i64) -> Timestamp {
@@ -177,8 +178,98 @@ fn fast(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
         policy: &Policy::default(),
         now: now(),
     });
-    let mut found: Vec<Reuse> = snap
+    judged(&snap.findings)
+}
+
+/// What a manifest finding says: its code, instance, namespace and workers.
+type Listed = (FindingCode, Option<String>, Option<Namespace>, Vec<WorkerIdentity>);
+
+/// The manifest's findings of the fast classifier.
+fn fast_manifest(rows: &[WorkerRow], ledger: &[InstanceRecord], manifest: &Manifest) -> Vec<Listed> {
+    let snap = snapshot(SnapshotInput {
+        rows,
+        ledger,
+        manifest: Some(manifest),
+        probes: &ProbeResults::new(),
+        policy: &Policy::default(),
+        now: now(),
+    });
+    let mut found: Vec<Listed> = snap
         .findings
+        .iter()
+        .filter(|f| matches!(f.code, FindingCode::MissingExpected | FindingCode::Unmanifested))
+        .map(|f| (f.code, f.client_instance_id.clone(), f.namespace, f.worker_identities.clone()))
+        .collect();
+    found.sort();
+    // Everything else is judged as without a manifest.
+    assert_eq!(judged(&snap.findings), fast(rows, ledger));
+    found
+}
+
+/// Seed 000's manifest rules: an expected instance (or one of its namespaces) with no
+/// live worker is missing; a live instance not on the manifest is unmanifested.
+fn reference_manifest(rows: &[WorkerRow], manifest: &Manifest) -> Vec<Listed> {
+    let live_rows: Vec<&WorkerRow> =
+        rows.iter().filter(|r| r.status == WorkerStatus::Active && live(r)).collect();
+    let mut by_instance: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
+    for row in &live_rows {
+        by_instance.entry(row.client_instance_id.as_deref()).or_default().push(row);
+    }
+    let mut found = Vec::new();
+    for expected in &manifest.instances {
+        let id = expected.client_instance_id.as_str();
+        let live: Vec<Namespace> = by_instance
+            .get(&Some(id))
+            .map(|rows| rows.iter().map(|r| r.namespace).collect())
+            .unwrap_or_default();
+        if live.is_empty() {
+            found.push((FindingCode::MissingExpected, Some(id.to_owned()), None, Vec::new()));
+            continue;
+        }
+        for ns in expected.namespaces.iter().filter(|ns| !live.contains(ns)) {
+            found.push((FindingCode::MissingExpected, Some(id.to_owned()), Some(*ns), Vec::new()));
+        }
+    }
+    let listed: Vec<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
+    for (id, rows) in &by_instance {
+        if !id.is_some_and(|id| listed.contains(&id)) {
+            let mut ids: Vec<WorkerIdentity> = rows.iter().map(|r| r.worker_identity.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            found.push((FindingCode::Unmanifested, id.map(str::to_owned), None, ids));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A manifest for a fleet: every fourth of its well-formed instance IDs (all five
+/// namespaces, or the first three), and two IDs no row claims.
+fn manifest(rows: &[WorkerRow]) -> Manifest {
+    let ids: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .filter_map(|r| r.client_instance_id.as_deref())
+        .filter(|id| ClientInstanceId::parse(id).is_ok())
+        .collect();
+    let mut instances: Vec<serde_json::Value> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 4 == 0)
+        .map(|(i, id)| {
+            let namespaces: Vec<&str> =
+                Namespace::ALL.iter().take(if i % 8 == 0 { 5 } else { 3 }).map(|ns| ns.as_str()).collect();
+            serde_json::json!({ "client_type": "codex", "client_instance_id": id, "namespaces": namespaces })
+        })
+        .collect();
+    for absent in ["inst-codex-20260730T120000Z-ffffffffff01", "inst-codex-20260730T120000Z-ffffffffff02"] {
+        instances.push(serde_json::json!({ "client_type": "codex", "client_instance_id": absent }));
+    }
+    Manifest::from_json(&serde_json::json!({ "instances": instances }).to_string()).unwrap()
+}
+
+/// The stale, trust, reuse, duplicate and collision findings of `findings`.
+fn judged(findings: &[fleet_snapshot::Finding]) -> Vec<Reuse> {
+    let mut found: Vec<Reuse> = findings
         .iter()
         .filter(|f| {
             matches!(
@@ -362,6 +453,8 @@ proptest! {
         let ledger = ledger(&rows);
         let found = disagreement(&fast(&rows, &ledger), &reference(&rows, &ledger));
         prop_assert!(found.is_none(), "{}", found.unwrap_or_default());
+        let manifest = manifest(&rows);
+        prop_assert_eq!(fast_manifest(&rows, &ledger, &manifest), reference_manifest(&rows, &manifest));
     }
 }
 
@@ -396,4 +489,10 @@ fn a_large_fleet_with_reuse_is_judged_alike() {
     if let Some(found) = disagreement(&fast(&rows, &ledger), &found) {
         panic!("{found}");
     }
+    let manifest = manifest(&rows);
+    let listed = reference_manifest(&rows, &manifest);
+    for code in [FindingCode::MissingExpected, FindingCode::Unmanifested] {
+        assert!(listed.iter().any(|(c, ..)| *c == code), "the fleet has {code:?} to find");
+    }
+    assert_eq!(fast_manifest(&rows, &ledger, &manifest), listed);
 }
