@@ -24,7 +24,7 @@ pub(crate) const NEXT_CHANGE: &str =
     "(SELECT coalesce(max(change_seq), 0) + 1 + (random() & 65535) FROM worker_registrations)";
 
 /// Parameters are numbered; `IS` compares NULL with NULL.
-const SQLITE: columns::Dialect = columns::Dialect { param: |n, _| format!("?{n}"), same: "IS" };
+pub(crate) const SQLITE: columns::Dialect = columns::Dialect { param: |n, _| format!("?{n}"), same: "IS" };
 
 pub(crate) fn insert_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();

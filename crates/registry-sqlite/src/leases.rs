@@ -11,7 +11,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::map_error;
 
 /// The columns as a `SELECT` list.
-static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| LEASE_COLUMNS.join(", "));
+static LIST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| fleet_registry::columns::list(&LEASE_COLUMNS));
 
 fn corrupt(key: &str, what: impl std::fmt::Display) -> StoreError {
     StoreError::corrupt(format!("lease {key} has an invalid {what}"))
@@ -126,16 +127,11 @@ fn insert_sql() -> &'static str {
 }
 
 /// `UPDATE … SET every column WHERE every column IS its expected value`: the
-/// compare-and-swap on the whole row.
+/// compare-and-swap on the whole row, built as the worker rows' is.
 fn swap_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| {
-        let columns = LEASE_COLUMNS.iter();
-        let set: Vec<String> =
-            columns.clone().enumerate().map(|(i, c)| format!("{c} = ?{}", i + 1)).collect();
-        let guard: Vec<String> =
-            columns.enumerate().map(|(i, c)| format!("{c} IS ?{}", COLUMN_COUNT + i + 1)).collect();
-        format!("UPDATE leases SET {} WHERE {}", set.join(", "), guard.join(" AND "))
+        fleet_registry::columns::replace_sql(crate::columns::SQLITE, "leases", &LEASE_COLUMNS, &[])
     })
 }
 
