@@ -68,10 +68,12 @@ pub struct Fleet {
     tracking: Option<TrackingProbe>,
     /// This host's probe for plans and applies, once made.
     local: Option<LocalProbe>,
-    /// Moves each time rows are read (or dropped): rows of one generation are the same.
+    /// Moves each time rows are read: rows of one generation are the same.
     generation: u64,
-    /// What the last snapshot rested on.
+    /// What the last snapshot rested on (none after one taken with a manifest).
     judged: Option<Judged>,
+    /// The number the next snapshot that judges anew takes.
+    next_number: u64,
     /// The rows' share of the consistency token, for the generation it was made of.
     token_rows: Option<(u64, TokenRows)>,
     /// Each worker's JSON, for the rows in `last`.
@@ -95,6 +97,7 @@ struct LastRead {
 struct Judged {
     /// Its number (see [`Taken`]).
     number: u64,
+    /// The rows' generation it read.
     generation: u64,
     probes: ProbeResults,
     policy: Policy,
@@ -157,6 +160,7 @@ impl Fleet {
             local: None,
             generation: 0,
             judged: None,
+            next_number: 0,
             token_rows: None,
             json: WorkerJson::default(),
         }
@@ -210,10 +214,7 @@ impl Fleet {
     }
 
     fn refresh(&mut self) -> Result<(), StoreError> {
-        let registry = match &mut self.registry {
-            Some(registry) => registry,
-            None => self.registry.insert(open_registry(&self.location, OpenMode::MustExist)?),
-        };
+        let registry = open(&mut self.registry, &self.location)?;
         let marker = registry.change_marker()?;
         if let (Some(now), Some(LastRead { marker: Some(then), .. })) = (marker, &self.last)
             && now == *then
@@ -316,10 +317,7 @@ impl Fleet {
         if self.track && self.tracking.is_none() {
             self.tracking = TrackingProbe::new().ok();
         }
-        if let Err(e) = self.read() {
-            self.generation += 1;
-            return Err(e);
-        }
+        self.read()?;
         let Some(LastRead { dump, .. }) = &self.last else { return Err(not_read()) };
         Ok(match &self.tracking {
             Some(probe) => {
@@ -354,11 +352,12 @@ impl Fleet {
         let number = match unchanged {
             Some(number) => number,
             None => {
-                let number = self.judged.as_ref().map_or(0, |j| j.number + 1);
+                let number = self.next_number;
+                self.next_number += 1;
                 // A manifest's verdicts are not kept: the next snapshot classifies again.
-                self.judged = Some(Judged {
+                self.judged = manifest.is_none().then(|| Judged {
                     number,
-                    generation: if manifest.is_some() { u64::MAX } else { self.generation },
+                    generation: self.generation,
                     valid_before: valid_before(&snapshot, at),
                     probes,
                     policy: policy.clone(),
@@ -404,6 +403,17 @@ fn valid_before(snap: &FleetSnapshot<'_>, at: Timestamp) -> Option<Timestamp> {
     match (lapses, believed) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// The registry a session keeps in `slot`, opened now if it is not.
+fn open<'r>(
+    slot: &'r mut Option<Registry<AnyStore>>,
+    location: &RegistryLocation,
+) -> Result<&'r mut Registry<AnyStore>, StoreError> {
+    match slot {
+        Some(registry) => Ok(registry),
+        None => Ok(slot.insert(open_registry(location, OpenMode::MustExist)?)),
     }
 }
 
@@ -471,11 +481,7 @@ impl Fleet {
         &mut self,
         work: impl FnOnce(&mut Registry<AnyStore>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let registry = match &mut self.registry {
-            Some(registry) => registry,
-            None => self.registry.insert(open_registry(&self.location, OpenMode::MustExist)?),
-        };
-        let result = work(registry);
+        let result = work(open(&mut self.registry, &self.location)?);
         if result.as_ref().is_err_and(|e| e.kind() == StoreErrorKind::Unavailable) {
             (self.registry, self.last) = (None, None);
         }
