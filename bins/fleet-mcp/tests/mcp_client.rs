@@ -1633,6 +1633,64 @@ fn stdin_closed_or_sigterm_mid_answer_leaves_only_whole_lines() {
     assert!(servers.iter().all(|r| r.status == fleet_registry::WorkerStatus::Released), "every row released");
 }
 
+/// A heartbeat of a live worker changes no verdict: the next summary is answered from
+/// the last one, with the moved heartbeat and expiry shown as a snapshot taken afresh
+/// shows them, and `compare_to` sees the heartbeat advance.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_summary_after_a_heartbeat_shows_it_as_a_fresh_snapshot_does() {
+    let fleet = Fleet::new();
+    // Their own heartbeats come every 200 s: the test's is the only one.
+    let clients = fleet.launch_with_ttl(600).await;
+    let controller = &clients[3];
+    let first =
+        call(controller, "gitea_snapshot_instance_fleet", json!({})).await.structured_content.unwrap();
+    let author = first["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["namespace"] == "author")
+        .unwrap()["worker_identity"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let beat = fleet_runtime::now().to_string();
+    let db = rusqlite::Connection::open(&fleet.registry).unwrap();
+    let sql = "UPDATE worker_registrations SET last_heartbeat_at = ?1 WHERE worker_identity = ?2";
+    assert_eq!(db.execute(sql, [beat.as_str(), author.as_str()]).unwrap(), 1);
+    let token = first["consistency_token"].as_str().unwrap();
+    let second = call(controller, "gitea_snapshot_instance_fleet", json!({ "compare_to": token }))
+        .await
+        .structured_content
+        .unwrap();
+    let at: fleet_identity::Timestamp = serde_json::from_value(second["snapshot_at"].clone()).unwrap();
+    let location = fleet_runtime::RegistryLocation::Sqlite(fleet.registry.clone());
+    let policy = fleet_snapshot::Policy::default();
+    let whole =
+        fleet_runtime::take_snapshot(&location, None, &policy, at, |s| serde_json::to_value(s).unwrap())
+            .unwrap();
+    assert_eq!(second["consistency_token"], whole["consistency_token"]);
+    let shown: Vec<&Value> = whole["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["client_instance_id"] == first["page"]["instance"])
+        .collect();
+    assert_eq!(second["workers"].as_array().unwrap().iter().collect::<Vec<_>>(), shown);
+    let moved =
+        second["workers"].as_array().unwrap().iter().find(|w| w["worker_identity"] == author.as_str());
+    assert_eq!(moved.unwrap()["last_heartbeat_at"], beat.as_str());
+    assert_ne!(second["workers"], first["workers"]);
+    for same in ["counts", "live_fleet_safe", "instances", "findings"] {
+        assert_eq!(second[same], first[same], "{same}");
+    }
+    let comparison = &second["heartbeat_comparison"];
+    assert_eq!(comparison["advanced"], json!([author]), "{comparison}");
+    assert_eq!(comparison["unchanged"].as_array().unwrap().len(), 4, "{comparison}");
+    for client in clients {
+        client.cancel().await.unwrap();
+    }
+}
+
 /// A summary of a fleet that has not changed since the last one is answered from that
 /// one with its time and token moved: the token is the one a snapshot of the same rows
 /// at the new time carries, and `compare_to` the earlier token still compares.

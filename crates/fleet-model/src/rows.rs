@@ -273,6 +273,72 @@ impl WorkerRow {
         })
     }
 
+    /// Whether `other` is this row with another `last_heartbeat_at` and nothing else
+    /// changed: what a heartbeat writes. (Every field is named, so a new one must be
+    /// placed on one side or the other.)
+    pub fn differs_only_in_heartbeat(&self, other: &WorkerRow) -> bool {
+        let WorkerRow {
+            worker_identity,
+            client_type,
+            client_instance_id,
+            instance_provenance,
+            fleet_run_id,
+            namespace,
+            profile,
+            session_id,
+            generation_id,
+            host_id,
+            boot_id,
+            pid,
+            process_start_time,
+            repository,
+            status,
+            ownership_state,
+            registered_at,
+            last_heartbeat_at,
+            heartbeat_ttl_s,
+            fencing_epoch,
+            token_fingerprint,
+            code_revision,
+            config_revision,
+            profile_revision,
+            schema_revision,
+            retired_at,
+            retired_by,
+            retirement_reason,
+            pid_namespace,
+        } = self;
+        *last_heartbeat_at != other.last_heartbeat_at
+            && *worker_identity == other.worker_identity
+            && *client_type == other.client_type
+            && *client_instance_id == other.client_instance_id
+            && *instance_provenance == other.instance_provenance
+            && *fleet_run_id == other.fleet_run_id
+            && *namespace == other.namespace
+            && *profile == other.profile
+            && *session_id == other.session_id
+            && *generation_id == other.generation_id
+            && *host_id == other.host_id
+            && *boot_id == other.boot_id
+            && *pid == other.pid
+            && *process_start_time == other.process_start_time
+            && *repository == other.repository
+            && *status == other.status
+            && *ownership_state == other.ownership_state
+            && *registered_at == other.registered_at
+            && *heartbeat_ttl_s == other.heartbeat_ttl_s
+            && *fencing_epoch == other.fencing_epoch
+            && *token_fingerprint == other.token_fingerprint
+            && *code_revision == other.code_revision
+            && *config_revision == other.config_revision
+            && *profile_revision == other.profile_revision
+            && *schema_revision == other.schema_revision
+            && *retired_at == other.retired_at
+            && *retired_by == other.retired_by
+            && *retirement_reason == other.retirement_reason
+            && *pid_namespace == other.pid_namespace
+    }
+
     /// The row's instance ID, when it is a well-formed launcher ID.
     pub fn instance_id(&self) -> Option<ClientInstanceId> {
         self.client_instance_id.as_deref().and_then(|s| ClientInstanceId::parse(s).ok())
@@ -501,6 +567,54 @@ mod tests {
     }
 
     use super::*;
+
+    /// A heartbeat changes `last_heartbeat_at` alone; a change to any other column,
+    /// with or without a new heartbeat, is more than a heartbeat.
+    #[test]
+    fn only_a_change_of_the_heartbeat_alone_is_a_heartbeat() {
+        let full = serde_json::json!({
+            "worker_identity": "wkr-a", "client_type": "codex",
+            "client_instance_id": "inst-codex-20260730T120000Z-0123456789ab",
+            "instance_provenance": "trusted_launcher", "fleet_run_id": "run-1",
+            "namespace": "author", "profile": "default", "session_id": "sess-1",
+            "generation_id": "gen-1", "host_id": "0123456789abcdef0123456789abcdef",
+            "boot_id": "11111111-2222-3333-4444-555555555555", "pid": 42,
+            "process_start_time": 7, "repository": "acme/widgets", "status": "active",
+            "ownership_state": "owned", "registered_at": "2026-07-30T12:00:00Z",
+            "last_heartbeat_at": "2026-07-30T12:00:05Z", "heartbeat_ttl_s": 30,
+            "fencing_epoch": 3, "token_fingerprint": "b3:00", "code_revision": "1",
+            "config_revision": "1", "profile_revision": "1", "schema_revision": "1",
+            "retired_at": "2026-07-30T12:00:09Z", "retired_by": "op",
+            "retirement_reason": "r", "pid_namespace": 4026531836_u64,
+        });
+        let row: WorkerRow = serde_json::from_value(full.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&row).unwrap().as_object().unwrap().len(), WORKER_COLUMNS.len());
+        assert!(!row.differs_only_in_heartbeat(&row), "no change at all");
+        let beat = |mut value: serde_json::Value| {
+            value["last_heartbeat_at"] = "2026-07-30T12:00:15Z".into();
+            value
+        };
+        let beaten: WorkerRow = serde_json::from_value(beat(full.clone())).unwrap();
+        assert!(row.differs_only_in_heartbeat(&beaten));
+        for column in WORKER_COLUMNS.iter().filter(|c| **c != "last_heartbeat_at") {
+            let mut other = full.clone();
+            other[*column] = match &full[*column] {
+                serde_json::Value::Number(n) => (n.as_u64().unwrap() + 1).into(),
+                _ if *column == "namespace" => "reviewer".into(),
+                _ if *column == "status" => "released".into(),
+                _ if *column == "ownership_state" => "stale".into(),
+                _ if *column == "client_type" => "claude".into(),
+                _ if column.ends_with("_at") => "2026-07-30T12:00:01Z".into(),
+                serde_json::Value::String(s) => format!("{s}0").into(),
+                v => panic!("{column}: {v}"),
+            };
+            let changed: WorkerRow = serde_json::from_value(other.clone()).unwrap();
+            assert_ne!(changed, row, "{column} changed");
+            assert!(!row.differs_only_in_heartbeat(&changed), "{column} alone");
+            let changed: WorkerRow = serde_json::from_value(beat(other)).unwrap();
+            assert!(!row.differs_only_in_heartbeat(&changed), "{column} and the heartbeat");
+        }
+    }
 
     #[test]
     fn a_ttl_written_as_a_real_reads_as_whole_seconds() {

@@ -81,6 +81,26 @@ impl<S: Store> Registry<S> {
 }
 
 impl RegistryChanges {
+    /// When these changes to `dump` (the registry as read at the earlier position) move
+    /// heartbeats and nothing else, the places in `dump` of the rows whose heartbeat
+    /// moved, in order (empty when nothing changed); `None` when they add a row,
+    /// change the ledger, change any other column, or read everything again.
+    pub fn heartbeats_only(&self, dump: &RegistryDump) -> Option<Vec<usize>> {
+        let RegistryChanges::Since { workers, instances: None } = self else { return None };
+        let rows = &dump.worker_registrations;
+        let mut moved = Vec::new();
+        for row in workers {
+            let i = rows.binary_search_by(|r| r.worker_identity.cmp(&row.worker_identity)).ok()?;
+            if rows[i] != *row {
+                rows[i].differs_only_in_heartbeat(row).then_some(())?;
+                moved.push(i);
+            }
+        }
+        moved.sort_unstable();
+        moved.dedup();
+        Some(moved)
+    }
+
     /// Brings `dump`, the registry as read at the earlier position, up to date with
     /// these changes. Returns, for each worker row now in `dump`, its place in the rows
     /// before when it is the same row, unchanged (`None` for a new or changed row), so

@@ -479,7 +479,8 @@ pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
     first.changes.apply(&mut kept);
     let mut position = first.mark;
     // Reads what changed, checks it against a full read, and returns how many worker
-    // rows were read (None: everything) and whether the ledger was.
+    // rows were read (None: everything) and whether the ledger was, and the places of the
+    // rows whose heartbeat alone moved, when that is all that changed.
     let mut follow = |registry: &mut Registry<S>, what: &str| {
         let read = registry.read_since(position.take()).expect("read");
         let read_rows = match &read.changes {
@@ -487,6 +488,7 @@ pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
             RegistryChanges::Since { workers, instances } => Some((workers.len(), instances.is_some())),
         };
         let before = kept.clone();
+        let beats = read.changes.heartbeats_only(&before);
         let origins = read.changes.apply(&mut kept);
         position = read.mark;
         assert_eq!(kept, registry.export().expect("export"), "after {what}");
@@ -496,11 +498,15 @@ pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
                 assert_eq!(Some(row), before.worker_registrations.get(*origin), "{what}: a kept row");
             }
         }
-        read_rows
+        for &i in beats.iter().flatten() {
+            let (then, now) = (&before.worker_registrations[i], &kept.worker_registrations[i]);
+            assert!(then.differs_only_in_heartbeat(now), "{what}: a heartbeat alone moved");
+        }
+        (read_rows, beats)
     };
     let probe = ScriptedProbe::default();
     registry.record_instance(&ledger_entry()).expect("record");
-    let ledger = follow(&mut registry, "a ledger entry");
+    let (ledger, ledger_beats) = follow(&mut registry, "a ledger entry");
     let mut held = Vec::new();
     for (i, ns) in [Namespace::Author, Namespace::Reviewer, Namespace::Merger].into_iter().enumerate() {
         let n = i64::try_from(i).expect("small");
@@ -510,12 +516,14 @@ pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
             .expect("register");
         held.push((reg, generation));
     }
-    let registrations = follow(&mut registry, "three registrations");
-    let nothing = follow(&mut registry, "nothing");
+    let (registrations, registration_beats) = follow(&mut registry, "three registrations");
+    let (nothing, no_beats) = follow(&mut registry, "nothing");
     registry.heartbeat(&credential(&held[1].0, &held[1].1, 1), at(7)).expect("heartbeat");
-    let heartbeat = follow(&mut registry, "a heartbeat");
+    let (heartbeat, beaten) = follow(&mut registry, "a heartbeat");
     registry.release(&credential(&held[0].0, &held[0].1, 1), at(8)).expect("release");
-    follow(&mut registry, "a release");
+    let (_, release_beats) = follow(&mut registry, "a release");
+    assert_eq!(release_beats, None, "a release is more than a heartbeat");
+    assert_eq!((ledger_beats, registration_beats), (None, None), "a ledger entry and new rows are more");
     registry.sweep(at(3600)).expect("sweep");
     follow(&mut registry, "a sweep");
     // An imported row whose identity sorts before every other: the rows kept move.
@@ -524,15 +532,18 @@ pub fn reading_since_a_position_sees_what_a_full_read_sees<S: Store>(store: S) {
     registry
         .import(&RegistryDump { instances: Vec::new(), worker_registrations: vec![imported] })
         .expect("import");
-    let import = follow(&mut registry, "an import");
+    let (import, _) = follow(&mut registry, "an import");
     let everything = registry.workers().expect("read");
     assert_eq!(registry.prune(&everything).expect("prune").len(), 1, "the released row");
-    let prune = follow(&mut registry, "a pruned row");
+    let (prune, prune_beats) = follow(&mut registry, "a pruned row");
+    assert_eq!(prune_beats, None);
     if history {
         assert_eq!(ledger, Some((0, true)), "a ledger entry reads the ledger and no row");
         assert_eq!(registrations, Some((3, false)), "three new rows read");
         assert_eq!(nothing, Some((0, false)), "nothing read");
         assert_eq!(heartbeat, Some((1, false)), "one heartbeat, one row read");
+        assert_eq!(no_beats, Some(Vec::new()), "nothing moved");
+        assert_eq!(beaten.map(|b| b.len()), Some(1), "the heartbeat of one row moved, nothing else");
         assert_eq!(import, Some((1, false)), "one imported row read");
         assert_eq!(prune, None, "a removal reads everything");
     }

@@ -47,6 +47,6 @@ pub use store::{
 /// model at the bottom of the graph.
 pub use fleet_model::{
     Claim, DumpError, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW, OwnershipState,
-    ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry,
     probe_active_rows,
 };

@@ -5,7 +5,6 @@
 
 use fleet_identity::{Repository, Timestamp};
 use fleet_probe::{LocalProbe, TrackingProbe};
-use fleet_registry::MAX_CLOCK_SKEW;
 use fleet_registry::OpenMode;
 use fleet_registry::{
     ApplyReport, ApplyRequest, ReadMark, Registry, RegistryDump, StoreError, StoreErrorKind, WorkerRow,
@@ -14,10 +13,11 @@ use fleet_registry::{
 use fleet_retirement::{Plan, RetirementContext};
 use fleet_snapshot::{
     FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput, TokenRows,
-    WorkerState, mutation_gate, snapshot,
+    mutation_gate, snapshot,
 };
 
 use crate::exit::Failure;
+use crate::judged::{Judged, MovedHeartbeats};
 use crate::location::{AnyStore, RegistryLocation, open_registry};
 use crate::stable::StableRuntime;
 use crate::worker::now;
@@ -91,31 +91,16 @@ struct LastRead {
     dump: RegistryDump,
 }
 
-/// What a snapshot rested on, beyond its time: a snapshot taken later with the same
-/// rows, probe answers and policy, and no manifest, says the same until `valid_before`.
-#[derive(Debug)]
-struct Judged {
-    /// Its number (see [`Taken`]).
-    number: u64,
-    /// The rows' generation it read.
-    generation: u64,
-    probes: ProbeResults,
-    policy: Policy,
-    at: Timestamp,
-    /// The first instant at which a heartbeat lapses or, coming from the future, becomes
-    /// believable (`None`: time alone changes nothing).
-    valid_before: Option<Timestamp>,
-}
-
 /// A snapshot, or word that it would say what the last one said.
 #[derive(Debug)]
 pub enum Taken<'r> {
     /// Taken now, with its number.
     Fresh(u64, JsonSnapshot<'r>),
     /// Snapshot number `.0`, taken earlier by this session, rests on exactly what a
-    /// snapshot now would: the same rows, probe answers and policy, no manifest, and no
-    /// heartbeat has lapsed or become believable since. Only its time and consistency
-    /// token would move; here they are.
+    /// snapshot now would: the same rows (but for the heartbeats of workers live then
+    /// and now), probe answers and policy, no manifest, and no heartbeat has lapsed or
+    /// become believable since. Only its time and consistency token would move, and
+    /// the heartbeats and expiries of the workers in `moved`; here they are.
     Unchanged {
         /// The earlier snapshot's number.
         number: u64,
@@ -123,6 +108,8 @@ pub enum Taken<'r> {
         snapshot_at: Timestamp,
         /// Its consistency token (and registry revision).
         consistency_token: String,
+        /// The workers whose heartbeat moved since snapshot `number`.
+        moved: MovedHeartbeats<'r>,
     },
 }
 
@@ -222,14 +209,28 @@ impl Fleet {
             return Ok(());
         }
         let read = registry.read_since(self.last.as_mut().and_then(|last| last.mark.take()))?;
-        self.generation += 1;
         let last = self.last.get_or_insert_with(|| LastRead {
             marker: None,
             mark: None,
             dump: RegistryDump::default(),
         });
+        let beats = read.changes.heartbeats_only(&last.dump);
         let origins = read.changes.apply(&mut last.dump);
         self.json.follow(&origins);
+        let generation = self.generation + 1;
+        if let Some(places) = beats {
+            let rows = &last.dump.worker_registrations;
+            if let Some(judged) = self.judged.as_mut().filter(|j| j.generation == self.generation) {
+                judged.follow(&places, rows, generation);
+            }
+            if let Some((made, token_rows)) =
+                self.token_rows.as_mut().filter(|(made, _)| *made == self.generation)
+            {
+                token_rows.update(rows, &places);
+                *made = generation;
+            }
+        }
+        self.generation = generation;
         (last.marker, last.mark) = (marker, read.mark);
         Ok(())
     }
@@ -280,14 +281,15 @@ impl Fleet {
         let probes = self.read_and_probe()?;
         if let Some(number) = self.unchanged(&probes, manifest, policy, at) {
             let generation = self.generation;
-            let rows = match &self.token_rows {
+            let dump = &self.last.as_ref().ok_or_else(not_read)?.dump;
+            let token_rows = match &self.token_rows {
                 Some((made, rows)) if *made == generation => rows,
-                _ => {
-                    let dump = &self.last.as_ref().ok_or_else(not_read)?.dump;
-                    &self.token_rows.insert((generation, TokenRows::of(&dump.worker_registrations))).1
-                }
+                _ => &self.token_rows.insert((generation, TokenRows::of(&dump.worker_registrations))).1,
             };
-            return Ok(Taken::Unchanged { number, snapshot_at: at, consistency_token: rows.token_at(at) });
+            let consistency_token = token_rows.token_at(at);
+            let judged = self.judged.as_ref().ok_or_else(not_read)?;
+            let moved = judged.moved(&dump.worker_registrations);
+            return Ok(Taken::Unchanged { number, snapshot_at: at, consistency_token, moved });
         }
         let (number, snapshot) = self.classify(probes, manifest, policy, at)?;
         Ok(Taken::Fresh(number, snapshot))
@@ -303,13 +305,7 @@ impl Fleet {
         at: Timestamp,
     ) -> Option<u64> {
         let judged = self.judged.as_ref()?;
-        let same = manifest.is_none()
-            && judged.generation == self.generation
-            && judged.policy == *policy
-            && judged.at <= at
-            && judged.valid_before.is_none_or(|before| at < before)
-            && judged.probes == *probes;
-        same.then_some(judged.number)
+        judged.stands(self.generation, probes, manifest.is_some(), policy, at).then_some(judged.number)
     }
 
     /// Brings the rows up to date and probes those this machine can speak for.
@@ -355,54 +351,14 @@ impl Fleet {
                 let number = self.next_number;
                 self.next_number += 1;
                 // A manifest's verdicts are not kept: the next snapshot classifies again.
-                self.judged = manifest.is_none().then(|| Judged {
-                    number,
-                    generation: self.generation,
-                    valid_before: valid_before(&snapshot, at),
-                    probes,
-                    policy: policy.clone(),
-                    at,
+                self.judged = manifest.is_none().then(|| {
+                    let rows = &dump.worker_registrations;
+                    Judged::new(number, self.generation, &snapshot, rows, probes, policy, at)
                 });
                 number
             }
         };
         Ok((number, JsonSnapshot { snapshot, rows: &dump.worker_registrations, json: &mut self.json }))
-    }
-}
-
-/// The first instant after `at` at which time alone changes a verdict of `snap`: a live
-/// row's heartbeat lapses just past its expiry, and a stale row's heartbeat from beyond
-/// the believable future becomes believable when `at` comes within [`MAX_CLOCK_SKEW`]
-/// of it (a stale row is counted at its expiry too, to be safe). Live rows, nearly the
-/// whole of a healthy fleet, cost one comparison each.
-fn valid_before(snap: &FleetSnapshot<'_>, at: Timestamp) -> Option<Timestamp> {
-    let believable = at.saturating_add(MAX_CLOCK_SKEW);
-    let earliest = |a: Option<Timestamp>, b: Timestamp| Some(a.map_or(b, |a| a.min(b)));
-    // A heartbeat lapses once `now` is past its expiry; one from the future is believed
-    // from the instant `now` is within the skew of it.
-    let (mut lapses, mut believed) = (None, None);
-    for view in &snap.workers {
-        match view.state {
-            WorkerState::Historical => {}
-            WorkerState::Live => {
-                if let Some(expiry) = view.expires_at {
-                    lapses = earliest(lapses, expiry);
-                }
-            }
-            WorkerState::Stale => {
-                if let Some(expiry) = view.expires_at.filter(|e| *e >= at) {
-                    lapses = earliest(lapses, expiry);
-                }
-                if let Some(beat) = view.heartbeat.filter(|b| *b > believable) {
-                    believed = earliest(believed, beat.saturating_add(-MAX_CLOCK_SKEW));
-                }
-            }
-        }
-    }
-    let lapses = lapses.map(|t: Timestamp| t.saturating_add(time::Duration::milliseconds(1)));
-    match (lapses, believed) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 

@@ -11,6 +11,7 @@ mod env;
 mod exit;
 mod fleet;
 mod init;
+mod judged;
 mod launch;
 mod location;
 pub mod process;
@@ -28,6 +29,7 @@ pub use fleet::{
     take_snapshot,
 };
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
+pub use judged::MovedHeartbeats;
 pub use launch::{
     Launch, LaunchProcess, LineageError, check_launch_lineage, claim_of, launch_process_value, random_key,
 };

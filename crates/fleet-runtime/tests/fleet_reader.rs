@@ -220,7 +220,7 @@ fn an_unchanged_snapshot_is_one_a_fresh_session_would_take_and_every_change_clas
         .unwrap()
     {
         Taken::Fresh(number, taken) => (number, Some(serde_json::to_value(&taken.snapshot).unwrap()), None),
-        Taken::Unchanged { number, snapshot_at, consistency_token } => {
+        Taken::Unchanged { number, snapshot_at, consistency_token, .. } => {
             (number, None, Some((snapshot_at, consistency_token)))
         }
     };
@@ -259,6 +259,78 @@ fn an_unchanged_snapshot_is_one_a_fresh_session_would_take_and_every_change_clas
         fleet.json_snapshot_or_unchanged(Some(&manifest), &other, at(44)).unwrap(),
         Taken::Fresh(..)
     ));
+}
+
+/// A heartbeat of a worker that was live and stays live changes no verdict: the session
+/// answers "unchanged" with the token and the moved worker's view a fresh session gives.
+/// A heartbeat of a stale worker, one from beyond the believable future, one that
+/// lapses, or any other change classifies again.
+#[test]
+fn a_heartbeat_of_a_live_worker_leaves_the_verdicts_standing_with_its_view_moved() {
+    use fleet_runtime::Taken;
+    let dir = tempfile::tempdir().unwrap();
+    let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+    create(&location, &["wkr-a", "wkr-b"]);
+    let at = |secs: i64| {
+        fleet_identity::Timestamp::parse("2026-07-30T12:00:00Z")
+            .unwrap()
+            .saturating_add(time::Duration::seconds(secs))
+    };
+    // Another process writes: the worker's heartbeat, or another column.
+    let write = |name: &str, column: &str, value: &str| {
+        let file = dir.path().join("registry.sqlite3");
+        let db = rusqlite::Connection::open(file).unwrap();
+        let sql = format!("UPDATE worker_registrations SET {column} = ?1 WHERE worker_identity = ?2");
+        assert_eq!(db.execute(&sql, [value, name]).unwrap(), 1);
+    };
+    let beat = |name: &str, when: &str| write(name, "last_heartbeat_at", when);
+    let policy = fleet_snapshot::Policy::default();
+    let mut fleet = Fleet::new(location.clone());
+    // (number, fresh?, token, the moved workers' views as JSON)
+    let mut take = |secs: i64| match fleet.json_snapshot_or_unchanged(None, &policy, at(secs)).unwrap() {
+        Taken::Fresh(number, _) => (number, true, String::new(), Vec::new()),
+        Taken::Unchanged { number, consistency_token, moved, .. } => {
+            let views: Vec<serde_json::Value> =
+                moved.views().map(|v| serde_json::to_value(v).unwrap()).collect();
+            for view in &views {
+                let id = view["worker_identity"].as_str().unwrap();
+                assert_eq!(serde_json::to_value(moved.view(id)).unwrap(), *view);
+            }
+            (number, false, consistency_token, views)
+        }
+    };
+    let (first, fresh, ..) = take(1);
+    assert!(fresh);
+    beat("wkr-a", "2026-07-30T12:00:15Z");
+    let (number, fresh, token, moved) = take(20);
+    assert_eq!((number, fresh), (first, false), "a live worker's heartbeat: unchanged");
+    let whole = fresh_snapshot(&location, at(20));
+    assert_eq!(token, whole["consistency_token"].as_str().unwrap());
+    assert_eq!(moved, [whole["workers"][0].clone()], "wkr-a as a fresh session sees it");
+    assert_eq!(whole["workers"][0]["expires_at"], "2026-07-30T12:00:45.000Z");
+    beat("wkr-a", "2026-07-30T12:00:25Z");
+    let (number, fresh, _, moved) = take(29);
+    assert_eq!((number, fresh), (first, false), "heartbeats go on");
+    assert_eq!(moved[0]["last_heartbeat_at"], "2026-07-30T12:00:25Z");
+    // wkr-b's heartbeat (at 0 s) lapses past 30 s: classified again.
+    let (lapsed, fresh, ..) = take(31);
+    assert!(fresh && lapsed != first);
+    assert_eq!(fresh_snapshot(&location, at(31))["counts"]["stale_worker_count"], 1);
+    // A heartbeat of the stale worker brings it back: classified again.
+    beat("wkr-b", "2026-07-30T12:00:32Z");
+    let (back, fresh, ..) = take(33);
+    assert!(fresh && back != lapsed, "a stale worker's heartbeat");
+    // A heartbeat from beyond the believable future vouches for nothing.
+    beat("wkr-a", "2026-07-30T12:30:00Z");
+    let (ahead, fresh, ..) = take(34);
+    assert!(fresh && ahead != back, "a heartbeat from the future");
+    beat("wkr-a", "2026-07-30T12:00:35Z");
+    let (again, fresh, ..) = take(36);
+    assert!(fresh && again != ahead);
+    // Anything but a heartbeat: classified again.
+    write("wkr-a", "session_id", "sess-other");
+    assert!(take(37).1, "another column");
+    assert!(!take(38).1);
 }
 
 /// A long-lived reader whose read waits out `lock_timeout` on a table another session

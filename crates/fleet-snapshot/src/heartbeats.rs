@@ -39,7 +39,7 @@ pub struct LiveHeartbeats {
     live: std::sync::Arc<Live>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Live {
     /// Every live worker's identity, one after another.
     names: String,
@@ -68,6 +68,23 @@ impl LiveHeartbeats {
     #[must_use]
     pub fn seen_at(&self, at: Timestamp) -> Self {
         Self { at, live: self.live.clone() }
+    }
+
+    /// These live workers as seen at `at`, with the heartbeats of `moved` (workers among
+    /// them) in place of those kept: what a snapshot that judged every worker as this one
+    /// did, while those workers heartbeated, holds.
+    #[must_use]
+    pub fn moved_at<'n>(&self, at: Timestamp, moved: impl IntoIterator<Item = (&'n str, Timestamp)>) -> Self {
+        let mut live = std::sync::Arc::clone(&self.live);
+        for (name, beat) in moved {
+            let found = live.entries.binary_search_by(|entry| {
+                live.names.get(entry.0 as usize..entry.1 as usize).unwrap_or_default().cmp(name)
+            });
+            if let Ok(i) = found {
+                std::sync::Arc::make_mut(&mut live).entries[i].2 = Some(beat);
+            }
+        }
+        Self { at, live }
     }
 
     /// The live workers of `snapshot` (its workers are in identity order).

@@ -454,6 +454,35 @@ proptest! {
         prop_assert_eq!(fleet_snapshot::TokenRows::of(&rows).token_at(at(secs)), case.run().consistency_token);
     }
 
+    /// Kept token rows brought up to date with moved heartbeats (written in the same
+    /// format, or not, or removed) give the token of the rows as they are now, whatever
+    /// the order the rows come in.
+    #[test]
+    fn kept_token_rows_follow_moved_heartbeats(
+        rows in arbitrary_rows(),
+        moves in prop::collection::vec((any::<prop::sample::Index>(), 0i64..3, 0i64..1000), 0..6),
+        sorted in any::<bool>(),
+    ) {
+        let mut rows = rows;
+        if sorted {
+            rows.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+        }
+        let mut kept = fleet_snapshot::TokenRows::of(&rows);
+        let mut places = Vec::new();
+        let moves = if rows.is_empty() { &[][..] } else { &moves[..] };
+        for &(place, form, secs) in moves {
+            let i = place.index(rows.len());
+            rows[i].last_heartbeat_at = match form {
+                0 => Some(at(secs).to_string()),
+                1 => Some(format!("{}.5Z", at(secs).to_string().trim_end_matches('Z'))),
+                _ => None,
+            };
+            places.push(i);
+        }
+        kept.update(&rows, &places);
+        prop_assert_eq!(kept.token_at(at(1)), fleet_snapshot::TokenRows::of(&rows).token_at(at(1)));
+    }
+
     #[test]
     fn the_snapshot_does_not_depend_on_row_order(rows in arbitrary_rows(), seed in any::<u64>()) {
         let mut shuffled = rows.clone();

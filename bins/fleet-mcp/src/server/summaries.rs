@@ -1,6 +1,7 @@
 //! Snapshot summaries kept between calls: a summary of a fleet that has not changed
-//! since the last one is that summary with its time and token moved, and the live
-//! heartbeats of recent answers are kept for `compare_to`.
+//! since the last one (but for heartbeats of live workers) is that summary with its
+//! time, token and moved heartbeats brought up to date, and the live heartbeats of
+//! recent answers are kept for `compare_to`.
 
 use super::*;
 
@@ -22,9 +23,10 @@ pub(super) const RECENT_SNAPSHOTS: usize = 8;
 
 impl FleetServer {
     /// The summary `page` of the fleet now. When the fleet is as it was at the last
-    /// summary of the same page (the same rows, probe answers and policy, no manifest,
-    /// no heartbeat lapsed since), that summary is answered again with its time and token
-    /// moved, without classifying the fleet again.
+    /// summary of the same page (the same rows but for heartbeats of workers live then
+    /// and now, probe answers and policy, no manifest, no heartbeat lapsed since), that
+    /// summary is answered again with its time, token and the workers shown whose
+    /// heartbeat moved brought up to date, without classifying the fleet again.
     pub(super) fn summary(
         &self,
         page: SnapshotPage,
@@ -36,24 +38,33 @@ impl FleetServer {
         let unavailable = |e: StoreError| refuse(Refusal::RegistryUnavailable.as_str(), e);
         let mut fleet = self.fleet();
         let at = now();
-        let (number, snapshot_at, consistency_token) = match fleet
+        let (number, snapshot_at, consistency_token, moved) = match fleet
             .json_snapshot_or_unchanged(manifest, policy, at)
             .map_err(unavailable)?
         {
             Taken::Fresh(number, taken) => return self.fresh_summary(number, &taken, page, own, compare_to),
-            Taken::Unchanged { number, snapshot_at, consistency_token } => {
-                (number, snapshot_at, consistency_token)
+            Taken::Unchanged { number, snapshot_at, consistency_token, moved } => {
+                (number, snapshot_at, consistency_token, moved)
             }
         };
         let kept = {
             let kept = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let same = kept.as_ref().filter(|k| k.number == number && k.page == page);
-            same.map(|k| (k.body.clone(), k.heartbeats.seen_at(snapshot_at)))
+            same.map(|k| {
+                let beats = moved.views().filter_map(|v| Some((v.worker_identity().as_str(), v.heartbeat?)));
+                (k.body.clone(), k.heartbeats.moved_at(snapshot_at, beats))
+            })
         };
         if let Some((mut body, heartbeats)) = kept {
             body["snapshot_at"] = serde_json::to_value(snapshot_at).map_err(internal)?;
             body["consistency_token"] = Value::from(consistency_token.as_str());
             body["registry_revision"] = Value::from(consistency_token.as_str());
+            // The workers shown whose heartbeat moved: their new heartbeat and expiry.
+            for worker in body["workers"].as_array_mut().into_iter().flatten() {
+                if let Some(view) = worker["worker_identity"].as_str().and_then(|id| moved.view(id)) {
+                    *worker = serde_json::to_value(view).map_err(internal)?;
+                }
+            }
             if let Some(token) = compare_to {
                 body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
             }

@@ -72,23 +72,59 @@ fn push_row(buf: &mut Vec<u8>, row: &WorkerRow) {
 /// same, the token of a snapshot of them at another time is one hash of these bytes
 /// behind that time, with no pass over the rows.
 #[derive(Debug, Clone, Default)]
-pub struct TokenRows(Vec<u8>);
+pub struct TokenRows {
+    buf: Vec<u8>,
+    /// Where each row's share ends in `buf`, when the rows were given in identity
+    /// order with no identity twice (`None`: a moved row's share cannot be found).
+    ends: Option<Vec<usize>>,
+}
 
 impl TokenRows {
     /// The share of `rows`, in the order a snapshot takes them.
     pub fn of(rows: &[WorkerRow]) -> Self {
         let mut buf = Vec::with_capacity(rows.len() * 160);
-        for row in super::ordered(rows) {
-            push_row(&mut buf, row);
+        let in_order = rows.windows(2).all(|w| w[0].worker_identity < w[1].worker_identity);
+        if !in_order {
+            for row in super::ordered(rows) {
+                push_row(&mut buf, row);
+            }
+            return Self { buf, ends: None };
         }
-        Self(buf)
+        let mut ends = Vec::with_capacity(rows.len());
+        for row in rows {
+            push_row(&mut buf, row);
+            ends.push(buf.len());
+        }
+        Self { buf, ends: Some(ends) }
+    }
+
+    /// Brings the share up to date with `rows`, the rows it was made of but for those
+    /// at `places`, which changed. A row whose share keeps its length (a heartbeat
+    /// written in the same format) is written over in place; otherwise the share is
+    /// made again.
+    pub fn update(&mut self, rows: &[WorkerRow], places: &[usize]) {
+        let mut share = Vec::with_capacity(256);
+        for &i in places {
+            let span = match &self.ends {
+                Some(ends) if ends.len() == rows.len() && i < rows.len() => {
+                    (if i == 0 { 0 } else { ends[i - 1] })..ends[i]
+                }
+                _ => return *self = Self::of(rows),
+            };
+            share.clear();
+            push_row(&mut share, &rows[i]);
+            if share.len() != span.len() {
+                return *self = Self::of(rows);
+            }
+            self.buf[span].copy_from_slice(&share);
+        }
     }
 
     /// The consistency token a snapshot of these rows taken at `now` carries.
     pub fn token_at(&self, now: Timestamp) -> String {
         let mut hasher = blake3::Hasher::new();
         hasher.update(now.to_string().as_bytes());
-        hasher.update(&self.0);
+        hasher.update(&self.buf);
         format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
     }
 }
