@@ -1,36 +1,128 @@
-//! A reference classifier for the liveness and identity-reuse rules, written straight
-//! from seed 000 and the heartbeat lifecycle ("stale workers still marked active": a
-//! heartbeat past its TTL, one from further in the future than the skew a fleet
-//! tolerates, or a row marked stale; "each namespace worker has a distinct
-//! worker_identity, process identity, generation, and PID"; one live worker per
-//! instance and namespace; a session is one client's; a fencing epoch or worker token
-//! belongs to one worker; the live workers of one instance ID agree on who launched
-//! them; a well-formed instance ID the ledger does not hold is not trusted; an expected
-//! instance or namespace without a live worker is missing, a live instance off the
-//! manifest is unmanifested), with no hashing, packing, prefilter or radix sort: every key
-//! is grouped in a `BTreeMap`. A property test holds the fast classifier to it on random
-//! fleets, small ones and ones past the size (4,096 keyed rows) where the fast path's
-//! bit-table prefilter and radix sort run, with keys drawn from small domains (many
-//! collisions) or large ones (few), and heartbeats lapsed, fresh, skewed a little or far
-//! into the future, or unreadable.
+//! A reference classifier written straight from seed 000's rules and docs/SNAPSHOT.md's
+//! table, with no hashing, packing, prefilter or radix sort: every key is grouped in a
+//! `BTreeMap`. A property test holds the fast classifier to it on random fleets, small
+//! ones and ones past the size (4,096 keyed rows) where the fast path's bit-table
+//! prefilter and radix sort run, with keys drawn from small domains (many collisions) or
+//! large ones (few); heartbeats lapsed, fresh, skewed a little or far into the future,
+//! or unreadable; ownership orphaned, unowned or stale; instance IDs minted, unminted,
+//! legacy, malformed or missing; evidence missing; foreign repositories and old
+//! revisions; history; with and without a manifest.
+//!
+//! Both sides give the whole judgement of a snapshot: the verdict, every count, each
+//! worker's state, heartbeat and expiry, each instance's view (client type, trust,
+//! manifest entry, live workers by namespace, missing namespaces, stale workers,
+//! blockers), and every finding with its code, blocker flag, instance, namespace and
+//! workers. What they do not compare is prose (a finding's `detail`) and the records a
+//! finding quotes from its rows (`evidence`), whose shape the insta snapshots pin, and
+//! the consistency token, a hash whose inputs `classification.rs` pins.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
-use fleet_model::{InstanceRecord, WorkerRow, WorkerStatus};
-use fleet_snapshot::{FindingCode, Manifest, Policy, ProbeResults, SnapshotInput, snapshot};
+use fleet_identity::{ClientInstanceId, Namespace, Repository, Timestamp, TrustVerdict, WorkerIdentity};
+use fleet_model::{InstanceRecord, OwnershipState, WorkerRow, WorkerStatus};
+use fleet_snapshot::{FindingCode, Manifest, Policy, ProbeResults, SnapshotInput, WorkerState, snapshot};
 use proptest::prelude::*;
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_unix_millis((1_785_412_800 + secs) * 1000).unwrap()
 }
 
-/// What a reuse finding says: its code and the workers it names.
-type Reuse = (FindingCode, Vec<WorkerIdentity>);
-
 /// When the reference judges: every heartbeat below is placed around it.
 fn now() -> Timestamp {
     at(110)
+}
+
+/// A finding: its code, whether it blocks, its instance and namespace, and its workers.
+type Found = (FindingCode, bool, Option<String>, Option<Namespace>, Vec<WorkerIdentity>);
+
+/// One instance's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Instance {
+    id: Option<String>,
+    client_type: Option<String>,
+    trust: TrustVerdict,
+    manifested: Option<bool>,
+    live: Vec<(Namespace, Vec<WorkerIdentity>)>,
+    missing: Vec<Namespace>,
+    stale: Vec<WorkerIdentity>,
+    blockers: Vec<FindingCode>,
+}
+
+/// A worker's judgement: its state, heartbeat and expiry.
+type Worker = (WorkerIdentity, WorkerState, Option<Timestamp>, Option<Timestamp>);
+
+/// The whole judgement of a snapshot (see the module's doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Judgement {
+    live_fleet_safe: bool,
+    /// total, active, live, stale, historical, instances, findings, active blockers.
+    counts: [usize; 8],
+    /// In identity order (rows sharing an identity: by content).
+    workers: Vec<Worker>,
+    /// In instance-ID order, rows without one first.
+    instances: Vec<Instance>,
+    /// Sorted.
+    findings: Vec<Found>,
+}
+
+/// The fleet's judgement by the fast classifier.
+fn fast(
+    rows: &[WorkerRow],
+    ledger: &[InstanceRecord],
+    manifest: Option<&Manifest>,
+    policy: &Policy,
+) -> Judgement {
+    let snap =
+        snapshot(SnapshotInput { rows, ledger, manifest, probes: &ProbeResults::new(), policy, now: now() });
+    let c = &snap.counts;
+    let mut findings: Vec<Found> = snap
+        .findings
+        .iter()
+        .map(|f| {
+            (f.code, f.active_blocker, f.client_instance_id.clone(), f.namespace, f.worker_identities.clone())
+        })
+        .collect();
+    assert!(
+        findings.windows(2).all(|w| (w[0].0, &w[0].2, w[0].3, &w[0].4) <= (w[1].0, &w[1].2, w[1].3, &w[1].4))
+    );
+    findings.sort();
+    Judgement {
+        live_fleet_safe: snap.live_fleet_safe,
+        counts: [
+            c.total_rows,
+            c.active_worker_count,
+            c.live_worker_count,
+            c.stale_worker_count,
+            c.historical_row_count,
+            c.instance_count,
+            c.finding_count,
+            c.active_blocker_count,
+        ],
+        workers: snap
+            .workers
+            .iter()
+            .map(|w| (w.row.worker_identity.clone(), w.state, w.heartbeat, w.expires_at))
+            .collect(),
+        instances: snap
+            .instances
+            .iter()
+            .map(|i| Instance {
+                id: i.client_instance_id.map(str::to_owned),
+                client_type: i.client_type.map(str::to_owned),
+                trust: i.trust,
+                manifested: i.manifested,
+                live: i
+                    .namespaces
+                    .iter()
+                    .map(|(ns, ids)| (ns, ids.iter().map(|id| (*id).clone()).collect()))
+                    .collect(),
+                missing: i.missing_namespaces.clone(),
+                stale: i.stale_workers.iter().map(|id| (*id).clone()).collect(),
+                blockers: i.blockers.clone(),
+            })
+            .collect(),
+        findings,
+    }
 }
 
 /// Whether an active row is live at [`now`]: a heartbeat that reads, within its TTL, not
@@ -41,15 +133,31 @@ fn live(row: &WorkerRow) -> bool {
         return false;
     };
     let Some(ttl) = row.heartbeat_ttl_s else { return false };
-    let lapsed = now() > beat.saturating_add(time::Duration::seconds(i64::from(ttl)));
+    let lapsed = now() > expiry(beat, ttl);
     let from_the_future = beat > now().saturating_add(fleet_model::MAX_CLOCK_SKEW);
-    !lapsed && !from_the_future && row.ownership_state != Some(fleet_model::OwnershipState::Stale)
+    !lapsed && !from_the_future && row.ownership_state != Some(OwnershipState::Stale)
+}
+
+fn expiry(beat: Timestamp, ttl: u32) -> Timestamp {
+    beat.saturating_add(time::Duration::seconds(i64::from(ttl)))
+}
+
+/// A row's state, heartbeat and expiry, the row live or not.
+fn judge(row: &WorkerRow, live: bool) -> Worker {
+    let beat = row.last_heartbeat_at.as_deref().and_then(|b| Timestamp::parse(b).ok());
+    let expires = beat.zip(row.heartbeat_ttl_s).map(|(beat, ttl)| expiry(beat, ttl));
+    let state = match (row.status, live) {
+        (WorkerStatus::Active, true) => WorkerState::Live,
+        (WorkerStatus::Active, false) => WorkerState::Stale,
+        _ => WorkerState::Historical,
+    };
+    (row.worker_identity.clone(), state, beat, expires)
 }
 
 /// The launcher's ledger for a fleet: every well-formed instance ID of its rows whose
 /// number is not a multiple of three (the others were never minted).
 fn ledger(rows: &[WorkerRow]) -> Vec<InstanceRecord> {
-    let ids: std::collections::BTreeSet<ClientInstanceId> = rows
+    let ids: BTreeSet<ClientInstanceId> = rows
         .iter()
         .filter_map(|r| ClientInstanceId::parse(r.client_instance_id.as_deref()?).ok())
         .filter(|id| {
@@ -67,44 +175,131 @@ fn ledger(rows: &[WorkerRow]) -> Vec<InstanceRecord> {
         .collect()
 }
 
-/// Seed 000's liveness, trust and reuse rules over the active rows, one `BTreeMap` per
-/// key.
-fn reference(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
-    let active: Vec<&WorkerRow> = rows.iter().filter(|r| r.status == WorkerStatus::Active).collect();
+/// Every group of `rows` sharing a key in which `reused` holds, as a finding naming
+/// the instance its rows share (none when they span several).
+fn by<K: Ord>(
+    rows: &[&WorkerRow],
+    key: impl Fn(&WorkerRow) -> Option<K>,
+    reused: impl Fn(&[&WorkerRow]) -> bool,
+    code: FindingCode,
+    found: &mut Vec<Found>,
+) {
+    let mut groups: BTreeMap<K, Vec<&WorkerRow>> = BTreeMap::new();
+    for row in rows {
+        if let Some(k) = key(row) {
+            groups.entry(k).or_default().push(row);
+        }
+    }
+    for group in groups.values().filter(|g| reused(g)) {
+        let instances: BTreeSet<Option<&str>> =
+            group.iter().map(|r| r.client_instance_id.as_deref()).collect();
+        let instance = if instances.len() == 1 { instances.into_iter().next().flatten() } else { None };
+        found.push((code, true, instance.map(str::to_owned), None, identities(group)));
+    }
+}
+
+fn identities(rows: &[&WorkerRow]) -> Vec<WorkerIdentity> {
+    let ids: BTreeSet<WorkerIdentity> = rows.iter().map(|r| r.worker_identity.clone()).collect();
+    ids.into_iter().collect()
+}
+
+/// The rules of one active row alone (docs/SNAPSHOT.md's table, row by row).
+fn row_rules(
+    row: &WorkerRow,
+    live: bool,
+    minted: &BTreeSet<ClientInstanceId>,
+    policy: &Policy,
+    expected_revision: Option<&str>,
+    found: &mut Vec<Found>,
+) {
+    let mut finding = |code| {
+        found.push((
+            code,
+            true,
+            row.client_instance_id.clone(),
+            Some(row.namespace),
+            vec![row.worker_identity.clone()],
+        ));
+    };
+    if !live {
+        finding(FindingCode::StaleWorker);
+    }
+    match row.ownership_state {
+        Some(OwnershipState::Orphaned) => finding(FindingCode::OrphanedWorker),
+        Some(OwnershipState::Unowned) => finding(FindingCode::UnownedWorker),
+        _ => {}
+    }
+    let trust = fleet_identity::assess_instance_id(row.client_instance_id.as_deref(), minted);
+    let well_formed = matches!(trust, TrustVerdict::Trusted | TrustVerdict::Unminted);
+    let evidence_missing = row.generation_id.is_none()
+        || row.host_id.is_none()
+        || row.boot_id.is_none()
+        || row.pid.is_none()
+        || row.process_start_time.is_none();
+    if !well_formed || evidence_missing {
+        finding(FindingCode::LegacyIncompleteIdentity);
+    }
+    if trust == TrustVerdict::Unminted {
+        finding(FindingCode::UnmintedInstanceId);
+    }
+    let contradicted = match row.client_instance_id.as_deref().map(ClientInstanceId::parse) {
+        Some(Ok(id)) if well_formed => row.client_type.as_ref() != Some(id.client_type()),
+        _ => row.client_type.is_none(),
+    };
+    if contradicted {
+        finding(FindingCode::UnknownClient);
+    }
+    if let Some(canonical) = &policy.canonical_repository
+        && row.repository.as_ref() != Some(canonical)
+    {
+        finding(FindingCode::ForeignRepository);
+    }
+    if let Some(expected) = expected_revision
+        && row.code_revision.as_deref() != Some(expected)
+    {
+        finding(FindingCode::OldRevision);
+    }
+}
+
+/// Seed 000's rules over the rows.
+fn reference(
+    rows: &[WorkerRow],
+    ledger: &[InstanceRecord],
+    manifest: Option<&Manifest>,
+    policy: &Policy,
+) -> Judgement {
+    // Identity order; rows that share an identity by content.
+    let mut ordered: Vec<&WorkerRow> = rows.iter().collect();
+    ordered.sort_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+    for run in ordered.chunk_by_mut(|a, b| a.worker_identity == b.worker_identity) {
+        run.sort_by_cached_key(|r| serde_json::to_string(r).unwrap());
+    }
+    let minted: BTreeSet<ClientInstanceId> = ledger.iter().map(|r| r.client_instance_id.clone()).collect();
+    let expected_revision =
+        manifest.and_then(|m| m.code_revision.as_deref()).or(policy.expected_code_revision.as_deref());
+    let active: Vec<&WorkerRow> =
+        ordered.iter().copied().filter(|r| r.status == WorkerStatus::Active).collect();
+    let live_rows: Vec<&WorkerRow> = active.iter().copied().filter(|r| live(r)).collect();
+    // Each row's liveness, judged once above (by the row's address: rows may share
+    // every value).
+    let live_set: std::collections::HashSet<*const WorkerRow> =
+        live_rows.iter().map(|r| std::ptr::from_ref(*r)).collect();
+    let live = |r: &WorkerRow| live_set.contains(&std::ptr::from_ref(r));
     let mut found = Vec::new();
-    for row in active.iter().filter(|r| !live(r)) {
-        found.push((FindingCode::StaleWorker, vec![row.worker_identity.clone()]));
-    }
-    // A well-formed instance ID the launcher never minted is not trusted.
-    let minted: std::collections::BTreeSet<&str> =
-        ledger.iter().map(|r| r.client_instance_id.as_str()).collect();
+
     for row in &active {
-        let id = row.client_instance_id.as_deref();
-        if id.is_some_and(|id| ClientInstanceId::parse(id).is_ok() && !minted.contains(id)) {
-            found.push((FindingCode::UnmintedInstanceId, vec![row.worker_identity.clone()]));
-        }
+        row_rules(row, live(row), &minted, policy, expected_revision, &mut found);
     }
-    /// Every group of rows sharing a key in which `reused` holds.
-    fn by<K: Ord>(
-        rows: &[&WorkerRow],
-        key: impl Fn(&WorkerRow) -> Option<K>,
-        reused: impl Fn(&[&WorkerRow]) -> bool,
-        code: FindingCode,
-        found: &mut Vec<Reuse>,
-    ) {
-        let mut groups: BTreeMap<K, Vec<&WorkerRow>> = BTreeMap::new();
-        for row in rows {
-            if let Some(k) = key(row) {
-                groups.entry(k).or_default().push(row);
-            }
-        }
-        for group in groups.values().filter(|g| reused(g)) {
-            let mut ids: Vec<WorkerIdentity> = group.iter().map(|r| r.worker_identity.clone()).collect();
-            ids.sort();
-            ids.dedup();
-            found.push((code, ids));
-        }
+    // History: one finding per instance with historical rows.
+    let mut history: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
+    for row in ordered.iter().filter(|r| r.status != WorkerStatus::Active) {
+        history.entry(row.client_instance_id.as_deref()).or_default().push(row);
     }
+    for (id, rows) in &history {
+        found.push((FindingCode::HistoricalDead, false, id.map(str::to_owned), None, identities(rows)));
+    }
+
+    // Reuse, over the active rows.
     let two = |g: &[&WorkerRow]| g.len() > 1;
     let distinct = |values: Vec<String>| values.iter().any(|v| *v != values[0]);
     by(&active, |r| Some(r.worker_identity.clone()), two, FindingCode::ReusedWorkerIdentity, &mut found);
@@ -127,22 +322,32 @@ fn reference(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
     let slot = |r: &WorkerRow| Some((r.client_instance_id.clone()?, r.namespace, r.fencing_epoch?));
     by(&active, slot, two, FindingCode::ReusedFencingIdentity, &mut found);
     by(&active, |r| r.token_fingerprint.clone(), two, FindingCode::ReusedFencingIdentity, &mut found);
+
     // More than one live worker for one instance and namespace. Workers without an
     // instance ID share a profile without trusted instance evidence: indistinguishable
     // from duplicates, so one group.
-    let live_rows: Vec<&WorkerRow> = active.iter().copied().filter(|r| live(r)).collect();
-    let namespace = |r: &WorkerRow| Some((r.client_instance_id.clone(), r.namespace));
-    by(&live_rows, namespace, two, FindingCode::DuplicateNamespaceWorker, &mut found);
+    let mut slots: BTreeMap<(Option<&str>, Namespace), Vec<&WorkerRow>> = BTreeMap::new();
+    for row in &live_rows {
+        slots.entry((row.client_instance_id.as_deref(), row.namespace)).or_default().push(row);
+    }
+    for ((id, ns), rows) in slots.iter().filter(|(_, rows)| rows.len() > 1) {
+        found.push((
+            FindingCode::DuplicateNamespaceWorker,
+            true,
+            id.map(str::to_owned),
+            Some(*ns),
+            identities(rows),
+        ));
+    }
     // The live workers of one launch share who launched them: live workers of one
     // instance ID that disagree on client type, session, enrollment, host or boot are
-    // two launches on one ID (rows without a value do not vote).
-    let mut by_instance: BTreeMap<&str, Vec<&WorkerRow>> = BTreeMap::new();
+    // two launches on one ID (rows without a value do not vote; the ledger here records
+    // no host).
+    let mut live_by_instance: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
     for row in &live_rows {
-        if let Some(id) = row.client_instance_id.as_deref() {
-            by_instance.entry(id).or_default().push(row);
-        }
+        live_by_instance.entry(row.client_instance_id.as_deref()).or_default().push(row);
     }
-    for rows in by_instance.values() {
+    for (id, rows) in live_by_instance.iter().filter(|(id, _)| id.is_some()) {
         let launch = |r: &WorkerRow| -> [Option<String>; 5] {
             [
                 r.client_type.as_ref().map(|v| v.as_str().to_owned()),
@@ -153,115 +358,102 @@ fn reference(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
             ]
         };
         let disagree = (0..5).any(|field| {
-            let values: std::collections::BTreeSet<String> =
-                rows.iter().filter_map(|r| launch(r)[field].clone()).collect();
+            let values: BTreeSet<String> = rows.iter().filter_map(|r| launch(r)[field].clone()).collect();
             values.len() > 1
         });
         if disagree {
-            let mut ids: Vec<WorkerIdentity> = rows.iter().map(|r| r.worker_identity.clone()).collect();
-            ids.sort();
-            ids.dedup();
-            found.push((FindingCode::ClientInstanceCollision, ids));
+            found.push((
+                FindingCode::ClientInstanceCollision,
+                true,
+                id.map(str::to_owned),
+                None,
+                identities(rows),
+            ));
+        }
+    }
+
+    // The manifest: an expected instance (or one of its namespaces) with no live worker
+    // is missing; a live instance not on it is unmanifested.
+    if let Some(manifest) = manifest {
+        for expected in &manifest.instances {
+            let id = expected.client_instance_id.as_str();
+            let live: Vec<Namespace> = live_by_instance
+                .get(&Some(id))
+                .map(|rows| rows.iter().map(|r| r.namespace).collect())
+                .unwrap_or_default();
+            if live.is_empty() {
+                found.push((FindingCode::MissingExpected, true, Some(id.to_owned()), None, Vec::new()));
+                continue;
+            }
+            for ns in expected.namespaces.iter().filter(|ns| !live.contains(ns)) {
+                found.push((FindingCode::MissingExpected, true, Some(id.to_owned()), Some(*ns), Vec::new()));
+            }
+        }
+        let listed: Vec<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
+        for (id, rows) in &live_by_instance {
+            if !id.is_some_and(|id| listed.contains(&id)) {
+                found.push((FindingCode::Unmanifested, true, id.map(str::to_owned), None, identities(rows)));
+            }
         }
     }
     found.sort();
-    found
-}
 
-/// The stale, reuse, duplicate and collision findings of the fast classifier.
-fn fast(rows: &[WorkerRow], ledger: &[InstanceRecord]) -> Vec<Reuse> {
-    let snap = snapshot(SnapshotInput {
-        rows,
-        ledger,
-        manifest: None,
-        probes: &ProbeResults::new(),
-        policy: &Policy::default(),
-        now: now(),
-    });
-    let c = &snap.counts;
-    assert_eq!(
-        [c.live_worker_count, c.stale_worker_count, c.historical_row_count, c.total_rows],
-        reference_counts(rows),
-        "live, stale, historical and all rows"
-    );
-    assert_eq!(snap.live_fleet_safe, snap.findings.iter().all(|f| !f.active_blocker));
-    judged(&snap.findings)
-}
-
-/// How many rows are live, stale (active, but nothing vouches for them) and history.
-fn reference_counts(rows: &[WorkerRow]) -> [usize; 4] {
-    let active = |r: &&WorkerRow| r.status == WorkerStatus::Active;
-    let live_count = rows.iter().filter(active).filter(|r| live(r)).count();
-    let active_count = rows.iter().filter(active).count();
-    [live_count, active_count - live_count, rows.len() - active_count, rows.len()]
-}
-
-/// What a manifest finding says: its code, instance, namespace and workers.
-type Listed = (FindingCode, Option<String>, Option<Namespace>, Vec<WorkerIdentity>);
-
-/// The manifest's findings of the fast classifier.
-fn fast_manifest(rows: &[WorkerRow], ledger: &[InstanceRecord], manifest: &Manifest) -> Vec<Listed> {
-    let snap = snapshot(SnapshotInput {
-        rows,
-        ledger,
-        manifest: Some(manifest),
-        probes: &ProbeResults::new(),
-        policy: &Policy::default(),
-        now: now(),
-    });
-    let mut found: Vec<Listed> = snap
-        .findings
-        .iter()
-        .filter(|f| matches!(f.code, FindingCode::MissingExpected | FindingCode::Unmanifested))
-        .map(|f| (f.code, f.client_instance_id.clone(), f.namespace, f.worker_identities.clone()))
-        .collect();
-    found.sort();
-    // Everything else is judged as without a manifest.
-    assert_eq!(judged(&snap.findings), fast(rows, ledger));
-    found
-}
-
-/// Seed 000's manifest rules: an expected instance (or one of its namespaces) with no
-/// live worker is missing; a live instance not on the manifest is unmanifested.
-fn reference_manifest(rows: &[WorkerRow], manifest: &Manifest) -> Vec<Listed> {
-    let live_rows: Vec<&WorkerRow> =
-        rows.iter().filter(|r| r.status == WorkerStatus::Active && live(r)).collect();
+    // One view per instance with an active row.
     let mut by_instance: BTreeMap<Option<&str>, Vec<&WorkerRow>> = BTreeMap::new();
-    for row in &live_rows {
+    for row in &active {
         by_instance.entry(row.client_instance_id.as_deref()).or_default().push(row);
     }
-    let mut found = Vec::new();
-    for expected in &manifest.instances {
-        let id = expected.client_instance_id.as_str();
-        let live: Vec<Namespace> = by_instance
-            .get(&Some(id))
-            .map(|rows| rows.iter().map(|r| r.namespace).collect())
-            .unwrap_or_default();
-        if live.is_empty() {
-            found.push((FindingCode::MissingExpected, Some(id.to_owned()), None, Vec::new()));
-            continue;
-        }
-        for ns in expected.namespaces.iter().filter(|ns| !live.contains(ns)) {
-            found.push((FindingCode::MissingExpected, Some(id.to_owned()), Some(*ns), Vec::new()));
-        }
+    let instances: Vec<Instance> = by_instance
+        .iter()
+        .map(|(id, rows)| {
+            let entry = manifest
+                .and_then(|m| m.instances.iter().find(|i| Some(i.client_instance_id.as_str()) == *id));
+            let expected: Vec<Namespace> = entry.map_or(Namespace::ALL.to_vec(), |e| e.namespaces.clone());
+            let mut by_ns: BTreeMap<Namespace, Vec<WorkerIdentity>> = BTreeMap::new();
+            for row in rows.iter().filter(|r| live(r)) {
+                by_ns.entry(row.namespace).or_default().push(row.worker_identity.clone());
+            }
+            let blockers: BTreeSet<FindingCode> =
+                found.iter().filter(|f| f.1 && f.2.as_deref() == *id).map(|f| f.0).collect();
+            Instance {
+                id: id.map(str::to_owned),
+                client_type: rows.iter().find_map(|r| r.client_type.as_ref()).map(|c| c.as_str().to_owned()),
+                trust: fleet_identity::assess_instance_id(*id, &minted),
+                manifested: manifest.map(|_| entry.is_some()),
+                missing: expected.iter().copied().filter(|ns| !by_ns.contains_key(ns)).collect(),
+                live: by_ns.into_iter().collect(),
+                stale: rows.iter().filter(|r| !live(r)).map(|r| r.worker_identity.clone()).collect(),
+                blockers: blockers.into_iter().collect(),
+            }
+        })
+        .collect();
+
+    let workers: Vec<Worker> = ordered.iter().map(|r| judge(r, live(r))).collect();
+    let live_count = workers.iter().filter(|w| w.1 == WorkerState::Live).count();
+    let stale_count = workers.iter().filter(|w| w.1 == WorkerState::Stale).count();
+    let blocking = found.iter().filter(|f| f.1).count();
+    Judgement {
+        live_fleet_safe: blocking == 0,
+        counts: [
+            rows.len(),
+            live_count + stale_count,
+            live_count,
+            stale_count,
+            rows.len() - live_count - stale_count,
+            instances.len(),
+            found.len(),
+            blocking,
+        ],
+        workers,
+        instances,
+        findings: found,
     }
-    let listed: Vec<&str> = manifest.instances.iter().map(|i| i.client_instance_id.as_str()).collect();
-    for (id, rows) in &by_instance {
-        if !id.is_some_and(|id| listed.contains(&id)) {
-            let mut ids: Vec<WorkerIdentity> = rows.iter().map(|r| r.worker_identity.clone()).collect();
-            ids.sort();
-            ids.dedup();
-            found.push((FindingCode::Unmanifested, id.map(str::to_owned), None, ids));
-        }
-    }
-    found.sort();
-    found
 }
 
 /// A manifest for a fleet: every fourth of its well-formed instance IDs (all five
 /// namespaces, or the first three), and two IDs no row claims.
 fn manifest(rows: &[WorkerRow]) -> Manifest {
-    let ids: std::collections::BTreeSet<&str> = rows
+    let ids: BTreeSet<&str> = rows
         .iter()
         .filter_map(|r| r.client_instance_id.as_deref())
         .filter(|id| ClientInstanceId::parse(id).is_ok())
@@ -282,29 +474,15 @@ fn manifest(rows: &[WorkerRow]) -> Manifest {
     Manifest::from_json(&serde_json::json!({ "instances": instances }).to_string()).unwrap()
 }
 
-/// The stale, trust, reuse, duplicate and collision findings of `findings`.
-fn judged(findings: &[fleet_snapshot::Finding]) -> Vec<Reuse> {
-    let mut found: Vec<Reuse> = findings
-        .iter()
-        .filter(|f| {
-            matches!(
-                f.code,
-                FindingCode::StaleWorker
-                    | FindingCode::UnmintedInstanceId
-                    | FindingCode::ClientInstanceCollision
-                    | FindingCode::ReusedWorkerIdentity
-                    | FindingCode::ReusedSessionIdentity
-                    | FindingCode::ReusedGenerationIdentity
-                    | FindingCode::ReusedProcessIdentity
-                    | FindingCode::ReusedPid
-                    | FindingCode::ReusedFencingIdentity
-                    | FindingCode::DuplicateNamespaceWorker
-            )
-        })
-        .map(|f| (f.code, f.worker_identities.clone()))
-        .collect();
-    found.sort();
-    found
+/// A policy that expects a repository and a revision, or nothing.
+fn policy(expects: bool) -> Policy {
+    if !expects {
+        return Policy::default();
+    }
+    Policy {
+        canonical_repository: Some(Repository::new("/srv/a").unwrap()),
+        expected_code_revision: Some("1".into()),
+    }
 }
 
 /// How many distinct values each key draws from, as a share of the fleet's size:
@@ -321,6 +499,9 @@ struct Domains {
     token: u64,
     /// How often a heartbeat is anything but fresh: 0 never, else about one in this.
     beats: u64,
+    /// How often a row is odd in another way (its ownership, client type, instance ID,
+    /// evidence, repository, revision or status): 0 never, else about one in this.
+    odd: u64,
 }
 
 fn domain() -> impl Strategy<Value = u64> {
@@ -338,17 +519,10 @@ fn domains() -> impl Strategy<Value = Domains> {
         domain(),
         domain(),
         prop_oneof![Just(0u64), 6u64..60],
+        prop_oneof![Just(0u64), 3u64..40],
     )
-        .prop_map(|(identity, instance, session, generation, pid, start, epoch, token, beats)| Domains {
-            identity,
-            instance,
-            session,
-            generation,
-            pid,
-            start,
-            epoch,
-            token,
-            beats,
+        .prop_map(|(identity, instance, session, generation, pid, start, epoch, token, beats, odd)| {
+            Domains { identity, instance, session, generation, pid, start, epoch, token, beats, odd }
         })
 }
 
@@ -432,7 +606,34 @@ fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
                 row.heartbeat_ttl_s = None;
             }
             if d.beats > 0 && rng.next(d.beats * 3) == 0 {
-                row.ownership_state = Some(fleet_model::OwnershipState::Stale);
+                row.ownership_state = Some(OwnershipState::Stale);
+            }
+            let odd = |rng: &mut Rng| d.odd > 0 && rng.next(d.odd) == 0;
+            if odd(&mut rng) {
+                row.ownership_state =
+                    Some([OwnershipState::Orphaned, OwnershipState::Unowned][rng.next(2) as usize]);
+            }
+            if odd(&mut rng) {
+                row.client_type = [None, Some("claude".parse().unwrap())][rng.next(2) as usize].clone();
+            }
+            if odd(&mut rng) {
+                row.client_instance_id =
+                    Some(["legacy-pid-7", "not-an-instance-id", "pid-9"][rng.next(3) as usize].to_owned());
+            }
+            if odd(&mut rng) {
+                row.generation_id = None;
+            }
+            row.repository = Some(Repository::new("/srv/a").unwrap());
+            if odd(&mut rng) {
+                row.repository =
+                    [None, Some(Repository::new("/srv/b").unwrap())][rng.next(2) as usize].clone();
+            }
+            row.code_revision = Some("1".to_owned());
+            if odd(&mut rng) {
+                row.code_revision = [None, Some("0".to_owned())][rng.next(2) as usize].clone();
+            }
+            if odd(&mut rng) {
+                row.status = [WorkerStatus::Superseded, WorkerStatus::Retired][rng.next(2) as usize];
             }
             row
         })
@@ -440,74 +641,86 @@ fn fleet(n: usize, d: Domains, seed: u64) -> Vec<WorkerRow> {
 }
 
 /// What one side found and the other did not, a few of each (the whole lists of a large
-/// fleet are too long to read).
-fn disagreement(fast: &[Reuse], reference: &[Reuse]) -> Option<String> {
-    let only = |a: &[Reuse], b: &[Reuse]| -> Vec<Reuse> {
+/// fleet are too long to read), and the first worker and instance they judge apart.
+fn disagreement(fast: &Judgement, reference: &Judgement) -> Option<String> {
+    if fast == reference {
+        return None;
+    }
+    let only = |a: &[Found], b: &[Found]| -> Vec<Found> {
         a.iter().filter(|x| !b.contains(x)).take(3).cloned().collect()
     };
-    let (fast_only, reference_only) = (only(fast, reference), only(reference, fast));
-    (fast_only.len() + reference_only.len() > 0 || fast.len() != reference.len()).then(|| {
-        format!(
-            "{} found by the fast classifier, {} by the reference; only fast: {fast_only:?}; only reference: {reference_only:?}",
-            fast.len(),
-            reference.len()
-        )
-    })
+    let worker = fast.workers.iter().zip(&reference.workers).find(|(a, b)| a != b);
+    let instance = fast.instances.iter().zip(&reference.instances).find(|(a, b)| a != b);
+    Some(format!(
+        "safe {} / {}; counts {:?} / {:?}; {} findings by the fast classifier, {} by the reference; only fast: \
+         {:?}; only reference: {:?}; first worker judged apart: {worker:?}; first instance: {instance:?}",
+        fast.live_fleet_safe,
+        reference.live_fleet_safe,
+        fast.counts,
+        reference.counts,
+        fast.findings.len(),
+        reference.findings.len(),
+        only(&fast.findings, &reference.findings),
+        only(&reference.findings, &fast.findings),
+    ))
+}
+
+/// Both classifiers on one fleet: without a manifest and with one, without a policy
+/// and with one.
+fn compare(rows: &[WorkerRow], expects: bool) -> Result<(), String> {
+    let ledger = ledger(rows);
+    let manifest = manifest(rows);
+    let policy = policy(expects);
+    for manifest in [None, Some(&manifest)] {
+        if let Some(found) = disagreement(
+            &fast(rows, &ledger, manifest, &policy),
+            &reference(rows, &ledger, manifest, &policy),
+        ) {
+            return Err(format!("manifest {}: {found}", manifest.is_some()));
+        }
+    }
+    Ok(())
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_fast_reuse_rules_agree_with_the_reference_on_random_fleets(
+    fn the_fast_classifier_agrees_with_the_reference_on_random_fleets(
         n in prop_oneof![0usize..64, 4_200usize..6_000],
         d in domains(),
         seed in any::<u64>(),
+        expects in any::<bool>(),
     ) {
         let rows = fleet(n, d, seed);
-        let ledger = ledger(&rows);
-        let found = disagreement(&fast(&rows, &ledger), &reference(&rows, &ledger));
-        prop_assert!(found.is_none(), "{}", found.unwrap_or_default());
-        let manifest = manifest(&rows);
-        prop_assert_eq!(fast_manifest(&rows, &ledger, &manifest), reference_manifest(&rows, &manifest));
+        let agreed = compare(&rows, expects);
+        prop_assert!(agreed.is_ok(), "{}", agreed.unwrap_err());
     }
 }
 
 /// The property above exercises the large-fleet path: a fleet past 4,096 keyed rows with
-/// reuse, stale rows, unminted IDs, collisions and duplicates in it is judged alike, and
-/// not only when keys are rare.
+/// every kind of finding in it is judged alike, and not only when keys are rare.
 #[test]
-fn a_large_fleet_with_reuse_is_judged_alike() {
+fn a_large_fleet_with_every_finding_is_judged_alike() {
     let d = Domains {
-        identity: 1_000_000,
+        identity: 64,
         instance: 64,
         session: 2,
-        generation: 1_000_000,
-        pid: 64,
+        generation: 64,
+        pid: 2,
         start: 2,
-        epoch: 64,
+        epoch: 2,
         token: 1_000_000,
         beats: 8,
+        odd: 20,
     };
     let rows = fleet(5_000, d, 7);
     let ledger = ledger(&rows);
-    let found = reference(&rows, &ledger);
-    for code in [
-        FindingCode::ReusedPid,
-        FindingCode::StaleWorker,
-        FindingCode::UnmintedInstanceId,
-        FindingCode::ClientInstanceCollision,
-        FindingCode::DuplicateNamespaceWorker,
-    ] {
-        assert!(found.iter().any(|(c, _)| *c == code), "the fleet has {code:?} to find");
-    }
-    if let Some(found) = disagreement(&fast(&rows, &ledger), &found) {
-        panic!("{found}");
-    }
     let manifest = manifest(&rows);
-    let listed = reference_manifest(&rows, &manifest);
-    for code in [FindingCode::MissingExpected, FindingCode::Unmanifested] {
-        assert!(listed.iter().any(|(c, ..)| *c == code), "the fleet has {code:?} to find");
+    let found = reference(&rows, &ledger, Some(&manifest), &policy(true)).findings;
+    for code in FindingCode::ALL {
+        assert!(found.iter().any(|f| f.0 == code), "the fleet has {code:?} to find");
     }
-    assert_eq!(fast_manifest(&rows, &ledger, &manifest), listed);
+    compare(&rows, true).unwrap();
+    compare(&rows, false).unwrap();
 }
