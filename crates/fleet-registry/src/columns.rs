@@ -7,6 +7,7 @@ use std::fmt::Display;
 use std::str::FromStr;
 
 use fleet_identity::{Pid, PidNamespace, ProcessStartTime};
+use fleet_lease::{FencingEpoch, InitState, InitStatus, LEASE_COLUMNS, LeaseRecord, LeaseState};
 use fleet_model::{InstanceRecord, WORKER_COLUMNS, WorkerRow};
 
 use crate::StoreError;
@@ -26,6 +27,8 @@ pub trait RowColumns {
 
 struct Reader<'r, R: ?Sized> {
     row: &'r R,
+    /// What the row is, in an error ("registry row", "lease").
+    noun: &'static str,
     /// The column names; the first names the row in an error.
     columns: &'r [&'r str],
 }
@@ -34,7 +37,18 @@ impl<R: RowColumns + ?Sized> Reader<'_, R> {
     fn corrupt(&self, idx: usize, detail: impl Display) -> StoreError {
         // The key is read only when there is an error to report.
         let key = self.row.text(0).ok().flatten().unwrap_or("?");
-        StoreError::corrupt(format!("registry row {key} has an invalid {}: {detail}", self.columns[idx]))
+        StoreError::corrupt(format!("{} {key} has an invalid {}: {detail}", self.noun, self.columns[idx]))
+    }
+
+    /// A text column holding one of `values`, by its name.
+    fn one_of<T: Copy>(
+        &self,
+        idx: usize,
+        values: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        let Some(text) = self.raw_str(idx)? else { return Ok(None) };
+        values.iter().copied().find(|v| name(*v) == text).map(Some).ok_or_else(|| self.corrupt(idx, text))
     }
 
     fn raw_str(&self, idx: usize) -> Result<Option<&str>, StoreError> {
@@ -72,7 +86,7 @@ impl<R: RowColumns + ?Sized> Reader<'_, R> {
 
 /// A worker row from its columns, in [`WORKER_COLUMNS`] order.
 pub fn read_worker(row: &(impl RowColumns + ?Sized)) -> Result<WorkerRow, StoreError> {
-    let r = Reader { row, columns: &WORKER_COLUMNS };
+    let r = Reader { row, noun: "registry row", columns: &WORKER_COLUMNS };
     Ok(WorkerRow {
         worker_identity: r.required(0)?,
         client_type: r.parsed(1)?,
@@ -108,7 +122,7 @@ pub fn read_worker(row: &(impl RowColumns + ?Sized)) -> Result<WorkerRow, StoreE
 
 /// A ledger entry from its columns, in [`INSTANCE_COLUMNS`] order.
 pub fn read_instance(row: &(impl RowColumns + ?Sized)) -> Result<InstanceRecord, StoreError> {
-    let r = Reader { row, columns: &INSTANCE_COLUMNS };
+    let r = Reader { row, noun: "ledger entry", columns: &INSTANCE_COLUMNS };
     Ok(InstanceRecord {
         client_instance_id: r.required(0)?,
         client_type: r.required(1)?,
@@ -116,6 +130,69 @@ pub fn read_instance(row: &(impl RowColumns + ?Sized)) -> Result<InstanceRecord,
         minted_at: r.required(3)?,
         host_id: r.parsed(4)?,
     })
+}
+
+/// A lease from its columns, in [`LEASE_COLUMNS`] order: `init` from its three
+/// columns (present when its version and status are), the scopes from their JSON text.
+pub fn read_lease(row: &(impl RowColumns + ?Sized)) -> Result<LeaseRecord, StoreError> {
+    let r = Reader { row, noun: "lease", columns: &LEASE_COLUMNS };
+    let missing = |idx: usize| r.corrupt(idx, "missing");
+    let epoch = r.integer::<u64>(4)?.ok_or_else(|| missing(4))?;
+    let statuses = [InitStatus::Initializing, InitStatus::Ready, InitStatus::Failed];
+    let init = match (r.integer::<u64>(12)?, r.one_of(13, &statuses, InitStatus::as_str)?) {
+        (Some(target_version), Some(status)) => {
+            Some(InitState { target_version, status, failure_detail: r.raw_text(14)? })
+        }
+        _ => None,
+    };
+    let scopes = match r.raw_str(11)? {
+        Some(text) => serde_json::from_str(text).map_err(|e| r.corrupt(11, e))?,
+        None => Vec::new(),
+    };
+    Ok(LeaseRecord {
+        lease_key: r.required(0)?,
+        kind: r.required(1)?,
+        owner: r.raw_text(2)?.ok_or_else(|| missing(2))?,
+        lease_id: r.required(3)?,
+        fencing_epoch: FencingEpoch::new(epoch).map_err(|e| r.corrupt(4, e))?,
+        state: r
+            .one_of(5, &[LeaseState::Held, LeaseState::Released], LeaseState::as_str)?
+            .ok_or_else(|| missing(5))?,
+        acquired_at: r.required(6)?,
+        heartbeat_at: r.required(7)?,
+        expires_at: r.required(8)?,
+        released_at: r.parsed(9)?,
+        updated_at: r.required(10)?,
+        scopes,
+        init,
+    })
+}
+
+/// The columns of `leases` that hold integers; every other holds text.
+pub const LEASE_INTEGER_COLUMNS: [&str; 2] = ["fencing_epoch", "target_version"];
+
+/// A lease as the values of its columns, in [`LEASE_COLUMNS`] order ([`read_lease`]
+/// reads it back).
+pub fn lease_cells(lease: &LeaseRecord) -> [Cell; LEASE_COLUMNS.len()] {
+    let init = lease.init.as_ref();
+    [
+        Cell::Text(lease.lease_key.to_string()),
+        Cell::Text(lease.kind.as_str().to_owned()),
+        Cell::Text(lease.owner.clone()),
+        Cell::Text(lease.lease_id.to_string()),
+        // An epoch is never past i64::MAX: its constructor refuses one.
+        Cell::Integer(i64::try_from(lease.fencing_epoch.get()).unwrap_or(i64::MAX)),
+        Cell::Text(lease.state.as_str().to_owned()),
+        Cell::Text(lease.acquired_at.to_string()),
+        Cell::Text(lease.heartbeat_at.to_string()),
+        Cell::Text(lease.expires_at.to_string()),
+        text(lease.released_at.map(|t| t.to_string())),
+        Cell::Text(lease.updated_at.to_string()),
+        Cell::Text(serde_json::to_string(&lease.scopes).unwrap_or_else(|_| "[]".to_owned())),
+        integer(init.map(|i| i64::try_from(i.target_version).unwrap_or(i64::MAX))),
+        text(init.map(|i| i.status.as_str())),
+        text(init.and_then(|i| i.failure_detail.as_ref())),
+    ]
 }
 
 /// The columns of `worker_registrations` that hold integers; every other holds text.
@@ -282,5 +359,42 @@ mod tests {
             );
         }
         assert_eq!(read_worker(&Cells(cells.to_vec())).unwrap(), row);
+    }
+
+    /// A lease written as cells, with `init` and without, reads back as the same lease,
+    /// its integers in integer columns; a value that does not read is corruption naming
+    /// the lease and the column.
+    #[test]
+    fn a_lease_written_as_cells_reads_back_the_same() {
+        let with_init: LeaseRecord = serde_json::from_value(serde_json::json!({
+            "lease_key": "init:schema", "kind": "initialization", "owner": "wkr-a", "lease_id": "lease-1",
+            "fencing_epoch": 7, "state": "held", "acquired_at": "2026-07-30T12:00:00Z",
+            "heartbeat_at": "2026-07-30T12:00:01Z", "expires_at": "2026-07-30T12:00:31Z",
+            "released_at": null, "updated_at": "2026-07-30T12:00:01Z", "scopes": ["a", "b"],
+            "init": { "target_version": 4, "status": "failed", "failure_detail": "disk full" },
+        }))
+        .unwrap();
+        let mut without = with_init.clone();
+        without.init = None;
+        without.scopes = Vec::new();
+        without.state = LeaseState::Released;
+        without.released_at = Some(without.expires_at);
+        for lease in [with_init, without] {
+            let cells = lease_cells(&lease);
+            for (cell, column) in cells.iter().zip(LEASE_COLUMNS) {
+                if !matches!(cell, Cell::Null) {
+                    assert_eq!(
+                        matches!(cell, Cell::Integer(_)),
+                        LEASE_INTEGER_COLUMNS.contains(&column),
+                        "{column}"
+                    );
+                }
+            }
+            assert_eq!(read_lease(&Cells(cells.to_vec())).unwrap(), lease);
+            let mut bad = cells.to_vec();
+            bad[5] = Cell::Text("lost".into());
+            let err = read_lease(&Cells(bad)).unwrap_err().to_string();
+            assert!(err.contains("lease init:schema has an invalid state: lost"), "{err}");
+        }
     }
 }

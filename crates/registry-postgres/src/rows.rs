@@ -1,14 +1,12 @@
-//! Rows to SQL parameters and back. Worker rows and ledger entries go through
-//! `fleet_registry::columns`, as the SQLite backend's do; leases and audit entries
-//! travel through their serde form, so their types' validation applies to what the
-//! database returns, exactly as it does to an import.
+//! Rows to SQL parameters and back. Worker rows, ledger entries and leases go through
+//! `fleet_registry::columns`, as the SQLite backend's do: one column list, one mapping
+//! each way, and the compare-and-swap statements built from the lists.
 
 use std::sync::OnceLock;
 
 use fleet_lease::{LEASE_COLUMNS, LeaseRecord};
 use fleet_registry::columns::{self, RowColumns};
 use fleet_registry::{AuditEntry, InstanceRecord, StoreError, WorkerRow};
-use serde_json::{Map, Value};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -16,7 +14,7 @@ use fleet_registry::WORKER_COLUMNS;
 
 use fleet_registry::columns::{Cell, WORKER_INTEGER_COLUMNS as WORKER_INTEGERS};
 
-const LEASE_INTEGERS: [&str; 2] = ["fencing_epoch", "target_version"];
+use fleet_registry::columns::LEASE_INTEGER_COLUMNS as LEASE_INTEGERS;
 
 /// Parameters are numbered and typed; `IS NOT DISTINCT FROM` compares NULL with NULL.
 const POSTGRES: columns::Dialect = columns::Dialect {
@@ -111,19 +109,18 @@ pub(crate) fn lease_replace_sql() -> &'static str {
 pub(crate) struct Values(Vec<Box<dyn ToSql + Sync>>);
 
 impl Values {
-    fn from_object(object: &Map<String, Value>, columns: &[&str], integers: &[&str]) -> Self {
-        let values = columns
-            .iter()
-            .map(|c| -> Box<dyn ToSql + Sync> {
-                let value = object.get(*c).unwrap_or(&Value::Null);
-                if integers.contains(c) {
-                    Box::new(value.as_i64())
-                } else {
-                    Box::new(match value {
-                        Value::Null => None,
-                        Value::String(s) => Some(s.clone()),
-                        other => Some(other.to_string()),
-                    })
+    /// `cells` as parameters of the types of `columns` (`integers` hold BIGINT, the rest
+    /// TEXT).
+    fn of_cells(cells: impl IntoIterator<Item = Cell>, columns: &[&str], integers: &[&str]) -> Self {
+        let values = cells
+            .into_iter()
+            .zip(columns)
+            .map(|(cell, c)| -> Box<dyn ToSql + Sync> {
+                match cell {
+                    Cell::Integer(n) => Box::new(Some(n)),
+                    Cell::Text(s) => Box::new(Some(s)),
+                    Cell::Null if integers.contains(c) => Box::new(None::<i64>),
+                    Cell::Null => Box::new(None::<String>),
                 }
             })
             .collect();
@@ -141,63 +138,18 @@ pub(crate) struct WorkerValues;
 impl WorkerValues {
     /// See [`columns::worker_cells`].
     pub(crate) fn of(row: &WorkerRow) -> Values {
-        let cells = columns::worker_cells(row);
-        Values(
-            cells
-                .into_iter()
-                .zip(WORKER_COLUMNS)
-                .map(|(cell, c)| -> Box<dyn ToSql + Sync> {
-                    match cell {
-                        Cell::Integer(n) => Box::new(Some(n)),
-                        Cell::Text(s) => Box::new(Some(s)),
-                        Cell::Null if WORKER_INTEGERS.contains(&c) => Box::new(None::<i64>),
-                        Cell::Null => Box::new(None::<String>),
-                    }
-                })
-                .collect(),
-        )
+        Values::of_cells(columns::worker_cells(row), &WORKER_COLUMNS, &WORKER_INTEGERS)
     }
 }
 
-/// A lease's parameters: `init` is spread over three columns, scopes kept as JSON text.
+/// A lease's parameters.
 pub(crate) struct LeaseValues;
 
 impl LeaseValues {
+    /// See [`columns::lease_cells`].
     pub(crate) fn of(lease: &LeaseRecord) -> Values {
-        let mut object = match serde_json::to_value(lease) {
-            Ok(Value::Object(o)) => o,
-            _ => Map::new(),
-        };
-        let scopes = object.remove("scopes").unwrap_or_else(|| Value::Array(Vec::new()));
-        object.insert("scopes".into(), Value::String(scopes.to_string()));
-        if let Some(Value::Object(init)) = object.remove("init") {
-            object
-                .insert("target_version".into(), init.get("target_version").cloned().unwrap_or(Value::Null));
-            object.insert("init_status".into(), init.get("status").cloned().unwrap_or(Value::Null));
-            object
-                .insert("failure_detail".into(), init.get("failure_detail").cloned().unwrap_or(Value::Null));
-        }
-        Values::from_object(&object, &LEASE_COLUMNS, &LEASE_INTEGERS)
+        Values::of_cells(columns::lease_cells(lease), &LEASE_COLUMNS, &LEASE_INTEGERS)
     }
-}
-
-fn object(row: &Row, columns: &[&str], integers: &[&str]) -> Result<Map<String, Value>, StoreError> {
-    let mut out = Map::new();
-    for (i, c) in columns.iter().enumerate() {
-        let value = if integers.contains(c) {
-            row.try_get::<_, Option<i64>>(i).map(|v| v.map_or(Value::Null, Value::from))
-        } else {
-            row.try_get::<_, Option<String>>(i).map(|v| v.map_or(Value::Null, Value::String))
-        };
-        out.insert((*c).to_owned(), value.map_err(|e| StoreError::corrupt(format!("column {c}: {e}")))?);
-    }
-    // Absent optional columns are left out rather than null, as an export writes them.
-    out.retain(|_, v| !v.is_null());
-    Ok(out)
-}
-
-fn key_of(object: &Map<String, Value>, column: &str) -> String {
-    object.get(column).and_then(Value::as_str).unwrap_or("?").to_owned()
 }
 
 /// One row's columns as PostgreSQL returns them (text, and `BIGINT` for integers).
@@ -222,22 +174,7 @@ pub(crate) fn read_instance(row: &Row) -> Result<InstanceRecord, StoreError> {
 }
 
 pub(crate) fn read_lease(row: &Row) -> Result<LeaseRecord, StoreError> {
-    let mut object = object(row, &LEASE_COLUMNS, &LEASE_INTEGERS)?;
-    let key = key_of(&object, "lease_key");
-    let scopes = object.remove("scopes").and_then(|s| s.as_str().and_then(|t| serde_json::from_str(t).ok()));
-    object.insert("scopes".into(), scopes.unwrap_or_else(|| Value::Array(Vec::new())));
-    let (target, status, detail) =
-        (object.remove("target_version"), object.remove("init_status"), object.remove("failure_detail"));
-    let init = match (target, status) {
-        (Some(t), Some(s)) => {
-            serde_json::json!({ "target_version": t, "status": s, "failure_detail": detail.unwrap_or(Value::Null) })
-        }
-        _ => Value::Null,
-    };
-    object.insert("init".into(), init);
-    object.entry("released_at").or_insert(Value::Null);
-    serde_json::from_value(Value::Object(object))
-        .map_err(|e| StoreError::corrupt(format!("lease {key} is invalid: {e}")))
+    columns::read_lease(&Columns(row))
 }
 
 pub(crate) fn read_audit(row: &Row) -> Result<AuditEntry, StoreError> {

@@ -1,8 +1,10 @@
-//! The mapping between [`WorkerRow`] / [`InstanceRecord`] and SQL columns. A value in
-//! the file that does not validate is reported as corruption, naming row and column.
+//! The mapping between [`WorkerRow`] / [`InstanceRecord`] / [`LeaseRecord`] and SQL
+//! columns, through [`fleet_registry::columns`]. A value in the file that does not
+//! validate is reported as corruption, naming row and column.
 
 use std::sync::OnceLock;
 
+use fleet_lease::LeaseRecord;
 use fleet_registry::columns::{self, RowColumns};
 use fleet_registry::{InstanceRecord, StoreError, WorkerRow};
 use rusqlite::Row;
@@ -61,7 +63,12 @@ pub(crate) fn delete_sql() -> &'static str {
 
 /// A worker row's values, in [`COLUMNS`] order (see [`columns::worker_cells`]).
 pub(crate) fn values(row: &WorkerRow) -> Vec<Value> {
-    columns::worker_cells(row)
+    sqlite_values(columns::worker_cells(row))
+}
+
+/// Cells as SQLite values.
+pub(crate) fn sqlite_values(cells: impl IntoIterator<Item = columns::Cell>) -> Vec<Value> {
+    cells
         .into_iter()
         .map(|cell| match cell {
             columns::Cell::Text(s) => Value::Text(s),
@@ -102,4 +109,8 @@ pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, S
 
 pub(crate) fn read_instance(row: &Row<'_>) -> rusqlite::Result<Result<InstanceRecord, StoreError>> {
     Ok(columns::read_instance(&Columns(row)))
+}
+
+pub(crate) fn read_lease(row: &Row<'_>) -> rusqlite::Result<Result<LeaseRecord, StoreError>> {
+    Ok(columns::read_lease(&Columns(row)))
 }

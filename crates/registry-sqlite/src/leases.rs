@@ -1,96 +1,22 @@
 //! The lease rows and the audit log in SQLite.
 
 use fleet_identity::Timestamp;
-use fleet_lease::{
-    FencingEpoch, InitState, LEASE_COLUMNS, LeaseId, LeaseKey, LeaseKind, LeaseRecord, LeaseState,
-};
+use fleet_lease::{LEASE_COLUMNS, LeaseKey, LeaseKind, LeaseRecord};
 use fleet_registry::{AuditEntry, StoreError};
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::columns::{read_lease, sqlite_values};
 use crate::map_error;
+
+/// A lease's values, in [`LEASE_COLUMNS`] order (see [`fleet_registry::columns::lease_cells`]).
+fn values(lease: &LeaseRecord) -> Vec<Value> {
+    sqlite_values(fleet_registry::columns::lease_cells(lease))
+}
 
 /// The columns as a `SELECT` list.
 static LIST: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| fleet_registry::columns::list(&LEASE_COLUMNS));
-
-fn corrupt(key: &str, what: impl std::fmt::Display) -> StoreError {
-    StoreError::corrupt(format!("lease {key} has an invalid {what}"))
-}
-
-fn read(row: &Row<'_>) -> rusqlite::Result<Result<LeaseRecord, StoreError>> {
-    let key: String = row.get(0)?;
-    let text = |i: usize| row.get::<_, Option<String>>(i);
-    let (kind, owner, lease_id, epoch, state) =
-        (text(1)?, text(2)?, text(3)?, row.get::<_, i64>(4)?, text(5)?);
-    let stamps = [text(6)?, text(7)?, text(8)?, text(9)?, text(10)?];
-    let (scopes, target, status, detail) = (text(11)?, row.get::<_, Option<i64>>(12)?, text(13)?, text(14)?);
-    Ok((|| {
-        let stamp = |i: usize| -> Result<Option<Timestamp>, StoreError> {
-            stamps[i].as_deref().map(|s| Timestamp::parse(s).map_err(|e| corrupt(&key, e))).transpose()
-        };
-        let required = |i: usize| stamp(i)?.ok_or_else(|| corrupt(&key, "timestamp"));
-        let init = match (target, status.as_deref()) {
-            (Some(v), Some(st)) => Some(InitState {
-                target_version: u64::try_from(v).map_err(|_| corrupt(&key, "target_version"))?,
-                status: match st {
-                    "initializing" => fleet_lease::InitStatus::Initializing,
-                    "ready" => fleet_lease::InitStatus::Ready,
-                    "failed" => fleet_lease::InitStatus::Failed,
-                    _ => return Err(corrupt(&key, "init_status")),
-                },
-                failure_detail: detail,
-            }),
-            _ => None,
-        };
-        Ok(LeaseRecord {
-            lease_key: LeaseKey::new(key.clone()).map_err(|e| corrupt(&key, e))?,
-            kind: kind.as_deref().unwrap_or_default().parse::<LeaseKind>().map_err(|e| corrupt(&key, e))?,
-            owner: owner.ok_or_else(|| corrupt(&key, "owner"))?,
-            lease_id: LeaseId::new(lease_id.unwrap_or_default()).map_err(|e| corrupt(&key, e))?,
-            fencing_epoch: u64::try_from(epoch)
-                .ok()
-                .and_then(|e| FencingEpoch::new(e).ok())
-                .ok_or_else(|| corrupt(&key, "fencing_epoch"))?,
-            state: match state.as_deref() {
-                Some("held") => LeaseState::Held,
-                Some("released") => LeaseState::Released,
-                _ => return Err(corrupt(&key, "state")),
-            },
-            acquired_at: required(0)?,
-            heartbeat_at: required(1)?,
-            expires_at: required(2)?,
-            released_at: stamp(3)?,
-            updated_at: required(4)?,
-            scopes: serde_json::from_str(scopes.as_deref().unwrap_or("[]")).map_err(|e| corrupt(&key, e))?,
-            init,
-        })
-    })())
-}
-
-/// The row's values in [`LEASE_COLUMNS`] order.
-fn values(l: &LeaseRecord) -> [Value; COLUMN_COUNT] {
-    let opt = |s: Option<String>| s.map_or(Value::Null, Value::Text);
-    [
-        Value::Text(l.lease_key.to_string()),
-        Value::Text(l.kind.as_str().to_owned()),
-        Value::Text(l.owner.clone()),
-        Value::Text(l.lease_id.to_string()),
-        Value::Integer(i64::try_from(l.fencing_epoch.get()).unwrap_or(i64::MAX)),
-        Value::Text(l.state.as_str().to_owned()),
-        Value::Text(l.acquired_at.to_string()),
-        Value::Text(l.heartbeat_at.to_string()),
-        Value::Text(l.expires_at.to_string()),
-        opt(l.released_at.map(|t| t.to_string())),
-        Value::Text(l.updated_at.to_string()),
-        Value::Text(serde_json::to_string(&l.scopes).unwrap_or_else(|_| "[]".into())),
-        l.init
-            .as_ref()
-            .map_or(Value::Null, |i| Value::Integer(i64::try_from(i.target_version).unwrap_or(i64::MAX))),
-        opt(l.init.as_ref().map(|i| i.status.as_str().to_owned())),
-        opt(l.init.as_ref().and_then(|i| i.failure_detail.clone())),
-    ]
-}
 
 pub(crate) fn store_now(conn: &Connection) -> Result<Timestamp, StoreError> {
     let text: String = conn
@@ -103,7 +29,7 @@ pub(crate) fn lease(conn: &Connection, key: &LeaseKey) -> Result<Option<LeaseRec
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = SQL.get_or_init(|| format!("SELECT {} FROM leases WHERE lease_key = ?1", *LIST));
     let mut stmt = conn.prepare_cached(sql).map_err(map_error)?;
-    stmt.query_row([key.as_str()], read).optional().map_err(map_error)?.transpose()
+    stmt.query_row([key.as_str()], read_lease).optional().map_err(map_error)?.transpose()
 }
 
 pub(crate) fn leases(conn: &Connection, kind: Option<LeaseKind>) -> Result<Vec<LeaseRecord>, StoreError> {
@@ -113,7 +39,7 @@ pub(crate) fn leases(conn: &Connection, kind: Option<LeaseKind>) -> Result<Vec<L
             *LIST
         ))
         .map_err(map_error)?;
-    let rows = stmt.query_map([kind.map(LeaseKind::as_str)], read).map_err(map_error)?;
+    let rows = stmt.query_map([kind.map(LeaseKind::as_str)], read_lease).map_err(map_error)?;
     rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
 }
 
