@@ -199,6 +199,13 @@ fn fresh_snapshot(location: &RegistryLocation, at: fleet_identity::Timestamp) ->
         .unwrap()
 }
 
+/// `secs` seconds past 2026-07-30T12:00:00Z, when the rows of [`dump`] heartbeat.
+fn at(secs: i64) -> fleet_identity::Timestamp {
+    fleet_identity::Timestamp::parse("2026-07-30T12:00:00Z")
+        .unwrap()
+        .saturating_add(time::Duration::seconds(secs))
+}
+
 /// A session says a snapshot is unchanged only when a fresh one would say the same,
 /// and gives the time and token that fresh one carries; a write, a lapsing heartbeat,
 /// another policy or a manifest make it classify again.
@@ -208,11 +215,6 @@ fn an_unchanged_snapshot_is_one_a_fresh_session_would_take_and_every_change_clas
     let dir = tempfile::tempdir().unwrap();
     let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
     create(&location, &["wkr-a", "wkr-b"]);
-    let at = |secs: i64| {
-        fleet_identity::Timestamp::parse("2026-07-30T12:00:00Z")
-            .unwrap()
-            .saturating_add(time::Duration::seconds(secs))
-    };
     let policy = fleet_snapshot::Policy::default();
     let mut fleet = Fleet::new(location.clone());
     let take = |fleet: &mut Fleet, secs: i64, policy: &fleet_snapshot::Policy| match fleet
@@ -271,11 +273,6 @@ fn a_heartbeat_of_a_live_worker_leaves_the_verdicts_standing_with_its_view_moved
     let dir = tempfile::tempdir().unwrap();
     let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
     create(&location, &["wkr-a", "wkr-b"]);
-    let at = |secs: i64| {
-        fleet_identity::Timestamp::parse("2026-07-30T12:00:00Z")
-            .unwrap()
-            .saturating_add(time::Duration::seconds(secs))
-    };
     // Another process writes: the worker's heartbeat, or another column.
     let write = |name: &str, column: &str, value: &str| {
         let file = dir.path().join("registry.sqlite3");
