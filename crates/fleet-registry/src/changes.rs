@@ -83,21 +83,37 @@ impl<S: Store> Registry<S> {
 impl RegistryChanges {
     /// When these changes to `dump` (the registry as read at the earlier position) move
     /// heartbeats and nothing else, the places in `dump` of the rows whose heartbeat
-    /// moved, in order (empty when nothing changed); `None` when they add a row,
-    /// change the ledger, change any other column, or read everything again.
+    /// moved, in order (empty when nothing changed); `None` when they add or remove a
+    /// row, change the ledger or change any other column. A whole registry read again
+    /// (a store that keeps no history) is compared row by row.
     pub fn heartbeats_only(&self, dump: &RegistryDump) -> Option<Vec<usize>> {
-        let RegistryChanges::Since { workers, instances: None } = self else { return None };
         let rows = &dump.worker_registrations;
         let mut moved = Vec::new();
-        for row in workers {
-            let i = rows.binary_search_by(|r| r.worker_identity.cmp(&row.worker_identity)).ok()?;
-            if rows[i] != *row {
-                rows[i].differs_only_in_heartbeat(row).then_some(())?;
-                moved.push(i);
+        match self {
+            RegistryChanges::Everything(new) => {
+                if new.instances != dump.instances || new.worker_registrations.len() != rows.len() {
+                    return None;
+                }
+                for (i, (old, row)) in rows.iter().zip(&new.worker_registrations).enumerate() {
+                    if old != row {
+                        old.differs_only_in_heartbeat(row).then_some(())?;
+                        moved.push(i);
+                    }
+                }
             }
+            RegistryChanges::Since { workers, instances: None } => {
+                for row in workers {
+                    let i = rows.binary_search_by(|r| r.worker_identity.cmp(&row.worker_identity)).ok()?;
+                    if rows[i] != *row {
+                        rows[i].differs_only_in_heartbeat(row).then_some(())?;
+                        moved.push(i);
+                    }
+                }
+                moved.sort_unstable();
+                moved.dedup();
+            }
+            RegistryChanges::Since { instances: Some(_), .. } => return None,
         }
-        moved.sort_unstable();
-        moved.dedup();
         Some(moved)
     }
 

@@ -269,20 +269,51 @@ fn an_unchanged_snapshot_is_one_a_fresh_session_would_take_and_every_change_clas
 /// lapses, or any other change classifies again.
 #[test]
 fn a_heartbeat_of_a_live_worker_leaves_the_verdicts_standing_with_its_view_moved() {
-    use fleet_runtime::Taken;
     let dir = tempfile::tempdir().unwrap();
-    let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
-    create(&location, &["wkr-a", "wkr-b"]);
+    let file = dir.path().join("registry.sqlite3");
     // Another process writes: the worker's heartbeat, or another column.
-    let write = |name: &str, column: &str, value: &str| {
-        let file = dir.path().join("registry.sqlite3");
-        let db = rusqlite::Connection::open(file).unwrap();
+    heartbeats_are_followed(&RegistryLocation::Sqlite(file.clone()), &|name, column, value| {
+        let db = rusqlite::Connection::open(&file).unwrap();
         let sql = format!("UPDATE worker_registrations SET {column} = ?1 WHERE worker_identity = ?2");
         assert_eq!(db.execute(&sql, [value, name]).unwrap(), 1);
+    });
+}
+
+/// The same on PostgreSQL (`FLEET_TEST_POSTGRES_URL`; CI sets it), which keeps no
+/// history of changes: the rows are read whole and compared with those kept.
+#[test]
+fn a_heartbeat_of_a_live_worker_leaves_the_verdicts_standing_on_postgres() {
+    let Some(base) = std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
     };
+    let schema = format!("fleet_reader_beats_{}", std::process::id());
+    let admin = std::cell::RefCell::new(
+        postgres::Client::connect(&base, postgres::NoTls).expect("the test PostgreSQL server"),
+    );
+    admin
+        .borrow_mut()
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let location = RegistryLocation::Postgres(format!("{base}{sep}options=-csearch_path%3D{schema}"));
+    heartbeats_are_followed(&location, &|name, column, value| {
+        let sql =
+            format!("UPDATE {schema}.worker_registrations SET {column} = $1 WHERE worker_identity = $2");
+        assert_eq!(admin.borrow_mut().execute(&sql, &[&value, &name]).unwrap(), 1);
+    });
+    admin.borrow_mut().batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
+}
+
+/// Registers two workers at `location`, then heartbeats and other writes by `write`
+/// (worker, column, value), each followed by a snapshot of one session.
+fn heartbeats_are_followed(location: &RegistryLocation, write: &dyn Fn(&str, &str, &str)) {
+    use fleet_runtime::Taken;
+    create(location, &["wkr-a", "wkr-b"]);
     let beat = |name: &str, when: &str| write(name, "last_heartbeat_at", when);
     let policy = fleet_snapshot::Policy::default();
     let mut fleet = Fleet::new(location.clone());
+    let location = location.clone();
     // (number, fresh?, token, the moved workers' views as JSON)
     let mut take = |secs: i64| match fleet.json_snapshot_or_unchanged(None, &policy, at(secs)).unwrap() {
         Taken::Fresh(number, _) => (number, true, String::new(), Vec::new()),
