@@ -31,13 +31,16 @@ pub enum Refusal {
     RuntimeUnstable,
     /// The active workflow leases could not be read.
     LeaseEnumerationFailed,
+    /// The answer would be larger than the server may send (`detail.size`,
+    /// `detail.limit`): narrow it, or read it with `fleetctl`.
+    AnswerTooLarge,
     /// The server failed to write its own answer.
     InternalError,
 }
 
 impl Refusal {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Refusal; 14] = [
+    pub const ALL: [Refusal; 15] = [
         Refusal::PermissionDenied,
         Refusal::RoleDenied,
         Refusal::RoleMismatch,
@@ -51,6 +54,7 @@ impl Refusal {
         Refusal::CohortNotUnique,
         Refusal::RuntimeUnstable,
         Refusal::LeaseEnumerationFailed,
+        Refusal::AnswerTooLarge,
         Refusal::InternalError,
     ];
 
@@ -70,6 +74,7 @@ impl Refusal {
             Refusal::CohortNotUnique => "cohort_not_unique",
             Refusal::RuntimeUnstable => "runtime_unstable",
             Refusal::LeaseEnumerationFailed => "lease_enumeration_failed",
+            Refusal::AnswerTooLarge => "answer_too_large",
             Refusal::InternalError => "internal_error",
         }
     }

@@ -56,6 +56,12 @@ struct Cli {
     /// Seconds a heartbeat stays valid.
     #[arg(long, default_value_t = 30)]
     ttl: u32,
+    /// The largest structured answer to send, in bytes; a larger one is refused
+    /// (`answer_too_large`). The default fits the TypeScript SDK's 10 MiB message limit
+    /// (Claude Code, Gemini CLI, the MCP Inspector).
+    #[arg(long, value_name = "BYTES", default_value_t = server::DEFAULT_MAX_ANSWER_BYTES,
+          value_parser = clap::value_parser!(usize))]
+    max_answer_bytes: usize,
     /// The agent client whose config started this server (the entries `fleet-launch
     /// install` writes say so), so a missing variable is explained in its terms.
     #[arg(long, value_enum)]
@@ -180,7 +186,8 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     let bodies = stdio::Bodies::new();
     // Kept here, outside the runtime, until the runtime is gone: the last copy of the
     // server holds the registry, and a PostgreSQL client can close only outside it.
-    let server = server::FleetServer::new(ctx).with_bodies(bodies.clone());
+    let server =
+        server::FleetServer::new(ctx).with_bodies(bodies.clone()).with_max_answer_bytes(cli.max_answer_bytes);
     let served = runtime.block_on(async {
         let stdout = stdio::GrowingStdout::new()
             .map_err(|e| Failure::store(format!("cannot write to standard output: {e}")))?;

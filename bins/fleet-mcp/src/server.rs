@@ -30,6 +30,7 @@ mod answers;
 mod params;
 mod summaries;
 
+pub use answers::DEFAULT_MAX_ANSWER_BYTES;
 use answers::*;
 use params::*;
 use summaries::*;
@@ -111,6 +112,8 @@ pub struct FleetServer {
     fleet: Arc<Mutex<Fleet>>,
     /// Where large bodies go when the server runs behind [`crate::stdio::guard`].
     bodies: Option<Arc<Bodies>>,
+    /// The largest structured answer this server sends (see [`DEFAULT_MAX_ANSWER_BYTES`]).
+    max_answer_bytes: usize,
     /// The live heartbeats of the last snapshots this server answered, by consistency
     /// token, newest last: what `compare_to` compares with.
     recent: Arc<Mutex<Recent>>,
@@ -155,6 +158,7 @@ impl FleetServer {
             ctx: Arc::new(ctx),
             fleet,
             bodies: None,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             recent: Arc::default(),
             summary: Arc::default(),
             tool_router,
@@ -167,6 +171,14 @@ impl FleetServer {
     #[must_use]
     pub fn with_bodies(mut self, bodies: Arc<Bodies>) -> Self {
         self.bodies = Some(bodies);
+        self
+    }
+
+    /// This server, refusing (`answer_too_large`) any answer whose structured content
+    /// is longer than `bytes`.
+    #[must_use]
+    pub fn with_max_answer_bytes(mut self, bytes: usize) -> Self {
+        self.max_answer_bytes = bytes;
         self
     }
 
@@ -190,6 +202,9 @@ impl FleetServer {
         value: impl FnOnce() -> Result<Value, serde_json::Error>,
         digest: impl FnOnce() -> Result<String, serde_json::Error>,
     ) -> Result<CallToolResult, CallToolResult> {
+        if full.len() > self.max_answer_bytes {
+            return Err(too_large(full.len(), self.max_answer_bytes));
+        }
         let text = if full.len() <= FULL_TEXT_LIMIT {
             String::from_utf8(full.clone()).map_err(|e| refuse(Refusal::InternalError.as_str(), e))?
         } else {

@@ -29,6 +29,8 @@ struct Fleet {
     registry: PathBuf,
     /// What `FLEET_REGISTRY` says: the SQLite file above, or a PostgreSQL URL.
     location: String,
+    /// Arguments every server is started with, beside its namespace and TTL.
+    server_args: Vec<String>,
 }
 
 type Client = RunningService<RoleClient, ()>;
@@ -38,7 +40,7 @@ impl Fleet {
         let dir = tempfile::tempdir().unwrap();
         let registry = dir.path().join("registry.sqlite3");
         let location = registry.to_string_lossy().into_owned();
-        Self { dir, registry, location }
+        Self { dir, registry, location, server_args: Vec::new() }
     }
 
     /// An unregistered controller server on pipes, for a client that writes its own
@@ -130,6 +132,7 @@ impl Fleet {
             // This test is the client of the launch, as `fleet-launch run` records
             // its client: the servers it starts are owned by it.
             cmd.args(["--namespace", ns, "--ttl", &ttl])
+                .args(&self.server_args)
                 .env("FLEET_REGISTRY", &self.location)
                 .env("GITEA_MCP_LAUNCH_PROCESS", fleet_runtime::launch_process_value().unwrap())
                 .env("GITEA_MCP_CLIENT", "codex")
@@ -1336,6 +1339,32 @@ fn import_rows(registry: &Path, workers: usize, beat: &str) {
     .unwrap();
     let store = registry_sqlite::SqliteStore::open(registry, fleet_registry::OpenMode::MustExist).unwrap();
     fleet_registry::Registry::new(store).import(&dump).unwrap();
+}
+
+/// An answer past the server's limit (by default what the TypeScript SDK's stdio
+/// transport takes, 10 MiB; here 20 000 bytes) is refused with `answer_too_large`,
+/// naming its size and the limit, in the tool's output schema; the default summary of
+/// the same fleet still answers.
+#[tokio::test]
+async fn an_answer_past_the_limit_is_refused_with_its_size() {
+    let mut fleet = Fleet::new();
+    fleet.server_args = vec!["--max-answer-bytes".into(), "20000".into()];
+    let id = fleet.mint();
+    let client = fleet.connect("controller", Some(&id), None).await;
+    import_rows(&fleet.registry, 200, "2026-07-30T12:00:00.000Z");
+    let full = call(&client, "gitea_snapshot_instance_fleet", json!({"detail": "full"})).await;
+    assert_eq!(failed(&full).as_deref(), Some("answer_too_large"));
+    let detail = &structured(&full)["detail"];
+    assert_eq!(detail["limit"], 20_000, "{detail}");
+    assert!(detail["size"].as_u64().unwrap() > 20_000, "{detail}");
+    assert!(detail["message"].as_str().unwrap().contains("fleetctl snapshot --json"), "{detail}");
+    let tools = client.list_all_tools().await.unwrap();
+    let schema = tools.iter().find(|t| t.name == "gitea_snapshot_instance_fleet").unwrap();
+    validates(&structured(&full), schema.output_schema.as_ref().unwrap()).unwrap();
+    let summary = call(&client, "gitea_snapshot_instance_fleet", json!({})).await;
+    assert_eq!(failed(&summary), None);
+    assert_eq!(structured(&summary)["counts"]["total_rows"], 201);
+    client.cancel().await.unwrap();
 }
 
 /// By default an agent gets answers it can use at any fleet size: at 10 000 workers,

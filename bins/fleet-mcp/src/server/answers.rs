@@ -16,6 +16,28 @@ pub(super) fn ok(value: Value) -> CallToolResult {
 /// block is a digest (see [`digest`]); the whole snapshot is the structured content.
 pub(super) const FULL_TEXT_LIMIT: usize = 50_000;
 
+/// The largest structured answer sent by default: the TypeScript SDK's stdio transport
+/// (Claude Code, Gemini CLI, the MCP Inspector) drops any message past 10 MiB
+/// (`STDIO_DEFAULT_MAX_BUFFER_SIZE` in its `shared/stdio.js`), and the rest of that
+/// line then reaches it as a message that does not parse; 256 KiB are left for the text
+/// block and the JSON-RPC envelope around the structured content.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 10 * 1024 * 1024 - 256 * 1024;
+
+/// An answer of `size` bytes, past `limit`: refused, with the ways to a smaller one.
+pub(super) fn too_large(size: usize, limit: usize) -> CallToolResult {
+    refusal(
+        Refusal::AnswerTooLarge.as_str(),
+        json!({
+            "message": format!(
+                "the answer would be {size} bytes, more than the {limit} this server sends: ask a summary \
+                 (the default) and narrow or page it, or read the whole snapshot with `fleetctl snapshot --json`"
+            ),
+            "size": size,
+            "limit": limit,
+        }),
+    )
+}
+
 pub(super) fn internal(e: serde_json::Error) -> CallToolResult {
     refuse(Refusal::InternalError.as_str(), e)
 }
