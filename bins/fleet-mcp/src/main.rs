@@ -56,11 +56,11 @@ struct Cli {
     /// Seconds a heartbeat stays valid.
     #[arg(long, default_value_t = 30)]
     ttl: u32,
-    /// The largest structured answer to send, in bytes; a larger one is refused
-    /// (`answer_too_large`). The default fits the TypeScript SDK's 10 MiB message limit
-    /// (Claude Code, Gemini CLI, the MCP Inspector).
+    /// The largest structured answer to send, in bytes (at least 65536); a larger one is
+    /// refused (`answer_too_large`). The default fits the TypeScript SDK's 10 MiB message
+    /// limit (Claude Code, Gemini CLI, the MCP Inspector).
     #[arg(long, value_name = "BYTES", default_value_t = server::DEFAULT_MAX_ANSWER_BYTES,
-          value_parser = clap::value_parser!(usize))]
+          value_parser = answer_limit)]
     max_answer_bytes: usize,
     /// The agent client whose config started this server (the entries `fleet-launch
     /// install` writes say so), so a missing variable is explained in its terms.
@@ -72,6 +72,16 @@ struct Cli {
     /// Print fleet-mcp's manual page (roff), and exit.
     #[arg(long)]
     man: bool,
+}
+
+/// `--max-answer-bytes`: a number of bytes, at least 64 KiB (a default summary must fit).
+fn answer_limit(text: &str) -> Result<usize, String> {
+    const LEAST: usize = 64 * 1024;
+    let bytes: usize = text.parse().map_err(|e| format!("{text:?} is not a number of bytes: {e}"))?;
+    if bytes < LEAST {
+        return Err(format!("{bytes} is less than the least limit, {LEAST} bytes"));
+    }
+    Ok(bytes)
 }
 
 fn main() -> ExitCode {

@@ -1342,21 +1342,29 @@ fn import_rows(registry: &Path, workers: usize, beat: &str) {
 }
 
 /// An answer past the server's limit (by default what the TypeScript SDK's stdio
-/// transport takes, 10 MiB; here 20 000 bytes) is refused with `answer_too_large`,
-/// naming its size and the limit, in the tool's output schema; the default summary of
-/// the same fleet still answers.
+/// transport takes, 10 MiB; here the least it may be set to, 64 KiB) is refused with
+/// `answer_too_large`, naming its size and the limit, in the tool's output schema; the
+/// default summary of the same fleet still answers. A limit below 64 KiB is refused at
+/// start.
 #[tokio::test]
 async fn an_answer_past_the_limit_is_refused_with_its_size() {
+    let low = StdCommand::new(env!("CARGO_BIN_EXE_fleet-mcp"))
+        .args(["--namespace", "controller", "--max-answer-bytes", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(low.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&low.stderr);
+    assert!(err.contains("--max-answer-bytes") && err.contains("65536"), "{err}");
     let mut fleet = Fleet::new();
-    fleet.server_args = vec!["--max-answer-bytes".into(), "20000".into()];
+    fleet.server_args = vec!["--max-answer-bytes".into(), "65536".into()];
     let id = fleet.mint();
     let client = fleet.connect("controller", Some(&id), None).await;
     import_rows(&fleet.registry, 200, "2026-07-30T12:00:00.000Z");
     let full = call(&client, "gitea_snapshot_instance_fleet", json!({"detail": "full"})).await;
     assert_eq!(failed(&full).as_deref(), Some("answer_too_large"));
     let detail = &structured(&full)["detail"];
-    assert_eq!(detail["limit"], 20_000, "{detail}");
-    assert!(detail["size"].as_u64().unwrap() > 20_000, "{detail}");
+    assert_eq!(detail["limit"], 65_536, "{detail}");
+    assert!(detail["size"].as_u64().unwrap() > 65_536, "{detail}");
     assert!(detail["message"].as_str().unwrap().contains("fleetctl snapshot --json"), "{detail}");
     let tools = client.list_all_tools().await.unwrap();
     let schema = tools.iter().find(|t| t.name == "gitea_snapshot_instance_fleet").unwrap();
