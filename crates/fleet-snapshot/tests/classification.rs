@@ -409,6 +409,28 @@ fn heartbeats_compare_the_same_from_a_snapshots_json() {
     assert!(err.contains("workers"), "{err}");
 }
 
+/// Kept live heartbeats with some of them moved are the live heartbeats of a snapshot of
+/// the rows with those heartbeats, as of the new time; the earlier kept value is not
+/// touched, and a worker not among them is left out.
+#[test]
+fn kept_heartbeats_moved_are_those_of_the_moved_rows() {
+    let first_case = Case::new(launch(A, 0));
+    let first = first_case.run();
+    let kept = fleet_snapshot::LiveHeartbeats::of(&first);
+    let mut later_rows = launch(A, 0);
+    later_rows[1].last_heartbeat_at = Some(at(105).to_string());
+    later_rows[3].last_heartbeat_at = Some(at(106).to_string());
+    let later_case = Case { now: at(107), ..Case::new(later_rows.clone()) };
+    let later = later_case.run();
+    let beats = [(1, 105), (3, 106)].map(|(i, secs)| (later_rows[i].worker_identity.as_str(), at(secs)));
+    let ghost = [("wkr-nobody", at(106))];
+    let moved = kept.moved_at(at(107), beats.into_iter().chain(ghost));
+    assert_eq!(moved, fleet_snapshot::LiveHeartbeats::of(&later));
+    assert_eq!(kept, fleet_snapshot::LiveHeartbeats::of(&first), "the kept value stays as it was");
+    let cmp = fleet_snapshot::compare_heartbeats(&kept, &moved);
+    assert_eq!(cmp.advanced.len(), 2, "{cmp:?}");
+}
+
 #[test]
 fn the_consistency_token_moves_with_time_and_with_heartbeats() {
     let a_case = Case::new(launch(A, 0));
