@@ -46,7 +46,7 @@ pub use store::{
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.
 pub use fleet_model::{
-    Claim, DumpError, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW, OwnershipState,
-    ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry,
-    probe_active_rows,
+    Claim, DumpError, HeartbeatJudge, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW,
+    OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    heartbeat_expiry, probe_active_rows,
 };

@@ -214,7 +214,11 @@ impl Fleet {
             mark: None,
             dump: RegistryDump::default(),
         });
-        let beats = read.changes.heartbeats_only(&last.dump);
+        // Only what is kept of the last judgement is brought along a heartbeat: without
+        // it, the rows are not compared.
+        let follows = self.judged.as_ref().is_some_and(|j| j.generation == self.generation)
+            || self.token_rows.as_ref().is_some_and(|(made, _)| *made == self.generation);
+        let beats = if follows { read.changes.heartbeats_only(&last.dump) } else { None };
         let origins = read.changes.apply(&mut last.dump);
         self.json.follow(&origins);
         let generation = self.generation + 1;

@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 
 use fleet_identity::Timestamp;
-use fleet_registry::{MAX_CLOCK_SKEW, WorkerRow, heartbeat_expiry};
+use fleet_registry::{HeartbeatJudge, MAX_CLOCK_SKEW, WorkerRow, heartbeat_expiry};
 use fleet_snapshot::{FleetSnapshot, Policy, ProbeResults, WorkerState, WorkerView};
 
 /// What a snapshot rested on, beyond its time: a snapshot taken later with the same
-/// rows (but for heartbeats of live workers), probe answers and policy, and no
-/// manifest, says the same while `at` lies in `believed_from..valid_before`.
+/// rows (but for heartbeats of workers that stay live), probe answers and policy, and
+/// no manifest, says the same until `valid_before`.
 #[derive(Debug)]
 pub(crate) struct Judged {
     /// Its number (see [`Taken`](crate::Taken)).
@@ -27,15 +27,11 @@ pub(crate) struct Judged {
     /// The first instant at which a heartbeat lapses or, coming from the future, becomes
     /// believable (`None`: time alone changes nothing).
     valid_before: Option<Timestamp>,
-    /// The first instant at which every heartbeat that moved since is believed (`None`:
-    /// none moved).
-    believed_from: Option<Timestamp>,
     /// Whether each row, in the order read, was live (`None` when the snapshot's
     /// workers were not the rows in that order: no heartbeat is followed then).
     live: Option<Vec<bool>>,
-    /// The rows whose heartbeat alone moved since, by place: the heartbeat and when it
-    /// lapses.
-    moved: BTreeMap<usize, (Timestamp, Timestamp)>,
+    /// The rows whose heartbeat alone moved since, by place: the heartbeat and the TTL.
+    moved: BTreeMap<usize, (Timestamp, u32)>,
 }
 
 impl Judged {
@@ -59,7 +55,6 @@ impl Judged {
             policy: policy.clone(),
             at,
             valid_before: valid_before(snap, at),
-            believed_from: None,
             live: in_row_order.then(|| snap.workers.iter().map(|v| v.state == WorkerState::Live).collect()),
             moved: BTreeMap::new(),
         }
@@ -75,39 +70,34 @@ impl Judged {
         policy: &Policy,
         at: Timestamp,
     ) -> bool {
+        let judge = HeartbeatJudge::at(at);
         !manifest_given
             && self.generation == generation
             && self.policy == *policy
             && self.at <= at
             && self.valid_before.is_none_or(|before| at < before)
-            && self.believed_from.is_none_or(|from| from <= at)
             && self.probes == *probes
+            // Each moved heartbeat keeps its worker live now, by the registry's TTL rule.
+            && self.moved.values().all(|&(beat, ttl)| !judge.judge(beat, ttl).1)
     }
 
     /// Follows a read of generation `generation` in which only the heartbeats of the
     /// rows at `places` moved (`rows` as read now, in the same order as before). It
-    /// stands for the new generation when each of those rows was live and its new
-    /// heartbeat can keep it live; else it stays with the old one, and stands no more.
+    /// stands for the new generation when each of those rows was live and has a
+    /// heartbeat and a TTL to judge (whether it is live at a given time, [`Judged::stands`]
+    /// asks); else it stays with the old one, and stands no more.
     pub(crate) fn follow(&mut self, places: &[usize], rows: &[WorkerRow], generation: u64) {
         let Some(live) = &self.live else { return };
         let mut moved = Vec::with_capacity(places.len());
         for &i in places {
             let row = &rows[i];
-            let Some((beat, ttl)) = row.heartbeat().zip(row.heartbeat_ttl_s) else { return };
+            let Some(beat) = row.heartbeat().zip(row.heartbeat_ttl_s) else { return };
             if !live.get(i).copied().unwrap_or(false) {
                 return;
             }
-            moved.push((i, beat, heartbeat_expiry(beat, ttl)));
+            moved.push((i, beat));
         }
-        for (i, beat, expiry) in moved {
-            // Live from the instant it is believed until just past its expiry. The
-            // earlier heartbeat's bounds stay: the window only narrows.
-            let lapses = expiry.saturating_add(time::Duration::milliseconds(1));
-            self.valid_before = Some(self.valid_before.map_or(lapses, |before| before.min(lapses)));
-            let believed = beat.saturating_add(-MAX_CLOCK_SKEW);
-            self.believed_from = Some(self.believed_from.map_or(believed, |from| from.max(believed)));
-            self.moved.insert(i, (beat, expiry));
-        }
+        self.moved.extend(moved);
         self.generation = generation;
     }
 
@@ -126,30 +116,25 @@ pub struct MovedHeartbeats<'r> {
 }
 
 impl<'r> MovedHeartbeats<'r> {
-    /// Whether no heartbeat moved.
-    pub fn is_empty(&self) -> bool {
-        self.judged.moved.is_empty()
-    }
-
     /// The view of worker `identity` now, when its heartbeat moved: the view the
     /// snapshot holds with the new heartbeat and expiry.
     pub fn view(&self, identity: &str) -> Option<WorkerView<'r>> {
         let i = self.rows.binary_search_by(|r| r.worker_identity.as_str().cmp(identity)).ok()?;
-        let (beat, expiry) = *self.judged.moved.get(&i)?;
-        Some(self.view_at(i, beat, expiry))
+        let (beat, ttl) = *self.judged.moved.get(&i)?;
+        Some(self.view_at(i, beat, ttl))
     }
 
     /// Each moved worker's view, in identity order.
     pub fn views(&self) -> impl Iterator<Item = WorkerView<'r>> + '_ {
-        self.judged.moved.iter().map(|(&i, &(beat, expiry))| self.view_at(i, beat, expiry))
+        self.judged.moved.iter().map(|(&i, &(beat, ttl))| self.view_at(i, beat, ttl))
     }
 
-    fn view_at(&self, i: usize, beat: Timestamp, expiry: Timestamp) -> WorkerView<'r> {
+    fn view_at(&self, i: usize, beat: Timestamp, ttl: u32) -> WorkerView<'r> {
         let row = &self.rows[i];
         WorkerView {
             row,
             state: WorkerState::Live,
-            expires_at: Some(expiry),
+            expires_at: Some(heartbeat_expiry(beat, ttl)),
             heartbeat: Some(beat),
             liveness: self.judged.probes.get(&row.worker_identity).copied(),
         }
