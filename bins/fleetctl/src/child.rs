@@ -10,6 +10,22 @@
 //! descendant, gives them [`GRACE`] to end, sends `SIGKILL` to what is left, reaps, and
 //! exits as the command did. When the command itself ends, whatever it left running is
 //! ended the same way. So no descendant outlives the work's authority on this host.
+//!
+//! A keeper of a leased command (`initialize`, `connector run`) also keeps the lease's
+//! deadline itself: the owner sends it, on a pipe, the time until which each committed
+//! renewal lets the command act ([`fleet_lease::ActWindow`], on the boot clock, which
+//! counts pauses), and the keeper ends the tree when that time passes with no newer one
+//! sent — while the owner is paused, or its renewal is stalled on a network that stopped
+//! answering. A keeper checks the deadline before it starts the command, so a keeper
+//! resumed after a pause never starts work on authority that has passed.
+//!
+//! Every tree is marked with its tenure: the registry's id, the lease key and the fencing
+//! epoch ([`Tenure`]). Before a new tenure runs, trees of older epochs on this host are
+//! ended; a tree of a newer epoch is never touched, and finding one means this tenure
+//! has passed.
+//!
+//! The keeper knows its owner by the pid the owner passed it, so it works in a container
+//! whose pid 1 is `fleetctl` itself.
 //! What the keeper cannot do: outlive a `SIGKILL` sent to the keeper itself (the command
 //! then dies with it, but what the command started is orphaned to init), or reach a process that left its subtree by
 //! a different route (`ptrace`, a service manager); across hosts the fencing epoch is
@@ -44,21 +60,107 @@ const NOT_STARTED: u8 = 125;
 /// How long a stopped command's processes get between `SIGTERM` and `SIGKILL`.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
 
-/// A command that runs `program` under a keeper that ends with this thread and takes the
-/// command's whole process tree with it.
-pub(crate) fn kept(program: &OsStr, args: &[OsString]) -> std::io::Result<Command> {
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("__keep").arg("--").arg(program).args(args);
-    // SAFETY: prctl(2) and sigprocmask(2) are async-signal-safe, which is all a pre_exec
-    // hook may call.
-    unsafe {
-        cmd.pre_exec(|| {
-            prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
-            hold_stop_signals()
-        });
-    }
-    Ok(cmd)
+/// A command run under a keeper (`fleetctl __keep`) that ends with this thread and takes
+/// the command's whole process tree with it, and that holds a lease: the keeper ends the
+/// command's tree by itself when the deadline its owner last sent passes, so a command
+/// never outlives its lease, even while its owner is paused or its renewals stall.
+pub(crate) struct LeasedCommand {
+    command: Command,
+    reader: OwnedFd,
+    line: LeaseLine,
 }
+
+/// The owner's end of a keeper's lease line: each message is the time (on
+/// [`fleet_runtime::process::boot_clock`]) until which the command may act.
+#[derive(Debug)]
+pub(crate) struct LeaseLine {
+    writer: PipeWriter,
+    sent: Duration,
+}
+
+impl LeaseLine {
+    /// Lets the command act until `until` on the boot clock; an earlier time than one
+    /// already sent changes nothing. A keeper that is paused and does not read is not
+    /// waited for: the line never blocks its owner.
+    pub(crate) fn extend(&mut self, until: Duration) {
+        if until <= self.sent {
+            return;
+        }
+        let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
+        if self.writer.write_all(&nanos.to_le_bytes()).is_ok() {
+            self.sent = until;
+        }
+    }
+}
+
+impl LeasedCommand {
+    /// `program` kept, acting until `until` on the boot clock unless extended, and
+    /// given `grace` between its stop signal and `SIGKILL` when the deadline passes.
+    pub(crate) fn new(
+        program: &OsStr,
+        args: &[OsString],
+        until: Duration,
+        grace: Duration,
+    ) -> std::io::Result<Self> {
+        let (reader, writer) = std::io::pipe()?;
+        nix::fcntl::fcntl(&writer, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+            .map_err(std::io::Error::from)?;
+        let reader: OwnedFd = reader.into();
+        let raw = reader.as_raw_fd();
+        let mut command = Command::new(std::env::current_exe()?);
+        command.arg("__keep").arg("--owner-pid").arg(std::process::id().to_string());
+        command.arg("--lease-fd").arg(LEASE_FD.to_string());
+        command.arg("--grace-ms").arg(grace.as_millis().to_string());
+        command.arg("--").arg(program).args(args);
+        // SAFETY: prctl(2), sigprocmask(2), fcntl(2) and dup2(2) are async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
+                hold_stop_signals()?;
+                move_to(raw, LEASE_FD)
+            });
+        }
+        let mut line = LeaseLine { writer, sent: Duration::ZERO };
+        line.extend(until);
+        Ok(Self { command, reader, line })
+    }
+
+    /// The command, to add its environment.
+    pub(crate) fn command(&mut self) -> &mut Command {
+        &mut self.command
+    }
+
+    /// Starts the keeper; the line extends its deadline.
+    pub(crate) fn spawn(mut self) -> std::io::Result<(Child, LeaseLine)> {
+        let child = self.command.spawn()?;
+        drop(self.reader);
+        Ok((child, self.line))
+    }
+}
+
+/// Places `raw` at `target` for the exec that follows, without close-on-exec.
+fn move_to(raw: i32, target: i32) -> std::io::Result<()> {
+    // dup2 onto itself keeps close-on-exec, so then clear it by hand.
+    // SAFETY: called between fork and exec on descriptors this process owns.
+    let moved = unsafe {
+        if raw == target {
+            nix::libc::fcntl(target, nix::libc::F_SETFD, 0)
+        } else {
+            nix::libc::dup2(raw, target)
+        }
+    };
+    if moved < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The descriptor on which a keeper reads its lease deadlines.
+const LEASE_FD: i32 = 3;
+
+/// Exit status of a keeper that ended its command because the lease deadline passed
+/// without a renewal: the command's authority lapsed.
+pub(crate) const LAPSED: u8 = 124;
 
 /// The signals that ask a kept command to stop.
 fn stop_signals() -> nix::sys::signal::SigSet {
@@ -79,8 +181,8 @@ fn hold_stop_signals() -> std::io::Result<()> {
         .map_err(std::io::Error::from)
 }
 
-/// Stops a kept command: `SIGTERM` to its keeper, which ends the whole tree within
-/// [`GRACE`]; a keeper that has not ended well after that is killed.
+/// Stops a kept command: `SIGTERM` to its keeper, which ends the whole tree within its
+/// grace (at most [`GRACE`]); a keeper that has not ended well after that is killed.
 pub(crate) fn stop_kept(child: &mut Child) -> Option<std::process::ExitStatus> {
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
@@ -96,15 +198,37 @@ pub(crate) fn stop_kept(child: &mut Child) -> Option<std::process::ExitStatus> {
     child.wait().ok()
 }
 
-/// `fleetctl __keep -- CMD…`: runs `CMD` as a child subreaper's child, ends every
-/// descendant when told to stop or when `CMD` ends, and exits as `CMD` did.
-pub(crate) fn keep(command: &[OsString]) -> ExitCode {
+/// How a keeper runs: who its owner is, and the lease it holds, if any.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeepOptions {
+    /// The owner's pid, as the owner saw itself: the keeper's parent must still be it.
+    /// In a container whose pid 1 is the owner, that is 1.
+    pub(crate) owner: i32,
+    /// The descriptor the owner sends lease deadlines on, and the grace the command gets
+    /// when one passes.
+    pub(crate) lease: Option<(i32, Duration)>,
+}
+
+/// `fleetctl __keep --owner-pid P [--lease-fd 3 --grace-ms G] -- CMD…`: runs `CMD` as a
+/// child subreaper's child, ends every descendant when told to stop, when `CMD` ends, or
+/// (holding a lease) when the owner's last deadline passes, and exits as `CMD` did
+/// ([`LAPSED`] for a passed deadline).
+pub(crate) fn keep(options: KeepOptions, command: &[OsString]) -> ExitCode {
     let Some((program, args)) = command.split_first() else { return ExitCode::from(NOT_STARTED) };
-    // The owner may have died before the death signal was armed.
+    // The owner may have died before the death signal was armed: then this process was
+    // adopted, and its parent is no longer the owner.
     let owner = nix::unistd::getppid();
-    if prctl::set_child_subreaper(true).is_err() || owner.as_raw() == 1 {
+    if prctl::set_child_subreaper(true).is_err() || owner.as_raw() != options.owner {
         return ExitCode::from(NOT_STARTED);
     }
+    let mut lease = match options.lease {
+        // SAFETY: the descriptor was placed here by `LeasedCommand` for this process alone.
+        Some((fd, grace)) => match Deadline::read_from(unsafe { OwnedFd::from_raw_fd(fd) }, grace) {
+            Ok(deadline) => Some(deadline),
+            Err(_) => return ExitCode::from(NOT_STARTED),
+        },
+        None => None,
+    };
     let Ok(stop) = watch_stop_signals(None) else { return ExitCode::from(NOT_STARTED) };
     // Watched now: a stop that arrived while the gate waited or the keeper started is
     // delivered here, and noted.
@@ -119,6 +243,10 @@ pub(crate) fn keep(command: &[OsString]) -> ExitCode {
     }
     if nix::unistd::getppid() != owner {
         return ExitCode::from(NOT_STARTED);
+    }
+    // A keeper that resumes after a pause checks its authority before anything else.
+    if lease.as_mut().is_some_and(Deadline::passed) {
+        return ExitCode::from(LAPSED);
     }
     let mut cmd = Command::new(program);
     cmd.args(args);
@@ -136,17 +264,60 @@ pub(crate) fn keep(command: &[OsString]) -> ExitCode {
     };
     let main = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0));
     let mut status = None;
+    let mut lapsed = false;
     while status.is_none() && stop.load(Ordering::SeqCst) == 0 {
-        status = reap_until(main, Duration::from_millis(20));
+        if lease.as_mut().is_some_and(Deadline::passed) {
+            lapsed = true;
+            break;
+        }
+        status = reap_until(main, Duration::from_millis(10));
     }
-    // The command ended or a stop was asked for: nothing it started outlives it. A stop
-    // is passed on as the signal that asked for it.
+    // The command ended, a stop was asked for, or its authority lapsed: nothing it
+    // started outlives it. A stop is passed on as the signal that asked for it.
     let asked = stop.load(Ordering::SeqCst);
-    end_descendants(&mut status, main, Signal::try_from(asked).unwrap_or(Signal::SIGTERM));
+    let grace = lease.as_ref().map_or(GRACE, |l| l.grace);
+    end_descendants(&mut status, main, Signal::try_from(asked).unwrap_or(Signal::SIGTERM), grace);
+    if lapsed {
+        return ExitCode::from(LAPSED);
+    }
     match status {
         Some(WaitStatus::Exited(_, code)) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Some(WaitStatus::Signaled(_, sig, _)) => exit_by(sig),
         _ => Signal::try_from(asked).map_or(ExitCode::from(1), exit_by),
+    }
+}
+
+/// The keeper's end of a lease line: the latest deadline its owner sent.
+struct Deadline {
+    line: std::fs::File,
+    until: Duration,
+    grace: Duration,
+}
+
+impl Deadline {
+    /// Takes the line, with the deadline the owner sent before starting the keeper.
+    fn read_from(fd: OwnedFd, grace: Duration) -> std::io::Result<Self> {
+        nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK))
+            .map_err(std::io::Error::from)?;
+        let mut deadline =
+            Self { line: std::fs::File::from(fd), until: Duration::ZERO, grace: grace.min(GRACE) };
+        deadline.drain();
+        Ok(deadline)
+    }
+
+    /// Reads every deadline sent since the last look; keeps the latest.
+    fn drain(&mut self) {
+        let mut message = [0u8; 8];
+        // Each message is one write of 8 bytes, which a pipe delivers whole.
+        while let Ok(8) = self.line.read(&mut message) {
+            self.until = self.until.max(Duration::from_nanos(u64::from_le_bytes(message)));
+        }
+    }
+
+    /// Whether the command must be ended now: no deadline sent is still ahead.
+    fn passed(&mut self) -> bool {
+        self.drain();
+        fleet_runtime::process::boot_clock() >= self.until
     }
 }
 
@@ -198,12 +369,12 @@ fn reap_until(main: nix::unistd::Pid, wait: Duration) -> Option<WaitStatus> {
     }
 }
 
-/// `first` (a stop signal) to every descendant, [`GRACE`] to end, then `SIGKILL` to
+/// `first` (a stop signal) to every descendant, `grace` to end, then `SIGKILL` to
 /// every one left, reaping all of them (and `main`, whose status lands in `status`).
-fn end_descendants(status: &mut Option<WaitStatus>, main: nix::unistd::Pid, first: Signal) {
+fn end_descendants(status: &mut Option<WaitStatus>, main: nix::unistd::Pid, first: Signal, grace: Duration) {
     let me = nix::unistd::getpid();
     signal_all(me, first);
-    let deadline = Instant::now() + GRACE;
+    let deadline = Instant::now() + grace;
     while Instant::now() < deadline && !descendants(me).is_empty() {
         if let Some(s) = reap_until(main, Duration::from_millis(20)) {
             *status = Some(s);
@@ -271,23 +442,15 @@ impl HeldChild {
         let reader: OwnedFd = reader.into();
         let raw = reader.as_raw_fd();
         let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("__gate").arg("--").arg(program).args(args);
+        cmd.arg("__gate").arg("--owner-pid").arg(std::process::id().to_string());
+        cmd.arg("--").arg(program).args(args);
         // SAFETY: prctl(2), sigprocmask(2) and dup2(2) are async-signal-safe. dup2 leaves the new
         // descriptor without close-on-exec, so the gate inherits it.
         unsafe {
             cmd.pre_exec(move || {
                 prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)?;
                 hold_stop_signals()?;
-                // dup2 onto itself keeps close-on-exec, so then clear it by hand.
-                let moved = if raw == GATE_FD {
-                    nix::libc::fcntl(GATE_FD, nix::libc::F_SETFD, 0)
-                } else {
-                    nix::libc::dup2(raw, GATE_FD)
-                };
-                if moved < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
+                move_to(raw, GATE_FD)
             });
         }
         let child = cmd.spawn()?;
@@ -315,7 +478,7 @@ impl HeldChild {
 
 /// `fleetctl __gate -- CMD…`: waits for the go-ahead on the gate descriptor, then keeps
 /// `CMD` (see [`keep`]). Without the go-ahead it exits with status 125 and runs nothing.
-pub(crate) fn gate(command: &[OsString]) -> ExitCode {
+pub(crate) fn gate(owner: i32, command: &[OsString]) -> ExitCode {
     // SAFETY: descriptor 3 was placed here by `HeldChild::spawn` for this process alone.
     let mut gate = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(GATE_FD) });
     let mut go = [0u8; 1];
@@ -324,7 +487,7 @@ pub(crate) fn gate(command: &[OsString]) -> ExitCode {
     if !released {
         return ExitCode::from(NOT_STARTED);
     }
-    keep(command)
+    keep(KeepOptions { owner, lease: None }, command)
 }
 
 /// Whether `program` names a file this process may execute, found as `execvp` finds it
@@ -354,65 +517,260 @@ pub(crate) fn check_executable(program: &OsStr) -> Result<(), String> {
 }
 
 /// The variables that mark a kept command's tree with the lease it runs under: which
-/// lease of which registry, and which tenure of it.
+/// lease of which registry, and at which fencing epoch.
 const TENURE: &str = "FLEET_TENURE";
-const TENURE_LEASE_ID: &str = "FLEET_TENURE_LEASE_ID";
+const TENURE_EPOCH: &str = "FLEET_TENURE_EPOCH";
 
-/// Which lease of which registry: the registry's location (printed without credentials)
-/// and the lease key, so that registries that use the same key never touch each other.
-pub(crate) fn tenure(location: &fleet_runtime::RegistryLocation, lease_key: &str) -> String {
-    format!("{location} {lease_key}")
+/// One tenure of a lease: the registry (by its id, never by how its location is
+/// spelled), the lease key, and the fencing epoch granted.
+#[derive(Debug, Clone)]
+pub(crate) struct Tenure {
+    lease: String,
+    epoch: u64,
 }
 
-/// Marks `cmd`'s tree as running under `lease_id` of `tenure`.
-pub(crate) fn mark_tenure(cmd: &mut Command, tenure: &str, lease_id: &str) {
-    cmd.env(TENURE, tenure).env(TENURE_LEASE_ID, lease_id);
+/// A process of a newer tenure of the same lease: this one has been superseded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Superseded {
+    pub(crate) epoch: u64,
+    pub(crate) pid: i32,
 }
 
-/// Ends, before a new owner runs anything, every process of this host left over from an
-/// earlier tenure of the same work: processes marked with `tenure` ([`mark_tenure`])
-/// but another lease than `lease_id`. A former owner that was paused
-/// past its lease (SIGSTOP, a debugger) still has its tree running; it acts on authority
-/// that has passed, so it is killed, and this returns only once none is left (or after
-/// `GRACE` plus a few seconds, with how many remain). Processes of other users are not
-/// visible here, and a process that cleared its environment is not found.
-pub(crate) fn end_former_trees(tenure: &str, lease_id: &str) -> usize {
-    let (key_var, lease_var) = (TENURE, TENURE_LEASE_ID);
-    let mine = format!("{lease_var}={lease_id}");
-    let wanted = format!("{key_var}={tenure}");
-    let lease_prefix = format!("{lease_var}=");
-    let me = std::process::id();
-    let former = || -> Vec<nix::unistd::Pid> {
+impl std::fmt::Display for Superseded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "superseded: pid {} runs the same lease at the newer fencing epoch {}",
+            self.pid, self.epoch
+        )
+    }
+}
+
+impl Tenure {
+    pub(crate) fn new(registry: &fleet_registry::RegistryId, lease_key: &str, epoch: u64) -> Self {
+        Self { lease: format!("{registry} {lease_key}"), epoch }
+    }
+
+    /// Marks `cmd`'s tree as running under this tenure.
+    pub(crate) fn mark(&self, cmd: &mut Command) {
+        cmd.env(TENURE, &self.lease).env(TENURE_EPOCH, self.epoch.to_string());
+    }
+
+    /// The processes of this host marked with the same lease, each with its epoch
+    /// (zombies left out: they have ended). Processes of other users are not visible
+    /// here, and a process that cleared its environment is not found.
+    fn marked(&self) -> Vec<(nix::unistd::Pid, u64)> {
+        let wanted = format!("{TENURE}={}", self.lease);
+        let epoch_prefix = format!("{TENURE_EPOCH}=");
+        let me = std::process::id();
         let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
         entries
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .filter(|pid| *pid != me)
-            .filter(|pid| {
-                let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { return false };
-                let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-                vars.contains(&wanted.as_bytes())
-                    && vars.iter().any(|v| v.starts_with(lease_prefix.as_bytes()))
-                    && !vars.contains(&mine.as_bytes())
-            })
-            .filter(|pid| {
-                // Zombies have ended; they only wait to be reaped by their parent.
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            .filter_map(|pid| {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+                let mut vars = env.split(|b| *b == 0);
+                let mut same = false;
+                let mut epoch = None;
+                for var in vars.by_ref() {
+                    if var == wanted.as_bytes() {
+                        same = true;
+                    } else if let Some(e) = var.strip_prefix(epoch_prefix.as_bytes()) {
+                        epoch = std::str::from_utf8(e).ok().and_then(|e| e.parse::<u64>().ok());
+                    }
+                }
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
                 let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
-                !matches!(state, Some("Z" | "X") | None)
+                let running = !matches!(state, Some("Z" | "X") | None);
+                (same && running).then_some((nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?), epoch?))
             })
-            .filter_map(|pid| i32::try_from(pid).ok().map(nix::unistd::Pid::from_raw))
             .collect()
-    };
-    let deadline = Instant::now() + GRACE + Duration::from_secs(5);
-    loop {
-        let left = former();
-        if left.is_empty() || Instant::now() >= deadline {
-            return left.len();
+    }
+
+    /// Ends, before this tenure runs anything, every process of this host left over from
+    /// an older tenure of the same lease (a former owner paused past its lease — SIGSTOP,
+    /// a debugger — may still have its tree running). A tree of a newer epoch is never
+    /// touched: its finding means this tenure has passed. Trees of this same epoch are
+    /// ended only when `same_epoch` says they are leftovers (the caller proved that their
+    /// owner is gone). Returns once none is left, or after a few seconds with how many
+    /// remain.
+    pub(crate) fn end_former_trees(&self, same_epoch: SameEpoch) -> Result<usize, Superseded> {
+        let deadline = Instant::now() + GRACE + Duration::from_secs(5);
+        loop {
+            let marked = self.marked();
+            if let Some((pid, epoch)) = marked.iter().find(|(_, epoch)| *epoch > self.epoch) {
+                return Err(Superseded { epoch: *epoch, pid: pid.as_raw() });
+            }
+            let former: Vec<_> = marked
+                .iter()
+                .filter(|(_, epoch)| {
+                    *epoch < self.epoch || (*epoch == self.epoch && same_epoch == SameEpoch::Leftover)
+                })
+                .map(|(pid, _)| *pid)
+                .collect();
+            if former.is_empty() || Instant::now() >= deadline {
+                return Ok(former.len());
+            }
+            for pid in former {
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        for pid in left {
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+    }
+}
+
+/// What processes marked with a tenure's own epoch are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SameEpoch {
+    /// Left by an owner of this tenure that is gone (a resumed lease): ended.
+    Leftover,
+    /// Nothing of this epoch can be running yet (a freshly granted epoch): kept.
+    Untouched,
+}
+
+/// One live process per tenure on this host: an exclusive `flock` on a file named by the
+/// registry's id, the lease key and the owner, held for the life of the process that holds the
+/// lease (the kernel lets go of it however the process ends). The file records who holds
+/// it, for the refusal to name.
+#[derive(Debug)]
+pub(crate) struct HostLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl HostLock {
+    /// Takes the lock of `owner`'s hold on `lease_key` in `registry`, or says which live
+    /// process holds it. Another owner (a takeover) is not stopped by it.
+    pub(crate) fn take(
+        registry: &fleet_registry::RegistryId,
+        lease_key: &str,
+        owner: &str,
+    ) -> Result<Self, String> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = lock_dir().map_err(|e| format!("cannot make a directory for tenure locks: {e}"))?;
+        let name = blake3::hash(format!("{registry} {lease_key} {owner}").as_bytes()).to_hex();
+        let path = dir.join(format!("{}.lock", &name[..32]));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| format!("cannot open the tenure lock {}: {e}", path.display()))?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(mut file) => {
+                let host = fleet_runtime::process::host_id().map(|h| h.to_string()).unwrap_or_default();
+                let _ = file.set_len(0);
+                let _ = std::io::Seek::rewind(&mut *file);
+                let _ = write!(*file, "pid {} on host {host}", std::process::id());
+                Ok(Self { _file: file })
+            }
+            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+                let mut holder = String::new();
+                let _ = Read::take(&mut file, 256).read_to_string(&mut holder);
+                Err(format!(
+                    "{lease_key} is already held by {owner} in a live process on this host ({})",
+                    holder.trim()
+                ))
+            }
+            Err((_, e)) => Err(format!("cannot lock {}: {e}", path.display())),
         }
-        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The caller's own directory for tenure locks, created 0700 where missing: the user's
+/// runtime directory, else its state directory, else one under the system's temporary
+/// directory that this user owns (a planted one is refused).
+fn lock_dir() -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::path::PathBuf;
+    let absolute = |var: &str| std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_absolute());
+    let dir = absolute("XDG_RUNTIME_DIR")
+        .map(|d| d.join("fleetward"))
+        .or_else(|| absolute("XDG_STATE_HOME").map(|d| d.join("fleetward")))
+        .or_else(|| absolute("HOME").map(|h| h.join(".local/state/fleetward")))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("fleetward-{}", nix::unistd::getuid())))
+        .join("tenures");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's that only it may write",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(last: char) -> fleet_registry::RegistryId {
+        fleet_registry::RegistryId::new(format!("{}{last}", "0".repeat(31))).unwrap()
+    }
+
+    /// A `sleep` marked as a tree of `tenure`.
+    fn marked_sleep(tenure: &Tenure) -> Child {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        tenure.mark(&mut cmd);
+        let child = cmd.spawn().unwrap();
+        // Its environment is readable once it has exec'd.
+        let pid = child.id();
+        let start = Instant::now();
+        while !std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|e| !e.is_empty())
+            || std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| !e.ends_with("sleep"))
+        {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child
+    }
+
+    /// A tenure that finds a tree of a newer epoch of its lease has passed: it touches
+    /// nothing of that tree and says so.
+    #[test]
+    fn an_older_tenure_never_touches_a_newer_tree() {
+        let key = format!("init:older-{}", std::process::id());
+        let mut newer = marked_sleep(&Tenure::new(&id('a'), &key, 2));
+        let found = Tenure::new(&id('a'), &key, 1).end_former_trees(SameEpoch::Untouched);
+        let alive = newer.try_wait().unwrap().is_none();
+        let _ = newer.kill();
+        let _ = newer.wait();
+        let superseded = found.expect_err("superseded");
+        assert_eq!((superseded.epoch, superseded.pid), (2, i32::try_from(newer.id()).unwrap()));
+        assert!(alive, "the newer tenure's tree still runs");
+    }
+
+    /// A newer tenure ends the tree of an older one; a tree of the same lease in another
+    /// registry (another id) is not its to touch.
+    #[test]
+    fn a_newer_tenure_ends_older_trees_of_its_own_registry_only() {
+        let key = format!("init:newer-{}", std::process::id());
+        let mut older = marked_sleep(&Tenure::new(&id('a'), &key, 1));
+        let mut elsewhere = marked_sleep(&Tenure::new(&id('b'), &key, 1));
+        let ended = Tenure::new(&id('a'), &key, 2).end_former_trees(SameEpoch::Untouched);
+        let older_status = older.wait().unwrap();
+        let elsewhere_alive = elsewhere.try_wait().unwrap().is_none();
+        let _ = elsewhere.kill();
+        let _ = elsewhere.wait();
+        assert_eq!(ended.unwrap(), 0, "none left");
+        assert!(!older_status.success(), "the older tree was killed");
+        assert!(elsewhere_alive, "another registry's tree is untouched");
+    }
+
+    /// A tree of the same epoch is ended only when the caller proved it a leftover.
+    #[test]
+    fn a_same_epoch_tree_is_ended_only_as_a_leftover() {
+        let key = format!("connector:same-{}", std::process::id());
+        let tenure = Tenure::new(&id('c'), &key, 3);
+        let mut same = marked_sleep(&tenure);
+        assert_eq!(tenure.end_former_trees(SameEpoch::Untouched).unwrap(), 0);
+        assert!(same.try_wait().unwrap().is_none(), "untouched");
+        assert_eq!(tenure.end_former_trees(SameEpoch::Leftover).unwrap(), 0);
+        assert!(!same.wait().unwrap().success(), "ended as a leftover");
     }
 }

@@ -169,24 +169,38 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         audit,
     };
 
+    // One live `connector run` per binding on this host: a second one started beside a
+    // live first is refused, never resumed into the same tenure.
+    let registry_id = binding.registry.registry_id()?;
+    let lease_key = binding.identity.lease_key().to_string();
+    let _host_lock =
+        crate::child::HostLock::take(&registry_id, &lease_key, &args.owner).map_err(Failure::refused)?;
+    let window = fleet_lease::ActWindow::for_ttl(binding.ttl.unsigned_abs());
+    let sent = fleet_runtime::process::boot_clock();
     let mut lease = binding.hold()?;
     let context = binding.authorize()?;
+    let mut act_until = sent.saturating_add(window.act);
     // A former holder paused past its lease may still have its command's tree running
-    // here: nothing of it may run beside this tenure.
-    let tenure = crate::child::tenure(location, &binding.identity.lease_key().to_string());
-    let left = crate::child::end_former_trees(&tenure, context.lease_id.as_str());
-    if left > 0 {
+    // here: nothing of it may run beside this tenure. Any tree of this same epoch is a
+    // leftover of a run that is gone (the host lock says no live one holds it).
+    let tenure = crate::child::Tenure::new(&registry_id, &lease_key, context.fencing_epoch.get());
+    let left = tenure.end_former_trees(crate::child::SameEpoch::Leftover);
+    if !matches!(left, Ok(0)) {
         let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
-        return Err(Failure::refused(format!(
-            "{left} processes of a former holder's command would not end; not running beside them"
-        )));
+        return Err(Failure::refused(match left {
+            Err(superseded) => format!("cannot hold {lease_key}: {superseded}"),
+            Ok(left) => format!(
+                "{left} processes of a former holder's command would not end; not running beside them"
+            ),
+        }));
     }
     let dir = fleet_runtime::user_file::private_dir("fleetctl-connector-")
         .map_err(|e| Failure::store(format!("cannot create a private directory for the context: {e}")))?;
     let context_file = dir.path().join("context.json");
     publish(&context, &context_file)?;
-    let mut command = crate::child::kept(program, rest)
+    let mut kept = crate::child::LeasedCommand::new(program, rest, act_until, window.grace)
         .map_err(|e| Failure::store(format!("cannot start the command's keeper: {e}")))?;
+    let command = kept.command();
     // The command acts only through its context: it is not handed the registry, whose
     // location may carry a database password.
     command
@@ -199,19 +213,35 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         .env("FLEET_CONNECTOR_LEASE_ID", context.lease_id.as_str())
         .env("FLEET_CONNECTOR_FENCING_EPOCH", context.fencing_epoch.to_string())
         .env("FLEET_CONNECTOR_SCOPES", context.scopes.join(" "));
-    crate::child::mark_tenure(&mut command, &tenure, context.lease_id.as_str());
+    tenure.mark(command);
     // A stop asked of this process (SIGTERM, SIGINT, SIGHUP) ends the command's tree
     // gracefully and releases the lease; watched from before the command starts.
     let asked = crate::child::watch_stop_signals(None)
         .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
-    let mut child = command
-        .spawn()
-        .map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
+    let lapsed = || {
+        Failure::refused(format!(
+            "the lease of {lease_key} lapsed: no renewal committed in time; the command was stopped"
+        ))
+    };
+    // Checked last before the command starts: a pause since the lease was taken may have
+    // let it lapse.
+    if fleet_runtime::process::boot_clock() >= act_until {
+        return Err(lapsed());
+    }
+    let (mut child, mut line) =
+        kept.spawn().map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
 
-    let period = StdDuration::from_millis(u64::try_from(ttl * 1000 / 3).unwrap_or(1000));
+    let period = fleet_lease::renew_period(binding.ttl.unsigned_abs());
     let mut next = Instant::now() + period;
     let outcome = loop {
         match child.try_wait() {
+            // The keeper ended the command at the deadline: its authority lapsed.
+            Ok(Some(status))
+                if status.code() == Some(i32::from(crate::child::LAPSED))
+                    && fleet_runtime::process::boot_clock() >= act_until =>
+            {
+                break Err(lapsed());
+            }
             Ok(Some(status)) => break Ok(status),
             Ok(None) => {}
             Err(e) => break Err(Failure::store(format!("cannot wait for the command: {e}"))),
@@ -221,6 +251,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
                 Some(status) => break Ok(status),
                 None => break Err(Failure::store("cannot wait for the stopped command")),
             }
+        }
+        if fleet_runtime::process::boot_clock() >= act_until {
+            crate::child::stop_kept(&mut child);
+            break Err(lapsed());
         }
         if Instant::now() < next {
             std::thread::sleep(StdDuration::from_millis(20));
@@ -237,13 +271,25 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             }
         }
         let holder: Holder = lease.holder();
-        let renewed = binding.lease(ConnectorRequest::Renew { holder: &holder, ttl: binding.ttl });
-        let authorized = renewed.and_then(|r| r.map_err(|d| refused(&binding.identity, d))).and_then(|l| {
+        let sent = fleet_runtime::process::boot_clock();
+        let renewed = match binding.lease(ConnectorRequest::Renew { holder: &holder, ttl: binding.ttl }) {
+            // The store could not be reached this once: try again soon. Until a renewal
+            // commits, the deadline already secured is what the command acts by.
+            Err(e) => {
+                fleet_runtime::warn(format_args!("fleetctl: cannot renew {lease_key}, retrying: {e}"));
+                next = Instant::now() + period / 4;
+                continue;
+            }
+            Ok(renewed) => renewed,
+        };
+        let authorized = renewed.map_err(|d| refused(&binding.identity, d)).and_then(|l| {
             lease = l;
             binding.authorize()
         });
         match authorized {
             Ok(context) => {
+                act_until = act_until.max(sent.saturating_add(window.act));
+                line.extend(act_until);
                 if let Err(e) = publish(&context, &context_file) {
                     crate::child::stop_kept(&mut child);
                     break Err(e);

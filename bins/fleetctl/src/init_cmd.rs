@@ -53,30 +53,42 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         // runs a second copy beside a first that outlived its authority. The command is
         // told its fencing token, to fence its own writes where no local mechanism reaches.
         let holder = cancel.holder();
+        let tenure = crate::child::Tenure::new(
+            cancel.registry_id(),
+            &format!("init:{}", args.key),
+            holder.fencing_epoch.get(),
+        );
         // A former owner paused past its lease may still have its tree running here:
-        // nothing of it may run beside this tenure.
-        let tenure = crate::child::tenure(location, &format!("init:{}", args.key));
-        let left = crate::child::end_former_trees(&tenure, holder.lease_id.as_str());
+        // nothing of it may run beside this tenure. A newer tenure's tree means this
+        // one has passed: nothing of it is touched.
+        let left = tenure.end_former_trees(crate::child::SameEpoch::Untouched).map_err(|s| s.to_string())?;
         if left > 0 {
             return Err(format!(
                 "{left} processes of a former owner's run would not end; not running beside them"
             ));
         }
-        let mut command =
-            crate::child::kept(program, rest).map_err(|e| format!("cannot start the keeper: {e}"))?;
+        let mut kept = crate::child::LeasedCommand::new(program, rest, cancel.act_until(), cancel.grace())
+            .map_err(|e| format!("cannot start the keeper: {e}"))?;
+        let command = kept.command();
         command
             .env("FLEET_INIT_KEY", &args.key)
             .env("FLEET_INIT_TARGET_VERSION", args.target_version.to_string())
             .env("FLEET_INIT_EPOCH", holder.fencing_epoch.to_string())
             .env("FLEET_INIT_LEASE_ID", holder.lease_id.as_str());
-        crate::child::mark_tenure(&mut command, &tenure, holder.lease_id.as_str());
-        let mut child =
-            command.spawn().map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+        tenure.mark(command);
+        // Checked last before the command starts: a pause since the checks above may
+        // have let the lease lapse.
+        if cancel.cancelled() {
+            return Err("the initialization lease lapsed before the command started".into());
+        }
+        let (mut child, mut line) =
+            kept.spawn().map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         loop {
             if cancel.cancelled() {
                 crate::child::stop_kept(&mut child);
                 return Err("cancelled: the initialization lease was lost".into());
             }
+            line.extend(cancel.act_until());
             match child.try_wait() {
                 Ok(Some(status)) if status.success() => return Ok(()),
                 Ok(Some(status)) => {

@@ -100,12 +100,20 @@ enum Cmd {
     /// Internal: hold a worker until `worker run` has registered it, then become it.
     #[command(name = "__gate", hide = true)]
     Gate {
+        #[arg(long)]
+        owner_pid: i32,
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
     },
     /// Internal: run a command as the keeper of its whole process tree.
     #[command(name = "__keep", hide = true)]
     Keep {
+        #[arg(long)]
+        owner_pid: i32,
+        #[arg(long, requires = "grace_ms")]
+        lease_fd: Option<i32>,
+        #[arg(long)]
+        grace_ms: Option<u64>,
         #[arg(required = true, last = true)]
         command: Vec<std::ffi::OsString>,
     },
@@ -129,8 +137,11 @@ fn command_with_examples(cmd: clap::Command) -> clap::Command {
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     // The internal commands run inside a child's environment and need no registry.
     match &cli.command {
-        Cmd::Gate { command } => return Ok(child::gate(command)),
-        Cmd::Keep { command } => return Ok(child::keep(command)),
+        Cmd::Gate { owner_pid, command } => return Ok(child::gate(*owner_pid, command)),
+        Cmd::Keep { owner_pid, lease_fd, grace_ms, command } => {
+            let lease = lease_fd.zip(grace_ms.map(std::time::Duration::from_millis));
+            return Ok(child::keep(child::KeepOptions { owner: *owner_pid, lease }, command));
+        }
         _ => {}
     }
     fleet_runtime::init_logging(cli.log_format);

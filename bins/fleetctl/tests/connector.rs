@@ -96,16 +96,23 @@ fn without_a_policy_that_allows_it_nothing_runs() {
     assert!(!marker.exists());
 }
 
+/// A holder paused (SIGSTOP) cannot renew: its keeper, which holds the deadline of the
+/// last committed renewal, ends the command before the lease can lapse, so by the time
+/// another connector may take the binding over nothing of the former holder acts. The
+/// holder, resumed, says in one line that its lease lapsed and exits 1.
 #[test]
-fn a_takeover_stops_the_former_holders_command() {
+fn a_paused_holders_command_is_ended_before_its_lease_can_lapse() {
     let fleet = Fleet::new();
     let policy = policy(&fleet);
     let (mut holder, command) = conn_a_holding(&fleet, &policy);
 
-    // The holder pauses past its TTL; conn-b takes the binding over.
     let holder_pid = Pid::from_raw(i32::try_from(holder.id()).unwrap());
     kill(holder_pid, Signal::SIGSTOP).unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
+    let paused = std::time::Instant::now();
+    // The lease (1 s TTL) may lapse 1 s after the last renewal was sent; the keeper has
+    // ended the command by then.
+    wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+    std::thread::sleep(Duration::from_millis(1200).saturating_sub(paused.elapsed()));
     let out = fleet
         .fleetctl()
         .args(["lease", "takeover", "--key", KEY, "--owner", "conn-b", "--expected-epoch", "1"])
@@ -114,16 +121,15 @@ fn a_takeover_stops_the_former_holders_command() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(alive(command), "the former holder's command still runs while its owner is paused");
+    assert!(!alive(command), "the former holder's command ended before the takeover");
 
-    // On waking, its next renewal is refused and it stops the command.
     kill(holder_pid, Signal::SIGCONT).unwrap();
     let status = holder.wait().unwrap();
     assert_eq!(status.code(), Some(1));
     let mut stderr = String::new();
     std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert!(stderr.contains("stale_epoch") || stderr.contains("lease_expired"), "{stderr}");
-    wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+    assert!(stderr.contains("lapsed"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
 
 /// A `connector run` that ended without releasing (SIGKILL) leaves its lease held; the
@@ -218,4 +224,50 @@ fn a_takeover_by_connector_run_ends_a_paused_former_holders_command_first() {
     assert_eq!(std::fs::read_to_string(&seen).unwrap().trim(), "alone");
     kill(holder_pid, Signal::SIGCONT).unwrap();
     assert_eq!(holder.wait().unwrap().code(), Some(1));
+}
+
+/// A second `connector run` of the same connector for the same binding, started while
+/// the first lives, is refused (exit 1, naming the live holder's pid) instead of resuming
+/// the first's tenure beside it; once the first is gone, a restart resumes as before.
+#[test]
+fn a_second_run_of_a_live_holder_is_refused_naming_it() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let run = |script: &str| {
+        let mut cmd = fleet.fleetctl();
+        cmd.args([
+            "connector",
+            "run",
+            "--key",
+            KEY,
+            "--owner",
+            "conn-a",
+            "--scope",
+            "chat.read",
+            "--ttl",
+            "30",
+        ])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", script]);
+        cmd
+    };
+    let ran = fleet.dir.path().join("ran");
+    let mut first = run("exec sleep 60").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for(Duration::from_secs(10), || {
+        let out = fleet.ctl(&["lease", "show", "--key", KEY, "--json"]);
+        String::from_utf8_lossy(&out.stdout).contains("conn-a").then_some(())
+    });
+    let out = run(&format!("touch {}", ran.display())).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.id())), "names the live holder: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!ran.exists(), "the second run's command never ran");
+
+    kill(Pid::from_raw(i32::try_from(first.id()).unwrap()), Signal::SIGKILL).unwrap();
+    let _ = first.wait();
+    let out = run(&format!("touch {}", ran.display())).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ran.exists(), "a restart after the first died resumes");
 }

@@ -91,3 +91,62 @@ fn a_live_worker_in_another_pid_namespace_is_never_retired() {
     drop(unshare.stdin.take());
     let _ = unshare.wait();
 }
+
+/// `fleetctl` as a container's entrypoint is pid 1 of its PID namespace (`unshare -p -f
+/// --mount-proc`, as a container runtime starts it): every command that keeps a process
+/// still runs it — `worker run`, `initialize` and `connector run` — and passes its exit
+/// status through.
+#[test]
+fn every_keeping_command_runs_its_command_as_pid_1() {
+    if !pid_namespaces_available() {
+        eprintln!(
+            "skipped: this machine cannot create a PID namespace (unshare -p needs root or user namespaces)"
+        );
+        return;
+    }
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let policy = fleet.dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"allow": [{"tenant": "t", "agent": "a", "binding": "b", "connector": "c1", "scopes": ["s"], "max_ttl_s": 60}]}"#,
+    )
+    .unwrap();
+    let policy = policy.to_string_lossy().into_owned();
+    let instance = fleet.mint("codex");
+    let runs: [&[&str]; 3] = [
+        &["worker", "run", "--namespace", "author", "--"],
+        &["initialize", "--key", "entry", "--target-version", "1", "--"],
+        &[
+            "connector",
+            "run",
+            "--key",
+            "connector:t/a/b",
+            "--owner",
+            "c1",
+            "--scope",
+            "s",
+            "--policy",
+            &policy,
+            "--",
+        ],
+    ];
+    for args in runs {
+        let out = Command::new("unshare")
+            .args(["-p", "-f", "--mount-proc", "--kill-child", "--"])
+            .arg(common::fleetctl_bin())
+            .args(args)
+            .args(["sh", "-c", "echo \"hi from $$\"; exit 7"])
+            .env("FLEET_REGISTRY", &fleet.registry)
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &instance)
+            .current_dir(fleet.dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stdout.contains("hi from"), "{args:?} ran its command: {stdout} {stderr}");
+        let expected = if args[0] == "initialize" { 1 } else { 7 };
+        assert_eq!(out.status.code(), Some(expected), "{args:?}: {stderr}");
+    }
+}

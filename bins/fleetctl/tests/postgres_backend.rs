@@ -141,8 +141,9 @@ fn a_stalled_writer_neither_hangs_writers_nor_blocks_readers() {
     let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &url).args(args).output().unwrap();
     assert!(ctl(&["registry", "init"]).status.success());
     let mut staller = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    let key = write_lock_key(&mut staller);
     let mut held = staller.transaction().unwrap();
-    held.execute("SELECT pg_advisory_xact_lock(7380385375773483378)", &[]).unwrap();
+    held.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).unwrap();
 
     let started = std::time::Instant::now();
     let out = ctl(&["lease", "acquire", "--key", "workflow:w", "--owner", "me"]);
@@ -431,8 +432,9 @@ fn a_connection_terminated_mid_transaction_writes_nothing() {
 
     // Hold the write lock, so the writer's transaction is open and waiting inside.
     let mut staller = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    let key = write_lock_key(&mut staller);
     let mut held = staller.transaction().unwrap();
-    held.execute("SELECT pg_advisory_xact_lock(7380385375773483378)", &[]).unwrap();
+    held.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).unwrap();
     let writer = fleet
         .fleetctl()
         .env("FLEET_REGISTRY", &url)
@@ -574,4 +576,92 @@ fn a_skewed_worker_marks_no_healthy_worker_stale_on_postgres() {
             let _ = child.wait();
         }
     }
+}
+
+/// The advisory lock key this registry's writers take: derived from its registry id.
+fn write_lock_key(client: &mut postgres::Client) -> i64 {
+    let id: String = client.query_one("SELECT registry_id FROM registry_identity", &[]).unwrap().get(0);
+    fleet_registry::RegistryId::new(id).unwrap().lock_key()
+}
+
+/// A writer that is paused (SIGSTOP) right after the server granted it the write lock
+/// leaves its session idle inside the transaction: the server ends that session after
+/// the idle-in-transaction timeout every Fleetward session sets (5 s, under the 10 s
+/// lock timeout), so the next writer waits for that and then writes, instead of failing
+/// for as long as the paused client lives.
+#[test]
+fn a_writer_paused_holding_the_write_lock_blocks_others_only_briefly() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let app = format!("{}_paused", schema.name);
+    let url = format!("{}&application_name={app}", schema.url());
+    let ctl =
+        |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", schema.url()).args(args).output().unwrap();
+    assert!(ctl(&["registry", "init"]).status.success());
+
+    // The writer waits inside its transaction for the lock the test holds.
+    let mut staller = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    let key = write_lock_key(&mut staller);
+    let mut held = staller.transaction().unwrap();
+    held.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).unwrap();
+    let mut writer = fleet
+        .fleetctl()
+        .env("FLEET_REGISTRY", &url)
+        .args(["lease", "acquire", "--key", "workflow:paused", "--owner", "paused"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let waiting = |admin: &mut postgres::Client, state: &str| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = $2",
+                &[&app, &state],
+            )
+            .unwrap()
+            .get(0)
+    };
+    wait_for(std::time::Duration::from_secs(10), || (waiting(&mut admin, "active") == 1).then_some(()));
+    // Paused as it waits; the lock passes to it while it cannot go on.
+    let writer_pid = nix::unistd::Pid::from_raw(i32::try_from(writer.id()).unwrap());
+    nix::sys::signal::kill(writer_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    held.rollback().unwrap();
+    wait_for(std::time::Duration::from_secs(10), || {
+        (waiting(&mut admin, "idle in transaction") == 1).then_some(())
+    });
+
+    let out = ctl(&["lease", "acquire", "--key", "workflow:next", "--owner", "next"]);
+    assert!(out.status.success(), "the next writer wrote: {}", String::from_utf8_lossy(&out.stderr));
+    nix::sys::signal::kill(writer_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let _ = writer.wait();
+}
+
+/// Two registries in two schemas of one database are two registries: a writer holding
+/// one's write lock does not stop the other's writers.
+#[test]
+fn registries_in_two_schemas_never_wait_on_each_other() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let (first, second) = (Schema::new(&base), Schema::new(&base));
+    let fleet = Fleet::new();
+    let ctl =
+        |url: &str, args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", url).args(args).output().unwrap();
+    assert!(ctl(&first.url(), &["registry", "init"]).status.success());
+    assert!(ctl(&second.url(), &["registry", "init"]).status.success());
+    let mut staller = postgres::Client::connect(&first.url(), postgres::NoTls).unwrap();
+    let first_key = write_lock_key(&mut staller);
+    let mut other = postgres::Client::connect(&second.url(), postgres::NoTls).unwrap();
+    assert_ne!(first_key, write_lock_key(&mut other), "each registry has its own id and lock");
+    let mut held = staller.transaction().unwrap();
+    held.execute("SELECT pg_advisory_xact_lock($1)", &[&first_key]).unwrap();
+    let out = ctl(&second.url(), &["lease", "acquire", "--key", "workflow:w", "--owner", "me"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    held.rollback().unwrap();
 }

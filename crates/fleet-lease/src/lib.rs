@@ -8,11 +8,13 @@
 
 #![warn(missing_docs)]
 
+mod act;
 mod connector;
 mod grant;
 mod init;
 mod lease;
 
+pub use act::{ActWindow, DRIFT_PER_TTL, MAX_GRACE, SLACK, renew_period};
 pub use connector::{ConnectorOp, decide_connector};
 pub use grant::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, Grant, GrantDenial, GrantIssuer, GrantLimits,

@@ -15,6 +15,7 @@ mod changes;
 pub mod columns;
 mod error;
 mod gateway;
+mod identity;
 mod leases;
 mod registry;
 mod retire;
@@ -27,6 +28,7 @@ pub use backup::RegistryBackup;
 pub use changes::{RegistryChanges, RegistryRead};
 pub use error::{StoreError, StoreErrorKind, with_causes};
 pub use gateway::ConnectorExecutionContext;
+pub use identity::RegistryId;
 pub use leases::{
     ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, MAX_OWNER_LEN,
     active_workflow_owners_in,

@@ -213,6 +213,11 @@ impl<S: Store> Registry<S> {
         self.store.change_marker()
     }
 
+    /// The registry's id: the same however its location is spelled (see [`crate::RegistryId`]).
+    pub fn registry_id(&mut self) -> Result<crate::RegistryId, StoreError> {
+        self.store.read(|tx| tx.registry_id())
+    }
+
     /// Every worker row with the store's clock, read in one transaction.
     pub fn workers_at_store_clock(&mut self) -> Result<(Vec<WorkerRow>, Timestamp), StoreError> {
         self.store.read(|tx| Ok((tx.workers()?, tx.store_now()?)))

@@ -50,6 +50,8 @@ pub trait Tx {
 
     /// The store's clock: lease expiry is judged on it, never on a caller's.
     fn store_now(&mut self) -> Result<Timestamp, StoreError>;
+    /// The registry's id, minted when the registry was created (see [`crate::RegistryId`]).
+    fn registry_id(&mut self) -> Result<crate::RegistryId, StoreError>;
     /// One lease.
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError>;
     /// Every lease, optionally of one kind, ordered by key.

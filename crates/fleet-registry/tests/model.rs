@@ -108,6 +108,9 @@ impl Tx for MemoryTx<'_> {
         self.0.instances.insert(record.client_instance_id.clone(), record.clone());
         Ok(())
     }
+    fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {
+        fleet_registry::RegistryId::new("0123456789abcdef0123456789abcdef")
+    }
     fn store_now(&mut self) -> Result<Timestamp, StoreError> {
         self.0.now.ok_or_else(|| StoreError::invalid("the model sets the store's clock"))
     }

@@ -3,7 +3,7 @@
 //! holder.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration as StdDuration;
 
@@ -34,13 +34,34 @@ pub enum InitReport {
 #[derive(Debug, Clone)]
 pub struct Cancel {
     lost: Arc<AtomicBool>,
+    act_until: Arc<AtomicU64>,
+    window: fleet_lease::ActWindow,
     holder: fleet_lease::Holder,
+    registry: fleet_registry::RegistryId,
 }
 
 impl Cancel {
-    /// Whether the lease was lost and the work must stop.
+    /// Whether the work must stop: the lease was lost (denied a renewal), or no renewal
+    /// has committed recently enough to prove it still holds ([`fleet_lease::ActWindow`]),
+    /// measured on [`crate::process::boot_clock`].
     pub fn cancelled(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.lost.load(Ordering::SeqCst) || crate::process::boot_clock() >= self.act_until()
+    }
+
+    /// When the work must be sent its stop signal unless a renewal commits first: a time
+    /// on [`crate::process::boot_clock`]. It only moves later.
+    pub fn act_until(&self) -> StdDuration {
+        StdDuration::from_nanos(self.act_until.load(Ordering::SeqCst))
+    }
+
+    /// The registry the lease is held in, by its id.
+    pub fn registry_id(&self) -> &fleet_registry::RegistryId {
+        &self.registry
+    }
+
+    /// How long the work gets between its stop signal and `SIGKILL`.
+    pub fn grace(&self) -> StdDuration {
+        self.window.grace
     }
 
     /// The lease the work runs under: its id and fencing epoch.
@@ -88,6 +109,7 @@ pub fn run_initialization(
         {
             return Ok(InitReport::Failed(init.failure_detail.clone().unwrap_or_default()));
         }
+        let sent = crate::process::boot_clock();
         match registry.init_start(&options.key, options.target_version, &options.owner, ttl(options.ttl))? {
             InitDecision::Ready => return Ok(InitReport::AlreadyReady),
             InitDecision::NewerThanSupported { stored } => return Ok(InitReport::NewerThanSupported(stored)),
@@ -95,52 +117,86 @@ pub fn run_initialization(
                 waited = true;
                 std::thread::sleep(options.poll);
             }
-            InitDecision::Run(record) => return run_owned(location, options, record, work),
+            InitDecision::Run(record) => {
+                let registry_id = registry.registry_id()?;
+                return run_owned(location, options, record, sent, registry_id, work);
+            }
         }
     }
+}
+
+/// A deadline on the boot clock, as the nanoseconds an atomic holds.
+fn nanos(at: StdDuration) -> u64 {
+    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn run_owned(
     location: &RegistryLocation,
     options: &InitOptions,
     record: fleet_lease::LeaseRecord,
+    sent: StdDuration,
+    registry: fleet_registry::RegistryId,
     work: impl FnOnce(&Cancel) -> Result<(), String>,
 ) -> Result<InitReport, StoreError> {
     let holder = record.holder();
-    let lost = Arc::new(AtomicBool::new(false));
+    let window = fleet_lease::ActWindow::for_ttl(options.ttl);
+    let cancel = Cancel {
+        lost: Arc::new(AtomicBool::new(false)),
+        act_until: Arc::new(AtomicU64::new(nanos(sent.saturating_add(window.act)))),
+        window,
+        holder: holder.clone(),
+        registry,
+    };
     let (stop, stopped) = mpsc::channel::<()>();
     let renewer = {
         let location = location.clone();
         let key = options.key.clone();
         let holder = holder.clone();
-        let lost = Arc::clone(&lost);
-        let period = options.ttl / 3;
+        let cancel = cancel.clone();
+        let period = fleet_lease::renew_period(options.ttl);
         let lease_ttl = ttl(options.ttl);
         std::thread::spawn(move || {
             let Ok(mut registry) = open_registry(&location, OpenMode::MustExist) else {
-                lost.store(true, Ordering::SeqCst);
+                cancel.lost.store(true, Ordering::SeqCst);
                 return;
             };
+            let mut wait = period;
             loop {
-                match stopped.recv_timeout(period) {
+                match stopped.recv_timeout(wait) {
                     Err(RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
+                // Measured from the send: the store cannot commit before it.
+                let sent = crate::process::boot_clock();
                 match registry.renew_lease(&key, &holder, lease_ttl, &AuditContext::default()) {
-                    Ok(Ok(_)) => {}
-                    // Denied (taken over, expired) or the store failed: stop the work.
-                    Ok(Err(_)) | Err(_) => {
-                        lost.store(true, Ordering::SeqCst);
+                    Ok(Ok(_)) => {
+                        cancel.act_until.fetch_max(nanos(sent.saturating_add(window.act)), Ordering::SeqCst);
+                        wait = period;
+                    }
+                    // Denied (taken over, expired): stop the work.
+                    Ok(Err(_)) => {
+                        cancel.lost.store(true, Ordering::SeqCst);
                         return;
+                    }
+                    // The store failed this once: try again soon. Until a renewal
+                    // commits, the deadline already secured is what the work acts by.
+                    Err(e) => {
+                        tracing::warn!(lease_key = %key, error = %e, "cannot renew the initialization lease; retrying");
+                        wait = period / 4;
                     }
                 }
             }
         })
     };
-    let outcome = work(&Cancel { lost: Arc::clone(&lost), holder: holder.clone() });
+    let outcome = work(&cancel);
     let _ = stop.send(());
+    // A renewal stalled on an unreachable store is not waited for: its answer, however
+    // late, could not extend the work's authority.
+    if cancel.cancelled() {
+        return Ok(InitReport::LeaseLost);
+    }
     let _ = renewer.join();
-    if lost.load(Ordering::SeqCst) {
+    if cancel.cancelled() {
         return Ok(InitReport::LeaseLost);
     }
     let mut registry = open_registry(location, OpenMode::MustExist)?;

@@ -3,3 +3,20 @@
 //! The binaries reach the operating system's probe through here only.
 
 pub use fleet_probe::{ProbeError, current_process, host_id, process_identity, raise_open_file_limit};
+
+/// The time since this host booted, on a clock that counts every moment this process is
+/// paused (`SIGSTOP`, a debugger) or the host is suspended: the clock a lease holder
+/// measures its own lease on (see [`fleet_lease::ActWindow`]). A monotonic clock that
+/// stops while the host sleeps would let a resumed holder believe its lease still ran.
+pub fn boot_clock() -> std::time::Duration {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME) {
+        Ok(t) => std::time::Duration::new(
+            u64::try_from(t.tv_sec()).unwrap_or(0),
+            u32::try_from(t.tv_nsec()).unwrap_or(0),
+        ),
+        // Every Linux since 2.6.39 has CLOCK_BOOTTIME. Without it no deadline can be
+        // kept: the far future makes every deadline already passed (add with
+        // `saturating_add`).
+        Err(_) => std::time::Duration::MAX,
+    }
+}

@@ -25,8 +25,11 @@ use fleet_registry::{
 use tokio_postgres::IsolationLevel;
 use tokio_postgres::error::SqlState;
 
-/// The advisory lock every write transaction holds (an arbitrary constant: "fleetwar").
-const WRITE_LOCK: i64 = 0x666c_6565_7477_6172;
+/// The advisory lock a migration holds: keyed by the schema it migrates, since the
+/// registry's id (which keys every later write) may not exist yet. Advisory locks are
+/// scoped to one database, so registries in other databases never meet it.
+const MIGRATION_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('fleetward migration ' || current_schema(), 0))";
 
 /// Each migration, in order; migration `i` brings the schema to version `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -105,10 +108,18 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH ROW EXECUTE FUNCTION lease_audit_log_is_append_only();",
     // 3: the PID namespace a worker's pid belongs to.
     "ALTER TABLE worker_registrations ADD COLUMN pid_namespace BIGINT;",
+    // 4: the registry's own id, minted once (fleet_registry::RegistryId).
+    "CREATE TABLE registry_identity (
+        id          INTEGER PRIMARY KEY CHECK (id = 1),
+        registry_id TEXT NOT NULL
+    );
+    INSERT INTO registry_identity VALUES (1, replace(gen_random_uuid()::text, '-', ''));",
 ];
 
-/// The schema version this build writes: the registry's, which these migrations reach.
-pub const SCHEMA_VERSION: i64 = fleet_registry::SCHEMA_VERSION;
+/// The schema version this build writes: the registry's data model, and the registry's id
+/// (version 4).
+pub const SCHEMA_VERSION: i64 = 4;
+const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
 
@@ -119,6 +130,11 @@ pub struct PostgresStore {
     heartbeat: Option<tokio_postgres::Statement>,
     /// The change-marker query, prepared on first use for this connection.
     marker: Option<tokio_postgres::Statement>,
+    /// The registry's id, read once at connect (it never changes).
+    registry_id: fleet_registry::RegistryId,
+    /// The advisory lock every write transaction holds, keyed by the registry's id: two
+    /// registries (two schemas of one database) never wait on each other.
+    write_lock: i64,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -181,7 +197,13 @@ pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
 /// How long a statement waits for a lock another session holds, and how long any
 /// statement may run, unless the connection string sets its own (`options=-c …`): a
 /// stalled writer makes others fail busy, never hang.
-const DEFAULT_TIMEOUTS: [(&str, &str); 2] = [("lock_timeout", "10s"), ("statement_timeout", "60s")];
+///
+/// A session idle inside a transaction is ended by the server after
+/// `idle_in_transaction_session_timeout`, shorter than the lock timeout: a client lost
+/// mid-write (a partition, a paused process) cannot hold the write lock longer than that,
+/// so other writers wait, at most, for it to lapse and then go on.
+const DEFAULT_TIMEOUTS: [(&str, &str); 3] =
+    [("lock_timeout", "10s"), ("statement_timeout", "60s"), ("idle_in_transaction_session_timeout", "5s")];
 
 fn set_default_timeouts(client: &mut Client) -> Result<(), StoreError> {
     for (setting, value) in DEFAULT_TIMEOUTS {
@@ -275,7 +297,9 @@ impl PostgresStore {
                 .map_err(map_error)?;
         }
         migrate(&mut client)?;
-        Ok(Self { client, heartbeat: None, marker: None })
+        let registry_id = read_registry_id(&mut client)?;
+        let write_lock = registry_id.lock_key();
+        Ok(Self { client, heartbeat: None, marker: None, registry_id, write_lock })
     }
 }
 
@@ -299,10 +323,21 @@ fn stored_version(client: &mut Client) -> Result<i64, StoreError> {
 /// whatever the server's default: each statement then reads a snapshot taken after the
 /// lock is held, so writes serialize on the lock and never fail with a serialization
 /// error (which a stricter default raises for a snapshot taken while waiting for it).
-fn locked_write(client: &mut Client) -> Result<Transaction<'_>, StoreError> {
+fn locked_write(client: &mut Client, lock: i64) -> Result<Transaction<'_>, StoreError> {
     let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(map_error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock]).map_err(map_error)?;
     Ok(tx)
+}
+
+/// The registry's id, as migration 4 minted it.
+fn read_registry_id(client: &mut Client) -> Result<fleet_registry::RegistryId, StoreError> {
+    let id: Option<String> = client
+        .query_opt("SELECT registry_id FROM registry_identity WHERE id = 1", &[])
+        .map_err(map_error)?
+        .map(|r| r.get(0));
+    let id =
+        id.ok_or_else(|| StoreError::corrupt("the registry's id (table registry_identity) is missing"))?;
+    fleet_registry::RegistryId::new(id)
 }
 
 fn migrate(client: &mut Client) -> Result<(), StoreError> {
@@ -310,7 +345,8 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
     if stored_version(client)? == SCHEMA_VERSION {
         return Ok(());
     }
-    let mut tx = locked_write(client)?;
+    let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
+    tx.batch_execute(MIGRATION_LOCK).map_err(map_error)?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
         .map_err(map_error)?;
     let current: i64 = tx
@@ -334,6 +370,7 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
 
 struct PgTx<'a, 'b> {
     tx: &'a mut Transaction<'b>,
+    registry_id: &'a fleet_registry::RegistryId,
 }
 
 impl Tx for PgTx<'_, '_> {
@@ -483,6 +520,10 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
+    fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {
+        Ok(self.registry_id.clone())
+    }
+
     fn store_now(&mut self) -> Result<Timestamp, StoreError> {
         let text: String = self
             .tx
@@ -588,8 +629,8 @@ impl Store for PostgresStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
-        let mut tx = locked_write(&mut self.client)?;
-        let value = f(&mut PgTx { tx: &mut tx })?;
+        let mut tx = locked_write(&mut self.client, self.write_lock)?;
+        let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
         tx.commit().map_err(map_error)?;
         Ok(value)
     }
@@ -600,7 +641,7 @@ impl Store for PostgresStore {
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
         let mut tx = self.client.transaction(IsolationLevel::RepeatableRead, true).map_err(map_error)?;
-        let value = f(&mut PgTx { tx: &mut tx })?;
+        let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
         tx.commit().map_err(map_error)?;
         Ok(value)
     }

@@ -409,6 +409,17 @@ impl Tx for SqliteTx<'_> {
         leases::store_now(self.conn())
     }
 
+    fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {
+        let id: Option<String> = self
+            .conn()
+            .query_row("SELECT registry_id FROM registry_identity WHERE id = 1", [], |r| r.get(0))
+            .optional()
+            .map_err(map_error)?;
+        let id =
+            id.ok_or_else(|| StoreError::corrupt("the registry's id (table registry_identity) is missing"))?;
+        fleet_registry::RegistryId::new(id)
+    }
+
     fn lease(&mut self, key: &fleet_lease::LeaseKey) -> Result<Option<fleet_lease::LeaseRecord>, StoreError> {
         leases::lease(self.conn(), key)
     }

@@ -142,15 +142,21 @@ const MIGRATIONS: &[&str] = &[
     BEGIN
         UPDATE registry_changes SET instances = instances + 1 + (random() & 65535);
     END;",
+    // 5: the registry's own id, minted once (fleet_registry::RegistryId).
+    "CREATE TABLE registry_identity (
+        id          INTEGER PRIMARY KEY CHECK (id = 1),
+        registry_id TEXT NOT NULL
+    );
+    INSERT OR IGNORE INTO registry_identity VALUES (1, lower(hex(randomblob(16))));",
 ];
 
 /// The history's one row, as migration 4 writes it.
 const HISTORY_ROW: &str =
     "INSERT OR IGNORE INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);";
 
-/// The schema version this build writes: the registry's data model (version 3) and
-/// SQLite's own history of changes (version 4).
-pub const SCHEMA_VERSION: i64 = 4;
+/// The schema version this build writes: the registry's data model (version 3),
+/// SQLite's own history of changes (version 4) and the registry's id (version 5).
+pub const SCHEMA_VERSION: i64 = 5;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

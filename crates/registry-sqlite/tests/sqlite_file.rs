@@ -249,7 +249,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     {
-        // Version 3 as it was: the current file without what version 4 added.
+        // Version 3 as it was: the current file without what versions 4 and 5 added.
         let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
         store
             .connection()
@@ -264,6 +264,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
                  DROP INDEX worker_registrations_changes;
                  ALTER TABLE worker_registrations DROP COLUMN change_seq;
                  DROP TABLE registry_changes;
+                 DROP TABLE registry_identity;
                  PRAGMA user_version = 3;",
             )
             .unwrap();
@@ -274,6 +275,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let version: i64 =
         registry.store().connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, SCHEMA_VERSION);
+    assert!(registry.registry_id().is_ok(), "the upgrade minted the registry's id");
     let mut kept = fleet_registry::RegistryDump::default();
     let (at, _) = follow(&mut registry, &mut kept, None);
     assert_eq!(kept.worker_registrations.len(), 2, "the rows of version 3");
@@ -387,4 +389,23 @@ fn a_row_copied_back_with_its_old_version_is_seen() {
     insert_row(&other, "wkr-c");
     let (_, rows) = follow(&mut registry, &mut kept, at);
     assert_eq!(rows, None, "everything read");
+}
+
+/// The registry's id is minted once, stored in the file, and the same however the file
+/// is named (a symlinked directory, a relative path); another file has another id.
+#[test]
+fn one_registry_has_one_id_under_every_spelling() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    let id_of = |path: &std::path::Path| {
+        Registry::new(SqliteStore::open(path, OpenMode::CreateIfMissing).unwrap()).registry_id().unwrap()
+    };
+    let first = id_of(&real.join("registry.sqlite3"));
+    assert_eq!(first.as_str().len(), 32);
+    assert_eq!(id_of(&dir.path().join("link/registry.sqlite3")), first, "through a symlinked directory");
+    assert_eq!(id_of(&dir.path().join("real/../link/./registry.sqlite3")), first, "spelled another way");
+    assert_eq!(id_of(&real.join("registry.sqlite3")), first, "stable across opens");
+    assert_ne!(id_of(&dir.path().join("other.sqlite3")), first, "another registry");
 }
