@@ -6,6 +6,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -144,9 +145,18 @@ fn faketime() -> Option<std::path::PathBuf> {
     path.exists().then_some(path)
 }
 
-/// A worker whose clock is an hour ahead, and one an hour behind, among healthy workers
-/// with a 2 s TTL (a sweep every tick): in neither case is a healthy worker ever marked
-/// stale, and the skewed worker itself is what the snapshot reports.
+/// Whether this process may make a mount namespace (`unshare -m`, root).
+fn mount_namespaces_available() -> bool {
+    Command::new("unshare").args(["-m", "true"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// A worker of another host whose clock is an hour ahead, and one an hour behind, among
+/// healthy workers with a 2 s TTL (a sweep every tick): in neither case is a healthy
+/// worker ever marked stale, and the skewed worker itself is what the snapshot reports.
+/// The other host is played as the two-host test plays one: a mount namespace in which
+/// its own machine id is bind-mounted over `/etc/machine-id` (unshare(1), mount(8)),
+/// where the probe reads the host id — processes of one host share one kernel clock, so
+/// only another host's clock can be skewed.
 #[test]
 fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
     let Some(faketime) = faketime() else {
@@ -155,6 +165,10 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
         );
         return;
     };
+    if !mount_namespaces_available() {
+        eprintln!("skipped: another host is played in a mount namespace, which needs root here");
+        return;
+    }
     for offset in ["+1h", "-1h"] {
         let fleet = Fleet::new();
         let id = fleet.mint("codex");
@@ -162,8 +176,15 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
         let worker = |namespace: &str, skew: Option<&str>| {
             let mut cmd = match skew {
                 Some(skew) => {
-                    let mut cmd = Command::new(&faketime);
-                    cmd.args(["-f", skew]).arg(fleetctl_bin()).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                    let machine_id = fleet.dir.path().join("other-host-machine-id");
+                    std::fs::write(&machine_id, "0123456789abcdef0123456789abcdef\n").unwrap();
+                    let mut cmd = Command::new("unshare");
+                    cmd.args(["-m", "--", "sh", "-c", "mount --bind \"$0\" /etc/machine-id && exec \"$@\""])
+                        .arg(&machine_id)
+                        .arg(&faketime)
+                        .args(["-f", skew])
+                        .arg(fleetctl_bin())
+                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
                     cmd.stderr(std::fs::File::create(&said).unwrap());
                     cmd
                 }
@@ -394,4 +415,70 @@ fn serve_keeps_answering_through_floods_and_clients_that_never_read() {
     drop(greedy);
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// A launch stopped as Ctrl-Z stops it (SIGSTOP to its process group) beside a launch one
+/// of whose workers crashed (SIGKILL): the hung launch's workers, alive on this host and
+/// silent, are not taken as evidence against this host's clock, so the crashed row is
+/// marked stale by the live workers' sweep within its TTL and a few ticks.
+#[test]
+fn a_ctrl_z_launch_never_holds_back_the_sweep_of_a_crashed_worker() {
+    let fleet = Fleet::new();
+    let launch = |client: &str, group: i32| -> Vec<std::process::Child> {
+        let id = fleet.mint(client);
+        let mut group = group;
+        ["author", "reviewer", "merger"]
+            .iter()
+            .map(|namespace| {
+                let child = fleet
+                    .fleetctl()
+                    .args(["worker", "run", "--namespace", namespace, "--ttl", "2", "--", "sleep", "120"])
+                    .env("GITEA_MCP_CLIENT", client)
+                    .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                    .process_group(group)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                if group == 0 {
+                    group = i32::try_from(child.id()).unwrap();
+                }
+                child
+            })
+            .collect()
+    };
+    let mut hung = launch("codex", 0);
+    let mut crashing = launch("claude_code", 0);
+    common::wait_for(Duration::from_secs(30), || (fleet.workers_once_created()?.len() == 6).then_some(()));
+    let group = nix::unistd::Pid::from_raw(i32::try_from(hung[0].id()).unwrap());
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let victim = crashing.remove(0);
+    common::wait_until_running(victim.id());
+    let victim_pid = i32::try_from(victim.id()).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim_pid), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+    let mut victim = victim;
+    let _ = victim.wait();
+    let crashed = fleet
+        .workers()
+        .into_iter()
+        .find(|r| {
+            r.client_type.as_ref().is_some_and(|c| c.as_str() == "claude_code")
+                && r.namespace.as_str() == "author"
+        })
+        .unwrap()
+        .worker_identity;
+    let watch = Instant::now();
+    let mut stale = None;
+    while stale.is_none() && watch.elapsed() < Duration::from_secs(15) {
+        let row = fleet.workers().into_iter().find(|r| r.worker_identity == crashed);
+        stale = row.filter(|r| r.ownership_state == Some(fleet_registry::OwnershipState::Stale));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGCONT);
+    for child in hung.iter_mut().chain(crashing.iter_mut()) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(stale.is_some(), "the crashed worker's row was marked stale while the other launch was stopped");
 }

@@ -1,22 +1,28 @@
 //! Whether this process's clock agrees with the fleet's before it judges other workers'
 //! heartbeats. Each heartbeat is stamped with its writer's clock, and the stale sweep
-//! compares stamps with the sweeper's: one process whose clock is an hour ahead (or
-//! behind) would find every healthy worker lapsed (or beating from the future) and mark
-//! them all stale. So a sweeper first checks its clock against two witnesses:
+//! compares stamps with the sweeper's: one host whose clock is an hour ahead (or behind)
+//! would find every healthy worker of other hosts lapsed (or beating from the future)
+//! and mark them all stale. So a sweeper first checks its clock against witnesses that
+//! are not its own clock:
 //!
 //! * the store's clock, where the store has one of its own (PostgreSQL's server clock);
-//! * the fleet's recent heartbeats: the other workers of this host whose processes the
-//!   probe finds alive each beat every third of their TTL, so by a clock that agrees
-//!   most of them are neither lapsed nor in the future.
+//! * the heartbeats of other hosts: each other host is one witness, its newest
+//!   heartbeat, which a host with any live worker renews every third of a TTL; so by a
+//!   clock that agrees, most hosts' newest heartbeats are neither lapsed nor in the
+//!   future.
+//!
+//! Workers of the sweeper's own host are never witnesses: the processes of one host read
+//! one kernel clock, so a worker that stopped beating there (a Ctrl-Z'd agent, a hung
+//! process) says something about that worker, nothing about the clock. A SQLite registry
+//! lives on one host, so its sweeps are never held back by this check.
 //!
 //! When either disagrees beyond [`CLOCK_AGREEMENT`], the sweep is skipped and the
-//! disagreement reported. The skewed worker's own row is what the fleet then reports:
-//! its stamps lie in the others' past or future, so their sweeps and snapshots see it
+//! disagreement reported. The skewed host's own rows are what the fleet then reports:
+//! their stamps lie in the others' past or future, so their sweeps and snapshots see them
 //! stale.
 
-use fleet_identity::{Timestamp, WorkerIdentity};
-use fleet_registry::{ProcessVerdict, WorkerRow, WorkerStatus};
-use fleet_snapshot::ProbeResults;
+use fleet_identity::{HostId, Timestamp};
+use fleet_registry::{WorkerRow, WorkerStatus};
 use time::Duration;
 
 /// How far two clocks of one fleet may differ before a sweep by one of them is not
@@ -32,12 +38,12 @@ pub enum ClockDisagreement {
         /// This clock minus the store's.
         offset: Duration,
     },
-    /// Most live workers' heartbeats are lapsed or in the future by this clock; the
-    /// median of (this clock − their last heartbeat).
+    /// Most other hosts' newest heartbeats are lapsed or in the future by this clock;
+    /// the median of (this clock − their newest heartbeat).
     Fleet {
         /// The median heartbeat age by this clock.
         median_age: Duration,
-        /// How many live workers were compared.
+        /// How many other hosts were compared.
         witnesses: usize,
     },
 }
@@ -50,7 +56,7 @@ impl std::fmt::Display for ClockDisagreement {
             }
             ClockDisagreement::Fleet { median_age, witnesses } => write!(
                 f,
-                "by this clock the heartbeats of {witnesses} live workers are a median {} s old",
+                "by this clock the newest heartbeats of {witnesses} other hosts are a median {} s old",
                 median_age.whole_seconds()
             ),
         }
@@ -63,24 +69,30 @@ pub fn against_store(now: Timestamp, store_now: Timestamp) -> Result<(), ClockDi
     if offset.abs() > CLOCK_AGREEMENT { Err(ClockDisagreement::Store { offset }) } else { Ok(()) }
 }
 
-/// Checks `now` against the heartbeats of the active workers other than `me` whose
-/// processes `probes` found alive. A heartbeat agrees when it is neither lapsed (older
-/// than its TTL) nor more than [`CLOCK_AGREEMENT`] in the future; the clock disagrees
-/// when most do not. With no live witness there is nothing to disagree with.
+/// Checks `now` against the newest heartbeat of each host other than `host`, among its
+/// active workers. A host agrees when its newest heartbeat is neither lapsed (older than
+/// its TTL) nor more than [`CLOCK_AGREEMENT`] in the future; the clock disagrees when most
+/// hosts do not. With no other host there is nothing to disagree with.
 pub fn against_fleet(
     rows: &[WorkerRow],
-    me: &WorkerIdentity,
-    probes: &ProbeResults,
+    host: Option<&HostId>,
     now: Timestamp,
 ) -> Result<(), ClockDisagreement> {
-    let mut ages = Vec::new();
-    let mut disagreeing = 0;
+    let mut newest: std::collections::BTreeMap<&HostId, (Timestamp, u32)> = std::collections::BTreeMap::new();
     for row in rows {
-        let alive = probes.get(&row.worker_identity) == Some(&ProcessVerdict::Alive);
-        if row.status != WorkerStatus::Active || &row.worker_identity == me || !alive {
+        let Some(other) = row.host_id.as_ref().filter(|h| Some(*h) != host) else { continue };
+        let (Some(beat), Some(ttl)) = (row.heartbeat(), row.heartbeat_ttl_s) else { continue };
+        if row.status != WorkerStatus::Active {
             continue;
         }
-        let (Some(beat), Some(ttl)) = (row.heartbeat(), row.heartbeat_ttl_s) else { continue };
+        let entry = newest.entry(other).or_insert((beat, ttl));
+        if beat > entry.0 {
+            *entry = (beat, ttl);
+        }
+    }
+    let mut ages = Vec::new();
+    let mut disagreeing = 0;
+    for (beat, ttl) in newest.into_values() {
         let age = now.since(beat);
         if age > Duration::seconds(i64::from(ttl)) || age < -CLOCK_AGREEMENT {
             disagreeing += 1;
@@ -102,11 +114,16 @@ mod tests {
         Timestamp::from_unix_millis(1_785_412_800_000 + s * 1000).unwrap()
     }
 
-    fn row(n: u32, beat: i64) -> WorkerRow {
+    fn host(n: u32) -> HostId {
+        serde_json::from_value(serde_json::json!(format!("{n:032x}"))).unwrap()
+    }
+
+    fn row(n: u32, on: u32, beat: i64) -> WorkerRow {
         serde_json::from_value(serde_json::json!({
             "worker_identity": format!("wkr-author-{n:04}"),
             "namespace": "author",
             "status": "active",
+            "host_id": host(on),
             "registered_at": at(0).to_string(),
             "last_heartbeat_at": at(beat).to_string(),
             "heartbeat_ttl_s": 30,
@@ -114,35 +131,35 @@ mod tests {
         .unwrap()
     }
 
-    fn alive(rows: &[WorkerRow]) -> ProbeResults {
-        rows.iter().map(|r| (r.worker_identity.clone(), ProcessVerdict::Alive)).collect()
-    }
-
     #[test]
-    fn a_clock_an_hour_off_either_way_disagrees_with_a_beating_fleet() {
-        let rows: Vec<WorkerRow> = (1..=5).map(|n| row(n, 1000 - i64::from(n))).collect();
-        let me = row(9, 0).worker_identity;
-        let probes = alive(&rows);
-        assert_eq!(against_fleet(&rows, &me, &probes, at(1003)), Ok(()));
-        let ahead = against_fleet(&rows, &me, &probes, at(1000 + 3600));
+    fn a_clock_an_hour_off_either_way_disagrees_with_the_other_hosts() {
+        let rows: Vec<WorkerRow> = (1..=5).map(|n| row(n, n, 1000 - i64::from(n))).collect();
+        let me = host(9);
+        assert_eq!(against_fleet(&rows, Some(&me), at(1003)), Ok(()));
+        let ahead = against_fleet(&rows, Some(&me), at(1000 + 3600));
         assert!(matches!(ahead, Err(ClockDisagreement::Fleet { witnesses: 5, .. })), "{ahead:?}");
-        let behind = against_fleet(&rows, &me, &probes, at(1000 - 3600));
+        let behind = against_fleet(&rows, Some(&me), at(1000 - 3600));
         assert!(matches!(behind, Err(ClockDisagreement::Fleet { .. })), "{behind:?}");
     }
 
+    /// A Ctrl-Z'd launch on the sweeper's own host (alive, not beating) is no witness:
+    /// the host's processes share one clock.
     #[test]
-    fn dead_workers_and_a_minority_of_hung_ones_are_no_witnesses_against_the_clock() {
-        let mut rows: Vec<WorkerRow> = (1..=3).map(|n| row(n, 1000)).collect();
-        rows.push(row(4, 10)); // hung: alive, not beating
-        rows.push(row(5, 10)); // dead
-        let me = row(9, 0).worker_identity;
-        let mut probes = alive(&rows);
-        probes.insert(rows[4].worker_identity.clone(), ProcessVerdict::Gone);
-        assert_eq!(against_fleet(&rows, &me, &probes, at(1005)), Ok(()));
-        // A fleet whose every other worker is dead has no witness: the sweep may run.
-        let dead: ProbeResults =
-            rows.iter().map(|r| (r.worker_identity.clone(), ProcessVerdict::Gone)).collect();
-        assert_eq!(against_fleet(&rows, &me, &dead, at(5000)), Ok(()));
+    fn workers_of_the_sweepers_own_host_are_never_witnesses() {
+        let me = host(1);
+        let hung: Vec<WorkerRow> = (1..=6).map(|n| row(n, 1, 10)).collect();
+        assert_eq!(against_fleet(&hung, Some(&me), at(5000)), Ok(()));
+    }
+
+    /// Each other host is one witness, its newest heartbeat: a host with one hung worker
+    /// beside live ones agrees, and one host whose workers all died is outvoted.
+    #[test]
+    fn each_other_host_witnesses_once_by_its_newest_heartbeat() {
+        let me = host(9);
+        let mut rows = vec![row(1, 1, 1000), row(2, 1, 10), row(3, 1, 10), row(4, 2, 999), row(5, 3, 10)];
+        assert_eq!(against_fleet(&rows, Some(&me), at(1005)), Ok(()), "hosts 1 and 2 live, host 3 dead");
+        rows.extend([row(6, 4, 10), row(7, 5, 10)]);
+        assert!(against_fleet(&rows, Some(&me), at(1005)).is_err(), "most hosts lapsed by this clock");
     }
 
     #[test]

@@ -199,8 +199,9 @@ fn clock_agrees(
     at: Timestamp,
 ) -> Result<Result<(), crate::clock::ClockDisagreement>, StoreError> {
     let (rows, store_now) = reg.workers_at_store_clock()?;
+    let host = rows.iter().find(|r| &r.worker_identity == me).and_then(|r| r.host_id.clone());
     Ok(crate::clock::against_store(at, store_now)
-        .and_then(|()| crate::clock::against_fleet(&rows, me, &crate::probe_local(&rows), at)))
+        .and_then(|()| crate::clock::against_fleet(&rows, host.as_ref(), at)))
 }
 
 fn heartbeat_loop(
