@@ -330,7 +330,14 @@ impl FleetServer {
             ),
             WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed.as_str(), e),
         })?;
-        let ctx = context(p.canonical_repository.as_deref())?;
+        // The plan's binding, unless one is given: where the server runs changes nothing.
+        let binding = match &p.canonical_repository {
+            Some(given) => Some(given.clone()),
+            None => {
+                self.fleet().binding_of(&ids).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?
+            }
+        };
+        let ctx = context(binding.as_deref())?;
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
         self.authorize(RETIRE, Reach::Fleet).map_err(|_| {

@@ -131,7 +131,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 audit: common.audit()?,
             };
             let mut fleet = Fleet::new(location.clone());
-            let report = fleet.apply(&request, &common.context()?)?;
+            // The plan's binding, unless one is given: where apply runs changes nothing.
+            let binding = match &common.canonical_repository {
+                Some(given) => Some(given.clone()),
+                None => fleet.binding_of(&request.worker_identities)?,
+            };
+            let ctx = fleet_runtime::retirement_context(binding.as_deref())?;
+            let report = fleet.apply(&request, &ctx)?;
             // The apply's outcome is reported even when the follow-up snapshot cannot be
             // taken: post_apply then says why.
             let post_apply = fleet.post_apply();

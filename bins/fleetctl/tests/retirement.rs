@@ -455,3 +455,62 @@ fn legacy_pid_and_proc_workers_are_never_retired_and_stay_reported() {
     stop(children);
     stop(legacy);
 }
+
+/// A launch whose every worker was killed at once (SIGKILL to its process group) leaves
+/// no live worker to sweep it: past the TTL its rows are still `owned`, yet the plan
+/// finds them all candidates (it judges rows as the stale sweep leaves them), and an
+/// apply run from another directory, given no repository, uses the plan's binding and
+/// retires them.
+#[test]
+fn a_launch_killed_whole_is_retired_with_no_sweep_from_any_directory() {
+    use std::os::unix::process::CommandExt;
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let mut group = 0;
+    let children: Vec<Child> = ["author", "reviewer", "merger"]
+        .iter()
+        .map(|ns| {
+            let child = fleet
+                .fleetctl()
+                .args(["worker", "run", "--namespace", ns, "--ttl", "1", "--repository", "/srv/repo"])
+                .args(["--", "sleep", "60"])
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .process_group(group)
+                .spawn()
+                .unwrap();
+            if group == 0 {
+                group = i32::try_from(child.id()).unwrap();
+            }
+            child
+        })
+        .collect();
+    wait_for(Duration::from_secs(30), || (fleet.workers_once_created()?.len() == 3).then_some(()));
+    for row in fleet.workers() {
+        common::wait_until_running(row.pid.unwrap());
+    }
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), nix::sys::signal::Signal::SIGKILL).unwrap();
+    stop(children);
+    wait_for(Duration::from_secs(10), || {
+        let p = plan(&fleet);
+        (p["candidate_worker_identities"].as_array()?.len() == 3).then_some(())
+    });
+    assert!(
+        fleet.workers().iter().all(|r| r.ownership_state == Some(OwnershipState::Owned)),
+        "nobody swept: the rows are still owned"
+    );
+    let p = plan(&fleet);
+    let workers: Vec<&str> =
+        p["candidate_worker_identities"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let out = fleet
+        .fleetctl()
+        .current_dir("/")
+        .args(["retire", "apply", "--json", "--workers", &workers.join(",")])
+        .args(["--registry-fingerprint", p["registry_fingerprint"].as_str().unwrap()])
+        .args(["--candidate-fingerprint", p["candidate_fingerprint"].as_str().unwrap()])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(report["retired_count"], 3, "{report} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(fleet.workers().iter().all(|r| r.status == WorkerStatus::Retired));
+}

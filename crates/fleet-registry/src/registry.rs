@@ -213,6 +213,11 @@ impl<S: Store> Registry<S> {
         self.store.change_marker()
     }
 
+    /// One worker row.
+    pub fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
+        self.store.read(|tx| tx.worker(id))
+    }
+
     /// The registry's id: the same however its location is spelled (see [`crate::RegistryId`]).
     pub fn registry_id(&mut self) -> Result<crate::RegistryId, StoreError> {
         self.store.read(|tx| tx.registry_id())
@@ -356,10 +361,7 @@ impl<S: Store> Registry<S> {
     /// [`mark_expired_stale`](Self::mark_expired_stale), also saying how many active
     /// workers the fleet has, which a worker uses to pace its own sweeps.
     pub fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
-        let due = |row: &WorkerRow| {
-            let not_stale = row.ownership_state != Some(OwnershipState::Stale);
-            row.status == WorkerStatus::Active && not_stale && row.heartbeat_expired(now)
-        };
+        let due = |row: &WorkerRow| due_for_sweep(row, now);
         let (any_due, active_workers) = self.store.read(|tx| {
             let rows = tx.workers()?;
             let active = rows.iter().filter(|r| r.status == WorkerStatus::Active).count();
@@ -629,4 +631,31 @@ fn register_in(
 /// The ledger and every worker row, as transaction `tx` sees them.
 pub(crate) fn export_in(tx: &mut dyn Tx) -> Result<RegistryDump, StoreError> {
     Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? })
+}
+
+/// Whether the stale sweep marks `row` at `now`: active, not yet stale, and its
+/// heartbeat expired by the registry's TTL rule.
+pub(crate) fn due_for_sweep(row: &WorkerRow, now: Timestamp) -> bool {
+    let not_stale = row.ownership_state != Some(OwnershipState::Stale);
+    row.status == WorkerStatus::Active && not_stale && row.heartbeat_expired(now)
+}
+
+/// The rows as the stale sweep would leave them at `now`: every row due marked stale.
+/// Retirement reads the registry through this, so a row whose heartbeat lapsed is judged
+/// as a sweep would have marked it, whether or not a live worker happened to sweep.
+pub(crate) fn as_swept(rows: &[WorkerRow], now: Timestamp) -> std::borrow::Cow<'_, [WorkerRow]> {
+    if !rows.iter().any(|r| due_for_sweep(r, now)) {
+        return std::borrow::Cow::Borrowed(rows);
+    }
+    std::borrow::Cow::Owned(
+        rows.iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if due_for_sweep(&r, now) {
+                    r.ownership_state = Some(OwnershipState::Stale);
+                }
+                r
+            })
+            .collect(),
+    )
 }

@@ -308,6 +308,9 @@ impl<S: Store> Registry<S> {
                 tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
             Ok::<_, StoreError>((tx.workers()?, ledger, active_workflow_owners_in(tx)?.owners))
         })?;
+        // Judged as the stale sweep leaves them: no dead worker waits for a live one to
+        // sweep it (docs/RETIREMENT.md).
+        let rows = crate::registry::as_swept(&rows, ctx.now);
         let probes = probe_active_rows(&rows, probe);
         Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
     }
@@ -354,8 +357,13 @@ impl<S: Store> Registry<S> {
             return ApplyReport::nothing(ApplyOutcome::LivenessReprobeUnavailable, request);
         };
         let result: Result<ApplyReport, StoreError> = self.store_mut().write(|tx| {
-            // 1. The authoritative rows.
-            let rows = tx.workers()?;
+            // 1. The authoritative rows, and the same rows as the stale sweep leaves them
+            // at `now` (what the plan judged); a row is written by swapping its stored
+            // version.
+            let stored = tx.workers()?;
+            let stored_by_id: BTreeMap<&WorkerIdentity, &WorkerRow> =
+                stored.iter().map(|r| (&r.worker_identity, r)).collect();
+            let rows = crate::registry::as_swept(&stored, now);
             let by_id: BTreeMap<&WorkerIdentity, &WorkerRow> =
                 rows.iter().map(|r| (&r.worker_identity, r)).collect();
             let all_retired = request
@@ -417,7 +425,11 @@ impl<S: Store> Registry<S> {
                 retired.retired_at = Some(now);
                 retired.retired_by = Some(request.retired_by.clone());
                 retired.retirement_reason = Some("eligible_stale_orphan".into());
-                if tx.replace_worker(row, &retired)? {
+                let Some(stored_row) = stored_by_id.get(id).copied() else {
+                    report.preserved.push(preserve(KeptReason::NotRegistered));
+                    continue;
+                };
+                if tx.replace_worker(stored_row, &retired)? {
                     let audit = &request.audit;
                     tracing::info!(
                         worker = %id,

@@ -3,7 +3,7 @@
 //! apply (with the rules an acting worker must pass), and the registry for leases,
 //! initialization and the connector gateway.
 
-use fleet_identity::{Repository, Timestamp};
+use fleet_identity::{Repository, Timestamp, WorkerIdentity};
 use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::OpenMode;
 use fleet_registry::{
@@ -446,6 +446,22 @@ impl Fleet {
             (self.registry, self.last) = (None, None);
         }
         result
+    }
+
+    /// The repository binding an apply of `workers` uses when none is given: the one
+    /// its plan bound them to. A plan's candidates all carry the plan's binding (a row
+    /// bound elsewhere is preserved as `repository_binding_ambiguous`), so it travels in
+    /// the plan with them, and where the apply is run from changes nothing. `None` when
+    /// the rows requested do not share one repository (then the caller's default holds,
+    /// and the apply re-plans and refuses what does not match).
+    pub fn binding_of(&mut self, workers: &[WorkerIdentity]) -> Result<Option<String>, StoreError> {
+        let rows = self.with_registry(|registry| {
+            workers.iter().map(|w| registry.worker(w)).collect::<Result<Vec<_>, _>>()
+        })?;
+        let mut repositories =
+            rows.iter().flatten().filter_map(|r| r.repository.as_ref()).map(|r| r.as_str());
+        let Some(first) = repositories.next() else { return Ok(None) };
+        Ok(repositories.all(|r| r == first).then(|| first.to_owned()))
     }
 
     /// Plans retirement from one consistent read of rows, ledger and workflow leases,
