@@ -97,9 +97,9 @@ fn registration_options(
     env: &Result<InstanceEnv, String>,
     cli: &Cli,
     namespace: Namespace,
-) -> Result<(InstanceEnv, WorkerOptions), String> {
+) -> Result<(InstanceEnv, WorkerOptions, fleet_runtime::Lineage), String> {
     let env = env.as_ref().map_err(Clone::clone)?;
-    fleet_runtime::check_launch_lineage(env.client_type.as_str()).map_err(|e| e.to_string())?;
+    let lineage = fleet_runtime::check_launch_lineage(env.client_type.as_str()).map_err(|e| e.to_string())?;
     // Read through /proc/self: right in any PID namespace, where our own pid number is
     // not our entry in the /proc we see.
     let process = fleet_runtime::process::current_process()
@@ -120,7 +120,7 @@ fn registration_options(
         },
         launch: fleet_runtime::LaunchProcess::from_env().map_err(|e| e.to_string())?,
     };
-    Ok((env.clone(), options))
+    Ok((env.clone(), options, lineage))
 }
 
 /// Registers in the background, so `initialize` is answered whatever the registry does.
@@ -133,7 +133,12 @@ fn start_registering(
     let prepared = registration_options(env, cli, namespace);
     let location = location.clone();
     Registrar::start(move || {
-        let (env, options) = prepared.clone().map_err(AttemptError::permanent)?;
+        let (env, options, lineage) = prepared.clone().map_err(AttemptError::permanent)?;
+        if lineage == fleet_runtime::Lineage::Descendant {
+            let client = env.client_type.as_str();
+            fleet_runtime::check_slot_unheld(&location, env.instance.as_str(), namespace, client)
+                .map_err(AttemptError::permanent)?;
+        }
         Ok(WorkerSession::start(&location, &env, options)?)
     })
     .map_err(|e| Failure::store(format!("cannot start registering: {e}")))

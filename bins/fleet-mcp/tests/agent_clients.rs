@@ -330,3 +330,89 @@ async fn a_client_nested_in_a_launch_does_not_register_under_its_identity() {
     );
     let _ = own.cancel().await;
 }
+
+/// A server below `layers` processes between it and this test (the launched client),
+/// each a shell that stays (`…; true` keeps `sh` from exec'ing), as a published package
+/// nests them.
+fn wrapped(layers: usize, namespace: &str) -> Entry {
+    let mut script = format!("\"$0\" --namespace {namespace} --ttl 5; true");
+    for _ in 1..layers {
+        script = format!("sh -c '{}' \"$0\"; true", script.replace('\'', r"'\''"));
+    }
+    Entry {
+        command: "sh".into(),
+        args: vec!["-c".into(), script, bin("fleet-mcp").display().to_string()],
+        env: BTreeMap::new(),
+        env_vars: Vec::new(),
+    }
+}
+
+fn rows_of(registry: &Path) -> Vec<fleet_registry::WorkerRow> {
+    fleet_registry::Registry::new(
+        registry_sqlite::SqliteStore::open(registry, fleet_registry::OpenMode::MustExist).unwrap(),
+    )
+    .workers()
+    .unwrap()
+}
+
+/// The real clients start their servers below wrappers, as their published packages do:
+/// Codex's npm entry point `bin/codex.js` (package `@openai/codex`) is a Node script that
+/// `spawn`s the native binary, which starts the servers (two processes between the
+/// launched client and a server); Gemini CLI (`@google/gemini-cli`) relaunches itself
+/// in a child Node process (`relaunchAppInChildProcess`, packages/cli/src/utils/
+/// relaunch.ts), whose child starts the servers. Every namespace of such a launch
+/// registers under the launch, owned, and the fleet says SAFE with all five live.
+#[tokio::test]
+async fn servers_below_a_clients_wrappers_register_under_its_launch() {
+    for (client_type, layers) in [("codex", 2), ("gemini", 2), ("claude_code", 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let registry = dir.path().join("registry.sqlite3");
+        let launched = launched_client_env(&registry, &home, client_type);
+        let mut servers = Vec::new();
+        for namespace in ["author", "reviewer", "merger", "controller", "reconciler"] {
+            servers.push(start(&wrapped(layers, namespace), &launched, dir.path()).await);
+        }
+        for server in &servers {
+            let context = runtime_context(server).await;
+            assert!(context["environment_error"].is_null(), "{client_type}: {context}");
+        }
+        let rows = rows_of(&registry);
+        assert_eq!(rows.len(), 5, "{client_type}: every server registered: {rows:?}");
+        assert!(
+            rows.iter().all(|r| r.ownership_state == Some(fleet_registry::OwnershipState::Owned)),
+            "{client_type}: {rows:?}"
+        );
+        let mut fleet = fleet_runtime::Fleet::new(RegistryLocation::Sqlite(registry.clone()));
+        let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now()).unwrap();
+        assert!(snap.live_fleet_safe, "{client_type}: {:?}", snap.findings);
+        for server in servers {
+            let _ = server.cancel().await;
+        }
+    }
+}
+
+/// A client nested in a launch whose servers sit below wrappers too (a Codex started from
+/// the agent's shell) finds each slot held by the launch's own live server, and does not
+/// register under the borrowed identity; it says what to run instead.
+#[tokio::test]
+async fn a_wrapped_client_nested_in_a_launch_finds_its_slot_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let registry = dir.path().join("registry.sqlite3");
+    let launched = launched_client_env(&registry, &home, "codex");
+    let own = start(&wrapped(2, "author"), &launched, dir.path()).await;
+    assert!(runtime_context(&own).await["environment_error"].is_null());
+    let nested = start(&wrapped(3, "author"), &launched, dir.path()).await;
+    let context = runtime_context(&nested).await;
+    let said = context.to_string();
+    assert!(
+        said.contains("held by live worker") && said.contains("fleet-launch run --client codex"),
+        "{said}"
+    );
+    assert_eq!(rows_of(&registry).len(), 1, "only the launch's own server registered");
+    let _ = nested.cancel().await;
+    let _ = own.cancel().await;
+}

@@ -159,11 +159,11 @@ pub fn claim_of(launch: Option<LaunchProcess>) -> Claim {
 /// Why a server may not register under the launch in its environment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineageError {
-    /// The server's parent is not the process the launch started: a client started from
-    /// inside the launch (an agent's shell) inherited the launch's variables.
+    /// No ancestor of the server is the process the launch started: a process outside
+    /// the launched client's tree copied the launch's variables.
     #[error(
-        "this server was started by process {parent}, not by the client `fleet-launch run` started for this launch \
-         (process {launched}): a client started inside a launch, such as from an agent's shell, does not borrow \
+        "this server (parent process {parent}) does not descend from the client `fleet-launch run` started for \
+         this launch (process {launched}): a client started inside a launch, such as from an agent's shell, does not borrow \
          its identity; start it with `fleet-launch run --client {client} -- <client command>` to give it a launch \
          of its own"
     )]
@@ -175,6 +175,23 @@ pub enum LineageError {
         /// The client type, for the advice.
         client: String,
     },
+    /// A live server of this launch already holds this namespace's slot: this one was
+    /// started by a client nested in the launch.
+    #[error(
+        "the {namespace} slot of this launch is held by live worker {holder} (pid {pid}): a client started \
+         inside a launch, such as from an agent's shell, does not borrow its identity; start it with \
+         `fleet-launch run --client {client} -- <client command>` to give it a launch of its own"
+    )]
+    SlotHeld {
+        /// The namespace.
+        namespace: String,
+        /// The live worker holding the slot.
+        holder: String,
+        /// Its pid.
+        pid: u32,
+        /// The client type, for the advice.
+        client: String,
+    },
     /// The variable does not read `PID:START_TIME[:PID_NAMESPACE]`.
     #[error("{} {value:?} is not PID:START_TIME[:PID_NAMESPACE]", vars::LAUNCH_PROCESS)]
     Malformed {
@@ -183,24 +200,91 @@ pub enum LineageError {
     },
 }
 
-/// Checks that this process was started by the process its launch started, when the
-/// launch recorded one ([`vars::LAUNCH_PROCESS`]). A launch minted by hand records none,
-/// and then any process of its environment may register, as before lineage existed.
-/// Clients start their stdio servers as their own children (Claude Code, Codex and
-/// Gemini CLI spawn the configured command directly), so the parent is the client.
-pub fn check_launch_lineage(client_type: &str) -> Result<(), LineageError> {
+/// How a server descends from the client its launch started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lineage {
+    /// The launch recorded no client (minted by hand): any process of its environment
+    /// may register, as before lineage existed.
+    Unrecorded,
+    /// The launched client started this server itself.
+    Child,
+    /// The launched client is a further ancestor: a client whose published package
+    /// starts its servers below a wrapper (Codex's npm entry point is a Node script that
+    /// starts the native binary, which starts the servers; Gemini CLI relaunches itself
+    /// in a child Node process) — or a client nested in the launch, started from an
+    /// agent's shell. The two are told apart by the slot: see [`check_slot_unheld`].
+    Descendant,
+}
+
+/// How many parents are followed looking for the launched client.
+const MAX_ANCESTORS: usize = 64;
+
+/// The parent of `pid`, read from `/proc/PID/stat` (field 4, after the command name).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Checks that this process descends from the process its launch started, when the
+/// launch recorded one ([`vars::LAUNCH_PROCESS`]). A process outside the launched
+/// client's tree (another terminal that copied the variables) may not register.
+pub fn check_launch_lineage(client_type: &str) -> Result<Lineage, LineageError> {
     let Some(launch) = LaunchProcess::from_env()? else {
-        return Ok(());
+        return Ok(Lineage::Unrecorded);
     };
     let parent = std::os::unix::process::parent_id();
     if launch.is(parent) {
-        Ok(())
-    } else {
-        Err(LineageError::NotTheLaunchedClient {
-            parent,
-            launched: launch.pid,
+        return Ok(Lineage::Child);
+    }
+    let mut ancestor = parent;
+    for _ in 0..MAX_ANCESTORS {
+        match parent_of(ancestor) {
+            Some(next) if next > 0 && next != ancestor => ancestor = next,
+            _ => break,
+        }
+        if launch.is(ancestor) {
+            return Ok(Lineage::Descendant);
+        }
+    }
+    Err(LineageError::NotTheLaunchedClient { parent, launched: launch.pid, client: client_type.to_owned() })
+}
+
+/// For a server that descends from its launch's client through other processes
+/// ([`Lineage::Descendant`]): the first live server of each namespace holds its slot
+/// while its process lives. A server that finds an active row of its instance and
+/// namespace whose process this host proves alive is a second client's — one nested in
+/// the launch, started from an agent's shell, that merely inherited the environment —
+/// and must not register under the launch's identity.
+pub fn check_slot_unheld(
+    location: &RegistryLocation,
+    instance: &str,
+    namespace: fleet_identity::Namespace,
+    client_type: &str,
+) -> Result<(), String> {
+    let mut registry = match open_registry(location, OpenMode::MustExist) {
+        Ok(registry) => registry,
+        // No registry yet: nothing can hold the slot.
+        Err(e) if e.kind() == StoreErrorKind::Unavailable => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let rows: Vec<_> = registry
+        .workers()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|r| r.status == fleet_registry::WorkerStatus::Active)
+        .filter(|r| r.namespace == namespace && r.client_instance_id.as_deref() == Some(instance))
+        .collect();
+    let probes = crate::probe_local(&rows);
+    match rows.iter().find(|r| probes.get(&r.worker_identity) == Some(&fleet_registry::ProcessVerdict::Alive))
+    {
+        None => Ok(()),
+        Some(holder) => Err(LineageError::SlotHeld {
+            namespace: namespace.to_string(),
+            holder: holder.worker_identity.to_string(),
+            pid: holder.pid.map_or(0, |p| p.get()),
             client: client_type.to_owned(),
-        })
+        }
+        .to_string()),
     }
 }
 

@@ -31,7 +31,8 @@ pub use fleet::{
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use judged::MovedHeartbeats;
 pub use launch::{
-    Launch, LaunchProcess, LineageError, check_launch_lineage, claim_of, launch_process_value, random_key,
+    Launch, LaunchProcess, Lineage, LineageError, check_launch_lineage, check_slot_unheld, claim_of,
+    launch_process_value, random_key,
 };
 pub use location::{AnyStore, LocationError, RegistryLocation, init_registry, open_registry};
 pub use stable::StableRuntime;
