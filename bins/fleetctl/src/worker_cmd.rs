@@ -146,7 +146,23 @@ fn run_worker(
         }
     };
 
-    let status = child.wait().map_err(|e| Failure::store(format!("cannot wait for the worker: {e}")))?;
+    // No worker runs unseen: once its row is retired, superseded or removed behind its
+    // back (the heartbeat says so within one beat), its command is ended.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if session.registration_lost() => {
+                crate::child::stop_kept(&mut child);
+                let worker = session.row().worker_identity.clone();
+                session.abandon();
+                return Err(Failure::refused(format!(
+                    "worker {worker} is no longer registered (retired, superseded or removed); its command was stopped"
+                )));
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Err(e) => return Err(Failure::store(format!("cannot wait for the worker: {e}"))),
+        }
+    };
     match (status.code(), status.signal()) {
         (Some(code), _) => {
             session.release()?;
