@@ -1,0 +1,192 @@
+//! Fencing proven from outside, as Jepsen checks a system: several `connector run`
+//! starters contend for one binding while their processes are paused (SIGSTOP, then
+//! SIGCONT) and killed (SIGKILL) at random; every command appends `tick EPOCH PID` to a
+//! log this test owns, every 50 ms while it runs. The log, not the code's view of itself,
+//! must show that authority that has passed is never acted on:
+//!
+//! * epochs never go back: no line of an older epoch after a line of a newer one (no
+//!   command runs at an epoch older than the newest granted, and no two epochs overlap);
+//! * within an epoch, one process at a time: once a second process ticks at an epoch
+//!   (a connector resumed after its first run died), the first never ticks again.
+//!
+//! The owner alone is paused, as a debugger or a stalled host pauses it; its keeper
+//! holds the lease's deadline and ends the command on time. Runs on SQLite, and on
+//! PostgreSQL where `FLEET_TEST_POSTGRES_URL` is set. `scripts/handovers.sh` runs the
+//! same for longer.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Fleet, Schema, base_url};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const KEY: &str = "connector:acme/agent-7/slack-main";
+
+fn policy(dir: &Path, owners: usize) -> std::path::PathBuf {
+    let allow: Vec<_> = (0..owners)
+        .map(|i| {
+            serde_json::json!({"tenant": "acme", "agent": "agent-7", "binding": "slack-main",
+                "connector": format!("conn-{i}"), "scopes": ["chat.read"], "max_ttl_s": 60})
+        })
+        .collect();
+    let path = dir.join("policy.json");
+    std::fs::write(&path, serde_json::json!({ "allow": allow }).to_string()).unwrap();
+    path
+}
+
+/// A small deterministic generator, seeded per run and printed, so a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// Checks the log; returns how many epochs it saw.
+fn check(log: &str) -> usize {
+    let mut newest = 0u64;
+    let mut pids: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for (n, line) in log.lines().enumerate() {
+        let mut parts = line.split_whitespace();
+        let (Some("tick"), Some(epoch), Some(pid)) = (parts.next(), parts.next(), parts.next()) else {
+            panic!("line {n} is not a tick: {line:?}");
+        };
+        let (epoch, pid): (u64, u32) = (epoch.parse().unwrap(), pid.parse().unwrap());
+        assert!(epoch >= newest, "line {n}: epoch {epoch} acted after epoch {newest}");
+        newest = epoch;
+        let seen = pids.entry(epoch).or_default();
+        match seen.iter().position(|p| *p == pid) {
+            None => seen.push(pid),
+            Some(i) => {
+                assert_eq!(i, seen.len() - 1, "line {n}: pid {pid} of epoch {epoch} acted after a newer one")
+            }
+        }
+    }
+    pids.len()
+}
+
+/// Runs `starters` contending starters for `run_for` under random pauses and kills.
+fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, seed: u64) -> (usize, usize) {
+    let policy = policy(fleet.dir.path(), starters);
+    let log = fleet.dir.path().join("acts.log");
+    std::fs::write(&log, "").unwrap();
+    let script = format!(
+        "while :; do echo \"tick $FLEET_CONNECTOR_FENCING_EPOCH $$\" >> {}; sleep 0.05; done",
+        log.display()
+    );
+    let live: Arc<Mutex<Vec<Option<Child>>>> = Arc::new(Mutex::new((0..starters).map(|_| None).collect()));
+    let stop_at = Instant::now() + run_for;
+    let mut rng = Rng(seed | 1);
+    let mut faults = 0;
+    while Instant::now() < stop_at {
+        {
+            let mut live = live.lock().unwrap();
+            for (i, slot) in live.iter_mut().enumerate() {
+                if slot.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some()) {
+                    *slot = None;
+                }
+                if slot.is_none() {
+                    let child = fleet
+                        .fleetctl()
+                        .env("FLEET_REGISTRY", registry)
+                        .args(["connector", "run", "--key", KEY, "--owner", &format!("conn-{i}")])
+                        .args(["--scope", "chat.read", "--ttl", "1", "--policy"])
+                        .arg(&policy)
+                        .args(["--", "sh", "-c", &script])
+                        .stdout(Stdio::null())
+                        .stderr(
+                            std::fs::OpenOptions::new()
+                                .append(true)
+                                .create(true)
+                                .open(fleet.dir.path().join("starters.log"))
+                                .unwrap(),
+                        )
+                        .spawn()
+                        .unwrap();
+                    *slot = Some(child);
+                }
+            }
+            let victim = usize::try_from(rng.next(starters as u64)).unwrap();
+            if let Some(child) = live[victim].as_ref() {
+                let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+                faults += 1;
+                if rng.next(3) == 0 {
+                    let _ = kill(pid, Signal::SIGKILL);
+                } else {
+                    let _ = kill(pid, Signal::SIGSTOP);
+                    let pause = Duration::from_millis(300 + rng.next(1700));
+                    std::thread::spawn(move || {
+                        std::thread::sleep(pause);
+                        let _ = kill(pid, Signal::SIGCONT);
+                    });
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200 + rng.next(400)));
+    }
+    for child in live.lock().unwrap().iter_mut().flatten() {
+        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+        let _ = kill(pid, Signal::SIGCONT);
+        let _ = kill(pid, Signal::SIGTERM);
+        let _ = child.wait();
+    }
+    // The paused ones are resumed by their threads within 2 s; their keepers end on time.
+    std::thread::sleep(Duration::from_millis(2500));
+    // What the starters said, for a failure to explain itself.
+    eprintln!("{}", std::fs::read_to_string(fleet.dir.path().join("starters.log")).unwrap_or_default());
+    let epochs = check(&std::fs::read_to_string(&log).unwrap());
+    (epochs, faults)
+}
+
+/// How long each run contends: `FLEET_HANDOVER_SECONDS` (the longer script sets it),
+/// else 10 s.
+fn run_for() -> Duration {
+    let seconds = std::env::var("FLEET_HANDOVER_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    Duration::from_secs(seconds)
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let seed = u64::try_from(nanos % u128::from(u64::MAX)).unwrap();
+    eprintln!("seed {seed}");
+    seed
+}
+
+#[test]
+fn paused_and_killed_holders_never_act_on_passed_authority_on_sqlite() {
+    let fleet = Fleet::new();
+    let registry = fleet.registry.display().to_string();
+    let (epochs, faults) = contend(&fleet, &registry, 3, run_for(), seed());
+    eprintln!("{epochs} epochs acted under {faults} faults");
+    assert!(epochs >= 2, "handovers happened: {epochs} epochs");
+}
+
+#[test]
+fn paused_and_killed_holders_never_act_on_passed_authority_on_postgres() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let (epochs, faults) = contend(&fleet, &schema.url(), 3, run_for(), seed());
+    eprintln!("{epochs} epochs acted under {faults} faults");
+    assert!(epochs >= 2, "handovers happened: {epochs} epochs");
+}
+
+#[test]
+fn the_check_catches_an_older_epoch_after_a_newer_one() {
+    assert_eq!(check("tick 1 10\ntick 2 20\n"), 2);
+    assert!(std::panic::catch_unwind(|| check("tick 1 10\ntick 2 20\ntick 1 10\n")).is_err());
+    assert!(std::panic::catch_unwind(|| check("tick 2 10\ntick 2 20\ntick 2 10\n")).is_err());
+}
