@@ -84,7 +84,8 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
         "while :; do echo \"tick $FLEET_CONNECTOR_FENCING_EPOCH $$\" >> {}; sleep 0.05; done",
         log.display()
     );
-    let live: Arc<Mutex<Vec<Option<Child>>>> = Arc::new(Mutex::new((0..starters).map(|_| None).collect()));
+    let live: Arc<Mutex<Vec<Option<(Child, Instant)>>>> =
+        Arc::new(Mutex::new((0..starters).map(|_| None).collect()));
     let stop_at = Instant::now() + run_for;
     let mut rng = Rng(seed | 1);
     let mut faults = 0;
@@ -92,7 +93,7 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
         {
             let mut live = live.lock().unwrap();
             for (i, slot) in live.iter_mut().enumerate() {
-                if slot.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some()) {
+                if slot.as_mut().is_some_and(|(c, _)| c.try_wait().ok().flatten().is_some()) {
                     *slot = None;
                 }
                 if slot.is_none() {
@@ -113,11 +114,18 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
                         )
                         .spawn()
                         .unwrap();
-                    *slot = Some(child);
+                    *slot = Some((child, Instant::now()));
                 }
             }
-            let victim = usize::try_from(rng.next(starters as u64)).unwrap();
-            if let Some(child) = live[victim].as_ref() {
+            // Mostly the longest-running starter, the likely holder (the others are refused
+            // and start again); sometimes any.
+            let oldest =
+                live.iter().enumerate().filter_map(|(i, s)| Some((i, s.as_ref()?.1))).min_by_key(|(_, t)| *t);
+            let victim = match oldest {
+                Some((i, _)) if rng.next(3) != 0 => i,
+                _ => usize::try_from(rng.next(starters as u64)).unwrap(),
+            };
+            if let Some((child, _)) = live[victim].as_ref() {
                 let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
                 faults += 1;
                 if rng.next(3) == 0 {
@@ -134,7 +142,7 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
         }
         std::thread::sleep(Duration::from_millis(200 + rng.next(400)));
     }
-    for child in live.lock().unwrap().iter_mut().flatten() {
+    for (child, _) in live.lock().unwrap().iter_mut().flatten() {
         let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
         let _ = kill(pid, Signal::SIGCONT);
         let _ = kill(pid, Signal::SIGTERM);
