@@ -19,7 +19,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Fleet, Schema, base_url};
@@ -84,14 +83,13 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
         "while :; do echo \"tick $FLEET_CONNECTOR_FENCING_EPOCH $$\" >> {}; sleep 0.05; done",
         log.display()
     );
-    let live: Arc<Mutex<Vec<Option<(Child, Instant)>>>> =
-        Arc::new(Mutex::new((0..starters).map(|_| None).collect()));
+    // Each starter's `connector run`, and when it started.
+    let mut live: Vec<Option<(Child, Instant)>> = (0..starters).map(|_| None).collect();
     let stop_at = Instant::now() + run_for;
     let mut rng = Rng(seed | 1);
     let mut faults = 0;
     while Instant::now() < stop_at {
         {
-            let mut live = live.lock().unwrap();
             for (i, slot) in live.iter_mut().enumerate() {
                 if slot.as_mut().is_some_and(|(c, _)| c.try_wait().ok().flatten().is_some()) {
                     *slot = None;
@@ -142,7 +140,7 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
         }
         std::thread::sleep(Duration::from_millis(200 + rng.next(400)));
     }
-    for (child, _) in live.lock().unwrap().iter_mut().flatten() {
+    for (child, _) in live.iter_mut().flatten() {
         let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
         let _ = kill(pid, Signal::SIGCONT);
         let _ = kill(pid, Signal::SIGTERM);
