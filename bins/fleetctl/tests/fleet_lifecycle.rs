@@ -219,3 +219,44 @@ fn a_command_that_cannot_run_is_refused_before_any_row_is_written() {
     }
     assert!(fleet.workers().is_empty(), "no row was written");
 }
+
+/// A worker slot's fencing epoch never repeats: after `registry prune` removed every row
+/// of the slot, the next worker of it gets the epoch after the pruned one, and importing
+/// the prune's export back leaves the slot with two rows of two epochs.
+#[test]
+fn a_slots_fencing_epoch_never_repeats_across_prune_and_import() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let run_once = || {
+        let out = fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", "author", "--", "true"])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    run_once();
+    assert_eq!(fleet.workers()[0].fencing_epoch, Some(1));
+    let export = fleet.dir.path().join("pruned.json");
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2999-01-01T00:00:00Z",
+        "--export",
+        export.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(fleet.workers().is_empty(), "the released row was pruned");
+    run_once();
+    assert_eq!(fleet.workers()[0].fencing_epoch, Some(2), "the epoch after the pruned one");
+    let out = fleet.ctl(&["registry", "import", export.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut epochs: Vec<_> = fleet.workers().iter().map(|r| r.fencing_epoch).collect();
+    epochs.sort_unstable();
+    assert_eq!(epochs, [Some(1), Some(2)]);
+    run_once();
+    assert!(fleet.workers().iter().any(|r| r.fencing_epoch == Some(3)), "and on from there");
+}

@@ -691,6 +691,31 @@ pub fn workflow_leases_protect_their_owners<S: Store>(store: S) {
     assert_eq!(next.fencing_epoch.get(), 2);
 }
 
+/// A lease row set back to an older copy of itself (a restored backup, a hand edit) never
+/// hands out an epoch again: the next tenure goes above every epoch the key ever had.
+pub fn a_lease_set_back_never_repeats_an_epoch<S: Store>(store: S) {
+    use fleet_lease::LeaseKind;
+    let mut registry = Registry::new(store);
+    let key = lkey("workflow:restored");
+    let first = registry
+        .acquire_lease(&key, LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("acquired");
+    lapse();
+    let second = registry
+        .acquire_lease(&key, LeaseKind::Workflow, "wkr-b", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("taken");
+    assert_eq!(second.fencing_epoch.get(), 2);
+    registry.store_mut().write(|tx| tx.put_lease(Some(&second), &first)).expect("set back");
+    lapse();
+    let third = registry
+        .acquire_lease(&key, LeaseKind::Workflow, "wkr-c", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("taken");
+    assert_eq!(third.fencing_epoch.get(), 3, "above the epoch the copy forgot");
+}
+
 /// Initialization: one runner, others wait; completion needs the current tenure; a newer
 /// stored version is refused; a higher target reruns.
 pub fn initialization_runs_once_per_version<S: Store>(store: S) {
@@ -1125,6 +1150,7 @@ macro_rules! registry_conformance {
                 a_failed_write_rolls_back,
                 connector_leases_are_insert_only_and_fenced,
                 workflow_leases_protect_their_owners,
+                a_lease_set_back_never_repeats_an_epoch,
                 initialization_runs_once_per_version,
                 apply_retires_only_what_the_plan_and_the_probe_prove,
                 apply_goes_through_when_only_rows_outside_the_candidates_moved,

@@ -146,9 +146,23 @@ fn no_policy_for_connectors(current: Option<&LeaseRecord>, kind: LeaseKind) -> R
     }
 }
 
+/// The high-water scope of a lease.
+pub(crate) fn lease_scope(key: &LeaseKey) -> String {
+    format!("lease {key}")
+}
+
 /// Writes `next` over `current` by compare-and-swap; inside the write transaction only a
-/// broken store can make it miss.
-fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &LeaseRecord) -> Result<(), StoreError> {
+/// broken store can make it miss. A new tenure's epoch is raised above every epoch the
+/// key ever had, should the lease row have been restored from an older copy.
+fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &mut LeaseRecord) -> Result<(), StoreError> {
+    let scope = lease_scope(&next.lease_key);
+    let new_tenure = current.is_none_or(|c| c.lease_id != next.lease_id);
+    let floor = tx.high_water(&scope)?;
+    if new_tenure && next.fencing_epoch.get() <= floor {
+        next.fencing_epoch = FencingEpoch::try_from(floor.saturating_add(1))
+            .map_err(|e| StoreError::invalid(e.to_string()))?;
+    }
+    tx.raise_high_water(&scope, next.fencing_epoch.get())?;
     if tx.put_lease(current, next)? {
         Ok(())
     } else {
@@ -326,11 +340,11 @@ impl<S: Store> Registry<S> {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let kind = current.as_ref().map_or(kind_if_absent, |c| c.kind);
-            let (outcome, result) = match decide(current.as_ref(), now) {
+            let (outcome, mut result) = match decide(current.as_ref(), now) {
                 Ok((outcome, record)) => (Some(outcome), Ok(record)),
                 Err(denial) => (None, Err(denial)),
             };
-            if let Ok(record) = &result {
+            if let Ok(record) = &mut result {
                 swap(tx, current.as_ref(), record)?;
             }
             match &result {
@@ -408,8 +422,8 @@ impl<S: Store> Registry<S> {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: Vec::new() };
-            let decision = decide_init_start(current.as_ref(), key, target_version, &tenure, now);
-            if let InitDecision::Run(record) = &decision {
+            let mut decision = decide_init_start(current.as_ref(), key, target_version, &tenure, now);
+            if let InitDecision::Run(record) = &mut decision {
                 swap(tx, current.as_ref(), record)?;
                 let outcome =
                     if current.is_some() { LeaseOutcome::TakenOver } else { LeaseOutcome::Acquired };

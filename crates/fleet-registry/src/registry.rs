@@ -481,6 +481,12 @@ impl<S: Store> Registry<S> {
             summary.instances += fresh.len();
             tx.insert_workers(&dump.worker_registrations)?;
             summary.workers += dump.worker_registrations.len();
+            // Imported epochs count as handed out: later ones go above them.
+            for row in &dump.worker_registrations {
+                if let (Some(instance), Some(epoch @ 1..)) = (row.client_instance_id.as_deref(), row.fencing_epoch) {
+                    tx.raise_high_water(&slot_scope(instance, row.namespace), epoch)?;
+                }
+            }
             for lease in &backup.leases {
                 match tx.lease(&lease.lease_key)? {
                     Some(held) if held == *lease => {}
@@ -492,6 +498,7 @@ impl<S: Store> Registry<S> {
                     }
                     None => {
                         tx.put_lease(None, lease)?;
+                        tx.raise_high_water(&crate::leases::lease_scope(&lease.lease_key), lease.fencing_epoch.get())?;
                         summary.leases += 1;
                     }
                 }
@@ -592,7 +599,12 @@ fn register_in(
         }
     }
 
-    let fencing_epoch = slot.iter().filter_map(|r| r.fencing_epoch).max().unwrap_or(0) + 1;
+    // Above every row of the slot and every epoch it ever had (rows pruned or restored
+    // away included).
+    let scope = slot_scope(reg.instance.as_str(), reg.namespace);
+    let seen = slot.iter().filter_map(|r| r.fencing_epoch).max().unwrap_or(0);
+    let fencing_epoch = seen.max(tx.high_water(&scope)?) + 1;
+    tx.raise_high_water(&scope, fencing_epoch)?;
     let row = WorkerRow {
         worker_identity,
         client_type: Some(reg.client_type.clone()),
@@ -658,4 +670,9 @@ pub(crate) fn as_swept(rows: &[WorkerRow], now: Timestamp) -> std::borrow::Cow<'
             })
             .collect(),
     )
+}
+
+/// The high-water scope of a worker slot.
+pub(crate) fn slot_scope(instance: &str, namespace: Namespace) -> String {
+    format!("slot {instance} {namespace}")
 }

@@ -52,6 +52,12 @@ pub trait Tx {
     fn store_now(&mut self) -> Result<Timestamp, StoreError>;
     /// The registry's id, minted when the registry was created (see [`crate::RegistryId`]).
     fn registry_id(&mut self) -> Result<crate::RegistryId, StoreError>;
+    /// The highest fencing epoch ever handed out in `scope` (a lease key, a worker slot),
+    /// 0 when none: kept where pruning, importing and restoring rows do not reach, so an
+    /// epoch is never handed out twice.
+    fn high_water(&mut self, scope: &str) -> Result<u64, StoreError>;
+    /// Raises `scope`'s high-water mark to `epoch` (never lowers it).
+    fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError>;
     /// One lease.
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError>;
     /// Every lease, optionally of one kind, ordered by key.

@@ -52,6 +52,7 @@ struct Tables {
     leases: BTreeMap<LeaseKey, LeaseRecord>,
     audit: Vec<AuditEntry>,
     now: Option<Timestamp>,
+    high_water: BTreeMap<String, u64>,
 }
 
 /// A store whose transactions copy the tables and commit the copy whole.
@@ -106,6 +107,14 @@ impl Tx for MemoryTx<'_> {
     }
     fn insert_instance(&mut self, record: &InstanceRecord) -> Result<(), StoreError> {
         self.0.instances.insert(record.client_instance_id.clone(), record.clone());
+        Ok(())
+    }
+    fn high_water(&mut self, scope: &str) -> Result<u64, StoreError> {
+        Ok(self.0.high_water.get(scope).copied().unwrap_or(0))
+    }
+    fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
+        let mark = self.0.high_water.entry(scope.to_owned()).or_default();
+        *mark = (*mark).max(epoch);
         Ok(())
     }
     fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {

@@ -114,11 +114,23 @@ const MIGRATIONS: &[&str] = &[
         registry_id TEXT NOT NULL
     );
     INSERT INTO registry_identity VALUES (1, replace(gen_random_uuid()::text, '-', ''));",
+    // 5: the highest fencing epoch ever handed out per lease key and worker slot, which
+    // pruning, importing and restoring rows never lower; seeded from the rows there are.
+    "CREATE TABLE fencing_high_water (
+        scope TEXT PRIMARY KEY,
+        epoch BIGINT NOT NULL CHECK (epoch > 0)
+    );
+    INSERT INTO fencing_high_water
+        SELECT 'slot ' || client_instance_id || ' ' || namespace, max(fencing_epoch)
+        FROM worker_registrations
+        WHERE client_instance_id IS NOT NULL AND fencing_epoch > 0
+        GROUP BY client_instance_id, namespace;
+    INSERT INTO fencing_high_water SELECT 'lease ' || lease_key, fencing_epoch FROM leases;",
 ];
 
-/// The schema version this build writes: the registry's data model, and the registry's id
-/// (version 4).
-pub const SCHEMA_VERSION: i64 = 4;
+/// The schema version this build writes: the registry's data model, the registry's id
+/// (version 4) and the fencing epochs' high-water marks (version 5).
+pub const SCHEMA_VERSION: i64 = 5;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
@@ -522,6 +534,27 @@ impl Tx for PgTx<'_, '_> {
 
     fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {
         Ok(self.registry_id.clone())
+    }
+
+    fn high_water(&mut self, scope: &str) -> Result<u64, StoreError> {
+        let epoch: Option<i64> = self
+            .tx
+            .query_opt("SELECT epoch FROM fencing_high_water WHERE scope = $1", &[&scope])
+            .map_err(map_error)?
+            .map(|r| r.get(0));
+        Ok(epoch.map_or(0, i64::cast_unsigned))
+    }
+
+    fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
+        let epoch = i64::try_from(epoch).map_err(|_| StoreError::invalid("a fencing epoch past i64"))?;
+        self.tx
+            .execute(
+                "INSERT INTO fencing_high_water (scope, epoch) VALUES ($1, $2) \
+                 ON CONFLICT (scope) DO UPDATE SET epoch = greatest(fencing_high_water.epoch, excluded.epoch)",
+                &[&scope, &epoch],
+            )
+            .map_err(map_error)?;
+        Ok(())
     }
 
     fn store_now(&mut self) -> Result<Timestamp, StoreError> {

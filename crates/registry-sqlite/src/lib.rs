@@ -409,6 +409,27 @@ impl Tx for SqliteTx<'_> {
         leases::store_now(self.conn())
     }
 
+    fn high_water(&mut self, scope: &str) -> Result<u64, StoreError> {
+        let epoch: Option<i64> = self
+            .conn()
+            .query_row("SELECT epoch FROM fencing_high_water WHERE scope = ?1", [scope], |r| r.get(0))
+            .optional()
+            .map_err(map_error)?;
+        Ok(epoch.map_or(0, i64::cast_unsigned))
+    }
+
+    fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
+        let epoch = i64::try_from(epoch).map_err(|_| StoreError::invalid("a fencing epoch past i64"))?;
+        self.conn()
+            .execute(
+                "INSERT INTO fencing_high_water (scope, epoch) VALUES (?1, ?2) \
+                 ON CONFLICT (scope) DO UPDATE SET epoch = max(epoch, excluded.epoch)",
+                params![scope, epoch],
+            )
+            .map_err(map_error)?;
+        Ok(())
+    }
+
     fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {
         let id: Option<String> = self
             .conn()

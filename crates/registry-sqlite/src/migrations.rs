@@ -148,6 +148,18 @@ const MIGRATIONS: &[&str] = &[
         registry_id TEXT NOT NULL
     );
     INSERT OR IGNORE INTO registry_identity VALUES (1, lower(hex(randomblob(16))));",
+    // 6: the highest fencing epoch ever handed out per lease key and worker slot, which
+    // pruning, importing and restoring rows never lower; seeded from the rows there are.
+    "CREATE TABLE fencing_high_water (
+        scope TEXT PRIMARY KEY NOT NULL,
+        epoch INTEGER NOT NULL CHECK (epoch > 0)
+    );
+    INSERT OR IGNORE INTO fencing_high_water
+        SELECT 'slot ' || client_instance_id || ' ' || namespace, max(fencing_epoch)
+        FROM worker_registrations
+        WHERE client_instance_id IS NOT NULL AND fencing_epoch > 0
+        GROUP BY client_instance_id, namespace;
+    INSERT OR IGNORE INTO fencing_high_water SELECT 'lease ' || lease_key, fencing_epoch FROM leases;",
 ];
 
 /// The history's one row, as migration 4 writes it.
@@ -155,8 +167,9 @@ const HISTORY_ROW: &str =
     "INSERT OR IGNORE INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);";
 
 /// The schema version this build writes: the registry's data model (version 3),
-/// SQLite's own history of changes (version 4) and the registry's id (version 5).
-pub const SCHEMA_VERSION: i64 = 5;
+/// SQLite's own history of changes (version 4), the registry's id (version 5) and the
+/// fencing epochs' high-water marks (version 6).
+pub const SCHEMA_VERSION: i64 = 6;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
