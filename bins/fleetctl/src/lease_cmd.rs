@@ -229,8 +229,10 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
                 // The record was written at the store's now: its own updated_at.
                 out!("{}", lease_table(std::slice::from_ref(&record), record.updated_at))?;
                 if record.state == LeaseState::Held {
+                    // The TTL this grant was given, so that following the line keeps it.
+                    let ttl = record.expires_at.since(record.heartbeat_at).whole_seconds().max(1);
                     outln!(
-                        "renew or release with: --owner {} --lease-id {} --epoch {}",
+                        "renew or release with: --owner {} --lease-id {} --epoch {} --ttl {ttl}",
                         record.owner,
                         record.lease_id,
                         record.fencing_epoch

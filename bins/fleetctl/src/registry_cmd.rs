@@ -38,7 +38,8 @@ pub(crate) enum RegistryCmd {
     /// Remove released, superseded and retired rows last seen before DATE, after writing
     /// them to an export file. Active rows and the lease audit log are never pruned.
     Prune {
-        /// An RFC 3339 time: rows whose last sign of life is before it go.
+        /// An RFC 3339 time, or a date (YYYY-MM-DD, its first instant UTC): rows whose last
+        /// sign of life is before it go.
         #[arg(long)]
         before: String,
         /// Where the pruned rows are written first (a registry export; it must not exist).
@@ -88,7 +89,14 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             }
         }
         RegistryCmd::Prune { before, export, json } => {
-            let before = fleet_identity::Timestamp::parse(&before)
+            // A bare date means its first instant, UTC.
+            let is_date = before.len() == 10
+                && before
+                    .bytes()
+                    .enumerate()
+                    .all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+            let full = if is_date { format!("{before}T00:00:00Z") } else { before };
+            let before = fleet_identity::Timestamp::parse(&full)
                 .map_err(|e| Failure::usage(format!("--before: {e}")))?;
             let mut registry = open_registry(location, OpenMode::MustExist)?;
             let rows = registry.prunable(before)?;

@@ -260,3 +260,26 @@ fn a_slots_fencing_epoch_never_repeats_across_prune_and_import() {
     run_once();
     assert!(fleet.workers().iter().any(|r| r.fencing_epoch == Some(3)), "and on from there");
 }
+
+/// `registry prune --before` takes a bare date as its first instant, UTC; a malformed one
+/// is bad input naming the flag.
+#[test]
+fn prune_takes_a_bare_date() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let export = fleet.dir.path().join("pruned.json");
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2026-12-01",
+        "--export",
+        export.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said["before"], "2026-12-01T00:00:00.000Z");
+    let out = fleet.ctl(&["registry", "prune", "--before", "2026-13-01", "--export", "other.json"]);
+    common::assert_one_line_error(&out, 2, "--before");
+}

@@ -519,3 +519,24 @@ fn json_logs_are_json_on_every_line_and_every_write_is_an_event() {
         "snake_case outcomes: {events:?}"
     );
 }
+
+/// The line `lease acquire` prints to renew with carries the lease's TTL: following it
+/// keeps a 300 s lease at 300 s instead of shortening it to the default 30.
+#[test]
+fn following_the_printed_renew_line_keeps_the_ttl() {
+    let fleet = Fleet::new();
+    let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:long", "--owner", "me", "--ttl", "300"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line =
+        stdout.lines().find_map(|l| l.strip_prefix("renew or release with: ")).expect("the renew line");
+    assert!(line.ends_with("--ttl 300"), "{line}");
+    let mut args = vec!["lease", "renew", "--key", "workflow:long", "--json"];
+    args.extend(line.split_whitespace());
+    let out = fleet.ctl(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let renewed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at =
+        |field: &str| fleet_identity::Timestamp::parse(renewed["lease"][field].as_str().unwrap()).unwrap();
+    assert_eq!(at("expires_at").since(at("heartbeat_at")).whole_seconds(), 300);
+}
