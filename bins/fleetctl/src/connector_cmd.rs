@@ -272,11 +272,17 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         }
         let holder: Holder = lease.holder();
         let sent = fleet_runtime::process::boot_clock();
+        // A renewal that cannot answer within the time the command has left is given up on.
+        binding.registry.set_call_deadline(Some(act_until.saturating_sub(sent)));
         let renewed = match binding.lease(ConnectorRequest::Renew { holder: &holder, ttl: binding.ttl }) {
-            // The store could not be reached this once: try again soon. Until a renewal
-            // commits, the deadline already secured is what the command acts by.
+            // The store could not be reached this once: try again soon, on a new
+            // connection. Until a renewal commits, the deadline already secured is what
+            // the command acts by.
             Err(e) => {
                 fleet_runtime::warn(format_args!("fleetctl: cannot renew {lease_key}, retrying: {e}"));
+                if let Ok(registry) = open_registry(location, OpenMode::MustExist) {
+                    binding.registry = registry;
+                }
                 next = Instant::now() + period / 4;
                 continue;
             }
@@ -303,6 +309,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         }
     };
     drop(dir);
+    binding.registry.set_call_deadline(None);
     let status = outcome?;
     let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
     let sig = asked.load(Ordering::SeqCst);

@@ -665,3 +665,118 @@ fn registries_in_two_schemas_never_wait_on_each_other() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     held.rollback().unwrap();
 }
+
+/// A TCP relay to the PostgreSQL server that can be told to stop forwarding (both ways)
+/// while keeping every connection open: a network that stalls, not one that refuses.
+struct StallingProxy {
+    port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    fn to(server: &str) -> Self {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stalled);
+        let server = server.to_owned();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(upstream) = std::net::TcpStream::connect(&server) else { continue };
+                for (mut from, mut to) in
+                    [(client.try_clone().unwrap(), upstream.try_clone().unwrap()), (upstream, client)]
+                {
+                    let flag = std::sync::Arc::clone(&flag);
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                            while flag.load(Ordering::SeqCst) {
+                                std::thread::sleep(std::time::Duration::from_millis(20));
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Self { port, stalled }
+    }
+
+    fn stall(&self) {
+        self.stalled.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `initialize --ttl 3` whose renewals stall on a network that stops forwarding: the
+/// command is ended before the lease can lapse (by its keeper, on the deadline of the
+/// last committed renewal), and the owner's renewal gives up within the time the lease
+/// had left instead of waiting out the statement deadline (60 s and more); it says it
+/// lost the lease and exits 1.
+#[test]
+fn a_stalled_renewal_stops_the_command_before_the_lease_lapses() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let direct = schema.url();
+    assert!(
+        fleet
+            .fleetctl()
+            .env("FLEET_REGISTRY", &direct)
+            .args(["registry", "init"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let proxy = StallingProxy::to("127.0.0.1:5432");
+    let through = direct.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    assert_ne!(through, direct, "the test server is at 127.0.0.1:5432");
+    let pidfile = fleet.dir.path().join("pid");
+    let mut owner = fleet
+        .fleetctl()
+        .env("FLEET_REGISTRY", &through)
+        .args(["initialize", "--key", "stall", "--target-version", "1", "--ttl", "3", "--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 60", pidfile.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command: i32 = wait_for(std::time::Duration::from_secs(20), || {
+        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
+    });
+    proxy.stall();
+    let stalled_at = std::time::Instant::now();
+    // The lease, as the store holds it, read past the proxy.
+    let mut admin = postgres::Client::connect(&direct, postgres::NoTls).unwrap();
+    let expires: String =
+        admin.query_one("SELECT expires_at FROM leases WHERE lease_key = 'init:stall'", &[]).unwrap().get(0);
+    let expires = fleet_identity::Timestamp::parse(&expires).unwrap();
+    wait_for(std::time::Duration::from_secs(10), || (!common::alive(command)).then_some(()));
+    let ended = fleet_identity::Timestamp::parse(
+        &admin
+            .query_one(
+                "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+                &[],
+            )
+            .unwrap()
+            .get::<_, String>(0),
+    )
+    .unwrap();
+    assert!(ended < expires, "the command ended at {ended}, before the lease could lapse at {expires}");
+    let status = owner.wait().unwrap();
+    let waited = stalled_at.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("lost the initialization lease"), "{stderr}");
+    assert!(
+        waited < std::time::Duration::from_secs(30),
+        "the owner gave up after {waited:?}, not the statement deadline"
+    );
+}

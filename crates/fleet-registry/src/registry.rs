@@ -213,6 +213,11 @@ impl<S: Store> Registry<S> {
         self.store.change_marker()
     }
 
+    /// Bounds how long any one call may wait on the store (see [`Store::set_call_deadline`]).
+    pub fn set_call_deadline(&mut self, deadline: Option<std::time::Duration>) {
+        self.store.set_call_deadline(deadline);
+    }
+
     /// One worker row.
     pub fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
         self.store.read(|tx| tx.worker(id))

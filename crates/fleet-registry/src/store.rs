@@ -252,6 +252,12 @@ pub trait Store {
         Ok(None)
     }
 
+    /// Bounds how long any one call may wait on the store from now on (`None`: the
+    /// backend's own bound): a lease holder renewing sets it to the time its lease has
+    /// left, so a renewal that cannot finish in time fails instead of hanging. Backends
+    /// without such a bound ignore it.
+    fn set_call_deadline(&mut self, _deadline: Option<std::time::Duration>) {}
+
     /// The heartbeat, as one guarded statement: sets `last_heartbeat_at = now` and
     /// `ownership_state` to what the worker claims on the row only if it is active and
     /// still belongs to the credential's generation and token. Returns whether a row

@@ -156,19 +156,30 @@ fn run_owned(
         let period = fleet_lease::renew_period(options.ttl);
         let lease_ttl = ttl(options.ttl);
         std::thread::spawn(move || {
-            let Ok(mut registry) = open_registry(&location, OpenMode::MustExist) else {
-                cancel.lost.store(true, Ordering::SeqCst);
-                return;
-            };
+            let mut registry = None;
             let mut wait = period;
             loop {
                 match stopped.recv_timeout(wait) {
                     Err(RecvTimeoutError::Timeout) => {}
                     _ => return,
                 }
-                // Measured from the send: the store cannot commit before it.
+                // Measured from the send: the store cannot commit before it. A renewal
+                // that cannot answer within the time the work has left is given up on.
                 let sent = crate::process::boot_clock();
-                match registry.renew_lease(&key, &holder, lease_ttl, &AuditContext::default()) {
+                let left = cancel.act_until().saturating_sub(sent);
+                if left.is_zero() {
+                    cancel.lost.store(true, Ordering::SeqCst);
+                    return;
+                }
+                wait = period / 4;
+                if registry.is_none() {
+                    registry = open_registry(&location, OpenMode::MustExist)
+                        .inspect_err(|e| tracing::warn!(lease_key = %key, error = %e, "cannot reach the registry to renew; retrying"))
+                        .ok();
+                }
+                let Some(reg) = registry.as_mut() else { continue };
+                reg.set_call_deadline(Some(left));
+                match reg.renew_lease(&key, &holder, lease_ttl, &AuditContext::default()) {
                     Ok(Ok(_)) => {
                         cancel.act_until.fetch_max(nanos(sent.saturating_add(window.act)), Ordering::SeqCst);
                         wait = period;
@@ -178,11 +189,14 @@ fn run_owned(
                         cancel.lost.store(true, Ordering::SeqCst);
                         return;
                     }
-                    // The store failed this once: try again soon. Until a renewal
-                    // commits, the deadline already secured is what the work acts by.
+                    // The store failed this once: try again soon, on a new connection
+                    // when this one may be the broken part. Until a renewal commits, the
+                    // deadline already secured is what the work acts by.
                     Err(e) => {
                         tracing::warn!(lease_key = %key, error = %e, "cannot renew the initialization lease; retrying");
-                        wait = period / 4;
+                        if e.kind() != fleet_registry::StoreErrorKind::Busy {
+                            registry = None;
+                        }
                     }
                 }
             }

@@ -204,6 +204,14 @@ impl Store for AnyStore {
         }
     }
 
+    fn set_call_deadline(&mut self, deadline: Option<std::time::Duration>) {
+        match self {
+            AnyStore::Sqlite(s) => s.set_call_deadline(deadline),
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) => s.set_call_deadline(deadline),
+        }
+    }
+
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.change_marker(),

@@ -100,6 +100,10 @@ impl Client {
         self.deadline = deadline;
     }
 
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     pub(crate) fn query_one<S: ToStatement + ?Sized>(
         &mut self,
         sql: &S,

@@ -142,6 +142,8 @@ pub struct PostgresStore {
     heartbeat: Option<tokio_postgres::Statement>,
     /// The change-marker query, prepared on first use for this connection.
     marker: Option<tokio_postgres::Statement>,
+    /// The longest any one round trip waits, as the session's statement timeout sets it.
+    default_deadline: std::time::Duration,
     /// The registry's id, read once at connect (it never changes).
     registry_id: fleet_registry::RegistryId,
     /// The advisory lock every write transaction holds, keyed by the registry's id: two
@@ -311,7 +313,8 @@ impl PostgresStore {
         migrate(&mut client)?;
         let registry_id = read_registry_id(&mut client)?;
         let write_lock = registry_id.lock_key();
-        Ok(Self { client, heartbeat: None, marker: None, registry_id, write_lock })
+        let default_deadline = client.deadline();
+        Ok(Self { client, heartbeat: None, marker: None, default_deadline, registry_id, write_lock })
     }
 }
 
@@ -677,6 +680,13 @@ impl Store for PostgresStore {
         let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
         tx.commit().map_err(map_error)?;
         Ok(value)
+    }
+
+    /// A missed deadline drops the connection (its answer can no longer be trusted to
+    /// belong to the next question): the caller opens a new one.
+    fn set_call_deadline(&mut self, deadline: Option<std::time::Duration>) {
+        let bound = deadline.map_or(self.default_deadline, |d| d.min(self.default_deadline));
+        self.client.set_deadline(bound.max(std::time::Duration::from_millis(1)));
     }
 
     /// PostgreSQL keeps no commit counter a client can read, so the marker is a digest

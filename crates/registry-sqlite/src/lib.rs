@@ -534,6 +534,12 @@ impl Store for SqliteStore {
         self.run(TransactionBehavior::Deferred, f)
     }
 
+    /// Bounds how long a call waits for another writer's lock (the busy timeout).
+    fn set_call_deadline(&mut self, deadline: Option<Duration>) {
+        let bound = deadline.map_or(BUSY_TIMEOUT, |d| d.min(BUSY_TIMEOUT));
+        let _ = self.conn.busy_timeout(bound);
+    }
+
     /// SQLite's `data_version` (which moves when another connection, in any process,
     /// commits) with this connection's own change count. A registry path that no longer
     /// names the file this connection opened is an error: the open file is no longer the
