@@ -174,7 +174,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     let registry_id = binding.registry.registry_id()?;
     let lease_key = binding.identity.lease_key().to_string();
     let _host_lock =
-        crate::child::HostLock::take(&registry_id, &lease_key, &args.owner).map_err(Failure::refused)?;
+        crate::tenure::HostLock::take(&registry_id, &lease_key, &args.owner).map_err(Failure::refused)?;
     let window = fleet_lease::ActWindow::for_ttl(binding.ttl.unsigned_abs());
     let sent = fleet_runtime::process::boot_clock();
     let mut lease = binding.hold()?;
@@ -183,8 +183,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     // A former holder paused past its lease may still have its command's tree running
     // here: nothing of it may run beside this tenure. Any tree of this same epoch is a
     // leftover of a run that is gone (the host lock says no live one holds it).
-    let tenure = crate::child::Tenure::new(&registry_id, &lease_key, context.fencing_epoch.get());
-    let left = tenure.end_former_trees(crate::child::SameEpoch::Leftover);
+    let tenure = crate::tenure::Tenure::new(&registry_id, &lease_key, context.fencing_epoch.get());
+    let left = tenure.end_former_trees(crate::tenure::SameEpoch::Leftover);
     if !matches!(left, Ok(0)) {
         let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
         return Err(Failure::refused(match left {

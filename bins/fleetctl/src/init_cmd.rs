@@ -53,7 +53,7 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         // runs a second copy beside a first that outlived its authority. The command is
         // told its fencing token, to fence its own writes where no local mechanism reaches.
         let holder = cancel.holder();
-        let tenure = crate::child::Tenure::new(
+        let tenure = crate::tenure::Tenure::new(
             cancel.registry_id(),
             &format!("init:{}", args.key),
             holder.fencing_epoch.get(),
@@ -61,7 +61,7 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         // A former owner paused past its lease may still have its tree running here:
         // nothing of it may run beside this tenure. A newer tenure's tree means this
         // one has passed: nothing of it is touched.
-        let left = tenure.end_former_trees(crate::child::SameEpoch::Untouched).map_err(|s| s.to_string())?;
+        let left = tenure.end_former_trees(crate::tenure::SameEpoch::Untouched).map_err(|s| s.to_string())?;
         if left > 0 {
             return Err(format!(
                 "{left} processes of a former owner's run would not end; not running beside them"

@@ -13,6 +13,7 @@ mod registry_cmd;
 mod retire_cmd;
 mod snapshot_cmd;
 mod table;
+mod tenure;
 mod worker_cmd;
 
 use std::process::ExitCode;

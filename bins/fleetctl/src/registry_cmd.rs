@@ -90,12 +90,11 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
         }
         RegistryCmd::Prune { before, export, json } => {
             // A bare date means its first instant, UTC.
-            let is_date = before.len() == 10
-                && before
-                    .bytes()
-                    .enumerate()
-                    .all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
-            let full = if is_date { format!("{before}T00:00:00Z") } else { before };
+            let date = time::Date::parse(&before, time::macros::format_description!("[year]-[month]-[day]"));
+            let full = match date {
+                Ok(_) => format!("{before}T00:00:00Z"),
+                Err(_) => before,
+            };
             let before = fleet_identity::Timestamp::parse(&full)
                 .map_err(|e| Failure::usage(format!("--before: {e}")))?;
             let mut registry = open_registry(location, OpenMode::MustExist)?;

@@ -73,6 +73,7 @@ pub fn boot_id() -> Result<BootId, ProbeError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct StatLine {
     state: char,
+    parent: u32,
     start_time: u64,
 }
 
@@ -83,8 +84,9 @@ fn parse_stat(text: &str) -> Option<StatLine> {
     let mut fields = after_comm.split_ascii_whitespace();
     // Fields 3.. of the man page; `state` is field 3, `starttime` is field 22.
     let state = fields.next()?.chars().next()?;
-    let start_time = fields.nth(22 - 4)?.parse().ok()?;
-    Some(StatLine { state, start_time })
+    let parent = fields.next()?.parse().ok()?;
+    let start_time = fields.nth(22 - 5)?.parse().ok()?;
+    Some(StatLine { state, parent, start_time })
 }
 
 fn read_stat(pid: Pid) -> Result<Option<StatLine>, ProbeError> {
@@ -111,6 +113,12 @@ pub fn process_start_time(pid: Pid) -> Result<Option<ProcessStartTime>, ProbeErr
             ProcessStartTime::new(stat.start_time).map_err(|e| invalid(&format!("/proc/{pid}/stat"), e))
         })
         .transpose()
+}
+
+/// The parent of process `pid` (0 for a process whose parent is outside its PID
+/// namespace); `None` when there is no such process.
+pub fn parent_pid(pid: Pid) -> Result<Option<u32>, ProbeError> {
+    Ok(read_stat(pid)?.map(|stat| stat.parent))
 }
 
 /// Whether the pid number is occupied, without asking which incarnation holds it.
@@ -416,6 +424,7 @@ mod tests {
             "4242 (we (ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         let stat = parse_stat(line).unwrap();
         assert_eq!(stat.state, 'S');
+        assert_eq!(stat.parent, 1);
         assert_eq!(stat.start_time, 987_654);
         assert!(parse_stat("garbage").is_none());
     }

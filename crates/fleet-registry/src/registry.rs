@@ -223,6 +223,11 @@ impl<S: Store> Registry<S> {
         self.store.read(|tx| tx.worker(id))
     }
 
+    /// Every row, of any status, of one `(instance, namespace)` slot.
+    pub fn slot(&mut self, instance: &str, namespace: Namespace) -> Result<Vec<WorkerRow>, StoreError> {
+        self.store.read(|tx| tx.slot(instance, namespace))
+    }
+
     /// The registry's id: the same however its location is spelled (see [`crate::RegistryId`]).
     pub fn registry_id(&mut self) -> Result<crate::RegistryId, StoreError> {
         self.store.read(|tx| tx.registry_id())

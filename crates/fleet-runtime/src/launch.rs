@@ -219,10 +219,10 @@ pub enum Lineage {
 /// How many parents are followed looking for the launched client.
 const MAX_ANCESTORS: usize = 64;
 
-/// The parent of `pid`, read from `/proc/PID/stat` (field 4, after the command name).
+/// The parent of `pid`, when it can be read.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    let pid = fleet_identity::Pid::new(i64::from(pid)).ok()?;
+    fleet_probe::parent_pid(pid).ok().flatten()
 }
 
 /// Checks that this process descends from the process its launch started, when the
@@ -268,11 +268,10 @@ pub fn check_slot_unheld(
         Err(e) => return Err(e.to_string()),
     };
     let rows: Vec<_> = registry
-        .workers()
+        .slot(instance, namespace)
         .map_err(|e| e.to_string())?
         .into_iter()
         .filter(|r| r.status == fleet_registry::WorkerStatus::Active)
-        .filter(|r| r.namespace == namespace && r.client_instance_id.as_deref() == Some(instance))
         .collect();
     let probes = crate::probe_local(&rows);
     match rows.iter().find(|r| probes.get(&r.worker_identity) == Some(&fleet_registry::ProcessVerdict::Alive))
