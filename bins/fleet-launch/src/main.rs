@@ -75,6 +75,10 @@ struct FileArgs {
     /// Edit this file instead of the client's usual one.
     #[arg(long, conflicts_with = "scope")]
     file: Option<PathBuf>,
+    /// Write a project's config even when it is a link to a file outside the project
+    /// (refused by default: a cloned project must not choose what is edited).
+    #[arg(long)]
+    follow_project_links: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -270,11 +274,44 @@ fn run_hint(client: Client) -> String {
     format!("fleet-launch run --client {} -- {}", client.as_str(), client.program())
 }
 
-/// The config file `install` and `uninstall` edit.
+/// The config file `install` and `uninstall` edit: the one given, or the client's own
+/// of the scope chosen. A project's file (and Claude Code's project settings beside it)
+/// that links outside the project is refused unless `--follow-project-links`.
 fn config_file(client: Client, file: FileArgs) -> Result<PathBuf, Failure> {
     if let Some(path) = file.file {
         return Ok(path);
     }
+    let path = client_config(client, &file)?;
+    if file.scope.unwrap_or_else(|| client.default_scope()) == Scope::Project && !file.follow_project_links {
+        let project =
+            std::env::current_dir().map_err(|e| Failure::usage(format!("no current directory: {e}")))?;
+        stays_in_project(&path, &project)?;
+        if client == Client::ClaudeCode {
+            stays_in_project(&clients::claude_settings_path(&path), &project)?;
+        }
+    }
+    Ok(path)
+}
+
+/// Refuses a project file whose write would land outside `project` (a link, or a
+/// linked directory, pointing elsewhere), naming where it would land.
+fn stays_in_project(path: &Path, project: &Path) -> Result<(), Failure> {
+    let fail = |e: &dyn std::fmt::Display| Failure::usage(format!("cannot resolve {}: {e}", path.display()));
+    let project = std::fs::canonicalize(project).map_err(|e| fail(&e))?;
+    let target = fleet_runtime::user_file::final_target(path).map_err(|e| fail(&e))?;
+    if target.starts_with(&project) {
+        return Ok(());
+    }
+    Err(Failure::usage(format!(
+        "{} leads to {}, outside this project ({}); refusing to write there (pass --follow-project-links to write through it)",
+        path.display(),
+        target.display(),
+        project.display()
+    )))
+}
+
+/// The client's own config file of the scope chosen.
+fn client_config(client: Client, file: &FileArgs) -> Result<PathBuf, Failure> {
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
@@ -286,13 +323,9 @@ fn config_file(client: Client, file: FileArgs) -> Result<PathBuf, Failure> {
     Ok(client.config_path(scope, &home, &project, codex_home.as_deref()))
 }
 
-fn read_config(path: &Path) -> Result<String, Failure> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(Failure::usage(format!("cannot read {}: {e}", path.display()))),
-    }
-}
+/// The largest client config read (16 MiB; Claude Code's `~/.claude.json` keeps every
+/// project's history and grows to a few MiB).
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// Writes `text` to `path` by the project's one rule for user files
 /// (`fleet_runtime::user_file`): never through a planted file, keeping mode and owner,
@@ -304,7 +337,11 @@ fn write_config(path: &Path, text: &str) -> Result<(), Failure> {
 
 /// Applies `edit` to the file; reports whether anything changed.
 fn edit_config(path: &Path, edit: impl FnOnce(&str) -> Result<String, EditError>) -> Result<bool, Failure> {
-    let before = read_config(path)?;
+    // Held from the read to the write: a concurrent install or uninstall waits its turn
+    // and then edits what this one wrote.
+    let _turn = fleet_runtime::user_file::EditLock::take(path)
+        .map_err(|e| Failure::usage(format!("cannot edit {}: {e}", path.display())))?;
+    let before = fleet_runtime::user_file::read_for_edit(path, MAX_CONFIG_BYTES).map_err(Failure::usage)?;
     let after = edit(&before).map_err(|e| Failure::usage(e.to_string()))?;
     if after == before {
         return Ok(false);

@@ -451,3 +451,118 @@ fn install_and_uninstall_report_as_json() {
     assert_eq!(report(&["uninstall", "--client", "codex", "--json"])["outcome"], "removed");
     assert_eq!(report(&["uninstall", "--client", "codex", "--json"])["outcome"], "absent");
 }
+
+/// Two installs at once that want different commands: they take turns on the file, so
+/// the second sees the first's entries and is refused naming them; the file holds the
+/// winner's five entries, never a mix and never a silently lost install.
+#[test]
+fn concurrent_installs_of_different_commands_take_turns_and_the_loser_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for pair in 0..12 {
+        let file = dir.path().join(format!("pair-{pair}.json"));
+        // Commands not named fleet-mcp: an entry that runs one is no longer ours to rewrite.
+        let children: Vec<_> = ["/opt/a/wrapped-server", "/opt/b/other-server"]
+            .into_iter()
+            .map(|command| {
+                let child = Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+                    .args(["install", "--client", "claude_code", "--file"])
+                    .arg(&file)
+                    .args(["--server-command", command])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (command, child)
+            })
+            .collect();
+        let outcomes: Vec<(&str, Output)> = children
+            .into_iter()
+            .map(|(command, child)| (command, child.wait_with_output().unwrap()))
+            .collect();
+        let winners: Vec<&str> =
+            outcomes.iter().filter(|(_, out)| out.status.success()).map(|(command, _)| *command).collect();
+        assert_eq!(winners.len(), 1, "exactly one install wins pair {pair}");
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        for (name, entry) in config["mcpServers"].as_object().unwrap() {
+            assert_eq!(entry["command"], winners[0], "{name} runs the winner's command");
+        }
+        let (_, loser) = outcomes.iter().find(|(_, out)| !out.status.success()).unwrap();
+        let stderr = String::from_utf8_lossy(&loser.stderr);
+        assert_eq!(loser.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(winners[0]), "the refusal names what the file holds: {stderr}");
+    }
+}
+
+/// `fleet-launch install` in `project` with `HOME` at `home`, for `client`'s default
+/// (project) file.
+fn install_in_project(project: &Path, home: &Path, client: &str, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(["install", "--client", client, "--server-command", "/opt/fleetward/bin/fleet-mcp"])
+        .args(extra)
+        .env("HOME", home)
+        .current_dir(project)
+        .output()
+        .unwrap()
+}
+
+/// A cloned project cannot choose which file outside it an install edits: a project
+/// config that is a link (or sits in a linked directory) leading outside is refused,
+/// naming where it leads, unless `--follow-project-links`.
+#[test]
+fn a_project_config_linked_outside_the_project_is_refused_unless_asked() {
+    let root = tempfile::tempdir().unwrap();
+    let (project, home) = (root.path().join("project"), root.path().join("home"));
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(home.join("elsewhere")).unwrap();
+    let outside = written_at(&home.join("some-settings.json"), "{\"mine\": true}\n");
+    std::os::unix::fs::symlink(&outside, project.join(".mcp.json")).unwrap();
+    std::os::unix::fs::symlink(home.join("elsewhere"), project.join(".vscode")).unwrap();
+
+    for (client, target) in [("claude_code", outside.clone()), ("vscode", home.join("elsewhere/mcp.json"))] {
+        let out = install_in_project(&project, &home, client, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        let shown = std::fs::canonicalize(target.parent().unwrap()).unwrap();
+        assert!(
+            stderr.contains(&shown.display().to_string()) && stderr.contains("--follow-project-links"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "{\"mine\": true}\n");
+    assert!(!home.join("elsewhere/mcp.json").exists());
+
+    let out = install_in_project(&project, &home, "claude_code", &["--follow-project-links"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&outside).unwrap()).unwrap();
+    assert!(written["mcpServers"]["gitea-author"].is_object() && written["mine"] == true, "{written}");
+}
+
+/// A user's own config linked into a dotfiles directory is written through, as before.
+#[test]
+fn a_user_config_linked_into_dotfiles_is_written_through() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("home");
+    let dotfiles = written_at(&home.join("dotfiles/codex.toml"), "model = \"o3\"\n");
+    std::fs::create_dir_all(home.join(".codex")).unwrap();
+    std::os::unix::fs::symlink(&dotfiles, home.join(".codex/config.toml")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(["install", "--client", "codex", "--server-command", "/opt/fleetward/bin/fleet-mcp"])
+        .env("HOME", &home)
+        .env_remove("CODEX_HOME")
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&dotfiles).unwrap();
+    assert!(text.contains("model = \"o3\"") && text.contains("[mcp_servers.gitea-author]"), "{text}");
+    assert!(std::fs::symlink_metadata(home.join(".codex/config.toml")).unwrap().file_type().is_symlink());
+}
+
+fn written_at(path: &Path, text: &str) -> PathBuf {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
+}

@@ -142,26 +142,8 @@ pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPol
 
 pub(crate) fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
     let key = LeaseKey::new(text).map_err(|e| Failure::usage(e.to_string()))?;
-    if let Some(rest) = text.strip_prefix("connector:") {
-        let parts: Vec<&str> = rest.split('/').collect();
-        let [tenant, agent, binding] = parts.as_slice() else {
-            return Err(Failure::usage(format!("lease key {text:?} is not connector:TENANT/AGENT/BINDING")));
-        };
-        let id = ConnectorIdentity::new(tenant, agent, binding).map_err(Failure::usage)?;
-        return Ok((key, LeaseKind::Connector, Some(id)));
-    }
-    for (prefix, kind) in [("workflow:", LeaseKind::Workflow), ("init:", LeaseKind::Initialization)] {
-        match text.strip_prefix(prefix) {
-            Some("") => {
-                return Err(Failure::usage(format!(
-                    "lease key {text:?} names no {prefix} lease: {prefix}NAME"
-                )));
-            }
-            Some(_) => return Ok((key, kind, None)),
-            None => {}
-        }
-    }
-    Err(Failure::usage(format!("lease key {text:?} must start with workflow:, connector: or init:")))
+    let (kind, binding) = key.kind().map_err(Failure::usage)?;
+    Ok((key, kind, binding))
 }
 
 /// A key a lease operation may change: `init:` leases belong to `fleetctl initialize`.

@@ -1,6 +1,5 @@
 //! `fleetctl registry init|export|import|sweep`.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,6 +24,10 @@ pub(crate) enum RegistryCmd {
     Import {
         /// The JSON file to read (`-` for stdin).
         file: PathBuf,
+        /// The largest file read, in bytes; a larger one is refused before anything is
+        /// imported.
+        #[arg(long, value_name = "BYTES", default_value_t = MAX_IMPORT_BYTES)]
+        max_input_bytes: u64,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -70,9 +73,11 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             let backup = open_registry(location, OpenMode::MustExist)?.backup()?;
             outln!("{}", backup.to_json())?;
         }
-        RegistryCmd::Import { file, json } => {
-            let text = read_input(&file)?;
-            let backup = RegistryBackup::from_json(&text)
+        RegistryCmd::Import { file, max_input_bytes, json } => {
+            let value =
+                fleet_runtime::input::read_json(&file, "import file", max_input_bytes, "--max-input-bytes")
+                    .map_err(Failure::usage)?;
+            let backup = RegistryBackup::from_value(value)
                 .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
             let summary = open_registry(location, OpenMode::CreateIfMissing)?.restore(&backup)?;
             if json {
@@ -136,16 +141,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_input(file: &PathBuf) -> Result<String, Failure> {
-    let mut text = String::new();
-    let result = if file.as_os_str() == "-" {
-        std::io::stdin().read_to_string(&mut text).map(|_| ())
-    } else {
-        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text)).map(|_| ())
-    };
-    result.map_err(|e| Failure::usage(format!("cannot read {}: {e}", file.display())))?;
-    Ok(text)
-}
+/// The largest import read by default (1 GiB: a registry with millions of audit entries).
+const MAX_IMPORT_BYTES: u64 = 1 << 30;
 
 /// Creates `path` (refusing to overwrite) with `text`, synced to disk.
 fn write_new_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {

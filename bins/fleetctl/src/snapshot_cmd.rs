@@ -18,6 +18,9 @@ pub(crate) struct SnapshotArgs {
     /// The approved fleet manifest (JSON: {"instances": [...]}).
     #[arg(long)]
     manifest: Option<PathBuf>,
+    /// The largest --manifest or --compare file read, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = MAX_INPUT_BYTES)]
+    max_input_bytes: u64,
     /// Exit 1 when the fleet is not safe to mutate.
     #[arg(long)]
     gate: bool,
@@ -50,16 +53,20 @@ fn parse_time(s: &str) -> Result<Timestamp, String> {
     Timestamp::parse(s).map_err(|e| e.to_string())
 }
 
-pub(crate) fn read_manifest(path: &PathBuf) -> Result<Manifest, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("cannot read manifest {}: {e}", path.display())))?;
-    Manifest::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+/// The largest manifest or earlier snapshot read by default (256 MiB: a snapshot of a
+/// few hundred thousand workers).
+const MAX_INPUT_BYTES: u64 = 256 << 20;
+
+fn read_manifest(path: &std::path::Path, max_bytes: u64) -> Result<Manifest, Failure> {
+    let value = fleet_runtime::input::read_json(path, "manifest", max_bytes, "--max-input-bytes")
+        .map_err(Failure::usage)?;
+    Manifest::from_value(value).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
 pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<ExitCode, Failure> {
     // Input is checked before the registry is read.
-    let manifest = args.manifest.as_ref().map(read_manifest).transpose()?;
-    let previous = args.compare.as_ref().map(read_previous).transpose()?;
+    let manifest = args.manifest.as_ref().map(|p| read_manifest(p, args.max_input_bytes)).transpose()?;
+    let previous = args.compare.as_ref().map(|p| read_previous(p, args.max_input_bytes)).transpose()?;
     let canonical_repository = args
         .canonical_repository
         .clone()
@@ -90,10 +97,10 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
 }
 
 /// The live workers of an earlier snapshot, from its JSON.
-fn read_previous(path: &PathBuf) -> Result<LiveHeartbeats, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("cannot read snapshot {}: {e}", path.display())))?;
-    LiveHeartbeats::from_json(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+fn read_previous(path: &std::path::Path, max_bytes: u64) -> Result<LiveHeartbeats, Failure> {
+    let value = fleet_runtime::input::read_json(path, "snapshot", max_bytes, "--max-input-bytes")
+        .map_err(Failure::usage)?;
+    LiveHeartbeats::from_value(&value).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
 /// A heartbeat comparison for a person: the verdict, then each group that is not empty.

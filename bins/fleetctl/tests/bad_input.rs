@@ -120,7 +120,7 @@ fn a_corrupt_import_file_is_refused_whole() {
         assert_eq!(fleet.export(), before, "{name} must leave the registry unchanged");
     }
     let out = fleet.ctl(&["registry", "import", "/nonexistent/file.json"]);
-    assert_one_line_error(&out, 2, "cannot read /nonexistent/file.json");
+    assert_one_line_error(&out, 2, "cannot read import file /nonexistent/file.json");
 }
 
 #[test]
@@ -387,5 +387,74 @@ fn a_lease_key_without_a_name_says_what_is_missing() {
     for key in ["workflow:", "init:"] {
         let out = fleet.ctl(&["lease", "show", "--key", key]);
         assert_one_line_error(&out, 2, "names no");
+    }
+}
+
+/// `registry import`, `snapshot --manifest` and `snapshot --compare` parse their file as
+/// it streams in: an endless input is refused at its first byte, never read to the end.
+#[test]
+fn an_endless_input_is_refused_at_once_and_changes_nothing() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    for args in [
+        ["registry", "import", "/dev/zero"],
+        ["registry", "import", "/dev/urandom"],
+        ["snapshot", "--manifest", "/dev/zero"],
+        ["snapshot", "--compare", "/dev/urandom"],
+    ] {
+        let out = fleet.ctl(&args);
+        assert_one_line_error(&out, 2, &format!("{} is not valid JSON", args[2]));
+    }
+    assert_eq!(fleet.export(), before);
+}
+
+#[test]
+fn an_input_past_its_limit_is_refused_naming_the_flag_that_raises_it() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    let path = fleet.dir.path().join("export.json");
+    std::fs::write(&path, serde_json::to_string(&before).unwrap()).unwrap();
+    let file = path.to_str().unwrap();
+    let out = fleet.ctl(&["registry", "import", file, "--max-input-bytes", "100"]);
+    assert_one_line_error(&out, 2, "larger than 100 bytes");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-input-bytes"));
+    let out = fleet.ctl(&["snapshot", "--manifest", file, "--max-input-bytes", "10"]);
+    assert_one_line_error(&out, 2, "larger than 10 bytes");
+    assert_eq!(fleet.export(), before);
+}
+
+/// An import checks each lease and audit entry by the rules of the commands that write
+/// them, and refuses fields and tables it does not know, before anything is written.
+#[test]
+fn import_refuses_what_the_lease_commands_refuse() {
+    let fleet = Fleet::new();
+    let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:x", "--owner", "ops"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = fleet.ctl(&["registry", "export"]);
+    let export: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let target = Fleet::new();
+    assert!(target.ctl(&["registry", "init"]).status.success());
+    let before = target.export();
+    type Doctor = fn(&mut serde_json::Value);
+    let cases: [(&str, Doctor, &str); 6] = [
+        ("kind.json", |e| e["leases"][0]["kind"] = "connector".into(), "names a workflow lease"),
+        ("nameless.json", |e| e["leases"][0]["lease_key"] = "workflow:".into(), "names no workflow: lease"),
+        ("audit.json", |e| e["lease_audit_log"][0]["kind"] = "initialization".into(), "lease_audit_log[0]"),
+        ("field.json", |e| e["leases"][0]["extra"] = 1.into(), "unknown field `extra`"),
+        ("table.json", |e| e["bogus"] = serde_json::json!([]), "unknown table \"bogus\""),
+        (
+            "scopes.json",
+            |e| e["leases"][0]["scopes"] = serde_json::json!(["repo:read"]),
+            "only connector leases",
+        ),
+    ];
+    for (name, doctor, needle) in cases {
+        let mut doctored = export.clone();
+        doctor(&mut doctored);
+        let path = target.dir.path().join(name);
+        std::fs::write(&path, doctored.to_string()).unwrap();
+        let out = target.ctl(&["registry", "import", path.to_str().unwrap()]);
+        assert_one_line_error(&out, 2, needle);
+        assert_eq!(target.export(), before, "{name} must leave the registry unchanged");
     }
 }

@@ -120,6 +120,31 @@ token!(
     LeaseKey,
     "lease key"
 );
+impl LeaseKey {
+    /// What the key names: its kind and, for a connector key, the binding. A key that
+    /// names nothing (`workflow:`) or no known kind is refused, naming the form wanted;
+    /// every command and every import checks keys by this one rule.
+    pub fn kind(&self) -> Result<(LeaseKind, Option<crate::ConnectorIdentity>), String> {
+        let text = self.as_str();
+        if let Some(rest) = text.strip_prefix("connector:") {
+            let parts: Vec<&str> = rest.split('/').collect();
+            let [tenant, agent, binding] = parts.as_slice() else {
+                return Err(format!("lease key {text:?} is not connector:TENANT/AGENT/BINDING"));
+            };
+            let id = crate::ConnectorIdentity::new(tenant, agent, binding)?;
+            return Ok((LeaseKind::Connector, Some(id)));
+        }
+        for (prefix, kind) in [("workflow:", LeaseKind::Workflow), ("init:", LeaseKind::Initialization)] {
+            match text.strip_prefix(prefix) {
+                Some("") => return Err(format!("lease key {text:?} names no {prefix} lease: {prefix}NAME")),
+                Some(_) => return Ok((kind, None)),
+                None => {}
+            }
+        }
+        Err(format!("lease key {text:?} must start with workflow:, connector: or init:"))
+    }
+}
+
 token!(
     /// The opaque id of one tenure of a lease; a takeover rotates it.
     LeaseId,
@@ -211,6 +236,7 @@ pub const LEASE_COLUMNS: [&str; 15] = [
 
 /// One lease row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct LeaseRecord {
     pub lease_key: LeaseKey,
@@ -231,6 +257,38 @@ pub struct LeaseRecord {
 }
 
 impl LeaseRecord {
+    /// Checks the row by the rules the commands that write leases follow: a key that
+    /// names a lease of the row's kind, an owner, scopes only on a connector lease, an
+    /// initialization state only on an initialization lease, an expiry after the
+    /// acquisition. What an import refuses before it writes anything.
+    pub fn check(&self) -> Result<(), String> {
+        let key = &self.lease_key;
+        let (kind, _) = key.kind()?;
+        if kind != self.kind {
+            return Err(format!(
+                "lease {key} is of kind {}, but its key names a {} lease",
+                self.kind.as_str(),
+                kind.as_str()
+            ));
+        }
+        if self.owner.is_empty() || self.owner.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "lease {key} has owner {:?}: 1 or more characters without whitespace",
+                self.owner
+            ));
+        }
+        if !self.scopes.is_empty() && kind != LeaseKind::Connector {
+            return Err(format!("lease {key} has scopes, which only connector leases hold"));
+        }
+        if self.init.is_some() && kind != LeaseKind::Initialization {
+            return Err(format!("lease {key} has an initialization state, which only init: leases hold"));
+        }
+        if self.expires_at < self.acquired_at {
+            return Err(format!("lease {key} expires before it was acquired"));
+        }
+        Ok(())
+    }
+
     /// Whether the lease is held and unexpired at `now` (on the store's clock).
     pub fn is_live(&self, now: Timestamp) -> bool {
         self.state == LeaseState::Held && now < self.expires_at

@@ -460,8 +460,12 @@ impl DumpError {
 impl RegistryDump {
     /// Reads a dump: either the object export writes, or a bare array of worker rows.
     pub fn from_json(text: &str) -> Result<Self, DumpError> {
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
+        let value = serde_json::from_str(text).map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
+        Self::from_value(value)
+    }
+
+    /// [`RegistryDump::from_json`] of JSON already parsed (a file read as it streams in).
+    pub fn from_value(value: serde_json::Value) -> Result<Self, DumpError> {
         let dump = if value.is_array() {
             let rows = serde_json::from_value(value).map_err(|e| DumpError(format!("worker row: {e}")))?;
             RegistryDump { instances: Vec::new(), worker_registrations: rows }

@@ -20,6 +20,7 @@ use crate::store::{Store, Tx};
 /// One audit-log row. It stores who and what happened, never scopes, grants, payloads
 /// or secrets.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AuditEntry {
     /// Position in the log (assigned by the store).
     pub id: i64,
@@ -46,6 +47,24 @@ pub struct AuditEntry {
     pub correlation_id: Option<String>,
     /// When, on the store's clock.
     pub at: Timestamp,
+}
+
+impl AuditEntry {
+    /// Checks the entry by the rules its writers follow: a key that names a lease of the
+    /// entry's kind.
+    pub fn check(&self) -> Result<(), String> {
+        let key = LeaseKey::new(self.lease_key.as_str()).map_err(|e| e.to_string())?;
+        let (kind, _) = key.kind()?;
+        if kind != self.kind {
+            return Err(format!(
+                "entry {} is of kind {}, but its key {key} names a {} lease",
+                self.id,
+                self.kind.as_str(),
+                kind.as_str()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Who is acting, for the audit log.

@@ -11,6 +11,7 @@ mod env;
 mod exit;
 mod fleet;
 mod init;
+pub mod input;
 mod judged;
 mod launch;
 mod location;

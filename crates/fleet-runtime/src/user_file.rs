@@ -58,6 +58,91 @@ pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::File::open(&dir)?.sync_all()
 }
 
+/// An exclusive lock on the directory of the file `path` finally names (through its
+/// links), held while a read, edit and [`replace`] of that file run: two editors in
+/// this project take turns, so neither loses the other's update. Released when dropped.
+/// The lock is advisory (`flock`): other programs that edit the file do not take it.
+#[derive(Debug)]
+pub struct EditLock {
+    _dir: nix::fcntl::Flock<fs::File>,
+    target: PathBuf,
+}
+
+impl EditLock {
+    /// Waits for and takes the lock for `path`, creating its directory when missing.
+    ///
+    /// # Errors
+    /// When the directory cannot be created or opened, or `path` is a dangling or
+    /// looping link.
+    pub fn take(path: &Path) -> io::Result<Self> {
+        let target = resolve(path)?;
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        fs::create_dir_all(&dir)?;
+        let handle = fs::File::open(&dir)?;
+        let lock = nix::fcntl::Flock::lock(handle, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| io::Error::from(errno))?;
+        Ok(Self { _dir: lock, target })
+    }
+
+    /// The file the lock is for: `path`'s links followed to their end.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+}
+
+/// Where `path` finally points, its directories' links resolved too: the file a write
+/// through `path` would change. A missing file resolves within its (existing) directory.
+///
+/// # Errors
+/// A dangling or looping link, or a directory that cannot be resolved.
+pub fn final_target(path: &Path) -> io::Result<PathBuf> {
+    let target = resolve(path)?;
+    let name = target.file_name().map(std::ffi::OsStr::to_os_string);
+    let dir = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // The nearest directory that exists decides where the file would land.
+    let mut existing = dir.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        rest.push(existing.file_name().map(std::ffi::OsStr::to_os_string).unwrap_or_default());
+        existing = existing.parent().unwrap_or(Path::new("."));
+    }
+    let mut out = fs::canonicalize(if existing.as_os_str().is_empty() { Path::new(".") } else { existing })?;
+    out.extend(rest.iter().rev());
+    if let Some(name) = name {
+        out.push(name);
+    }
+    Ok(out)
+}
+
+/// Reads a config file to edit: its text, empty when it does not exist, refused past
+/// `max_bytes`.
+///
+/// # Errors
+/// A file that cannot be read, is not UTF-8, or is larger than `max_bytes`.
+pub fn read_for_edit(path: &Path, max_bytes: u64) -> Result<String, String> {
+    use std::io::Read as _;
+    let shown = path.display();
+    let file = match fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(format!("cannot read {shown}: {e}")),
+    };
+    let mut text = String::new();
+    file.take(max_bytes.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if text.len() as u64 > max_bytes {
+        return Err(format!("{shown} is larger than {max_bytes} bytes; refusing to edit it"));
+    }
+    Ok(text)
+}
+
 /// Reads a file that grants authority (profiles, a connector policy): without blocking
 /// (a FIFO or a device given in its place is refused, not waited on), at most
 /// `max_bytes`, and only if it is a regular file owned by this user and writable by no

@@ -106,6 +106,11 @@ impl LiveHeartbeats {
     /// their `state` and `last_heartbeat_at`); the error names what is missing or wrong.
     pub fn from_json(text: &str) -> Result<Self, String> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        Self::from_value(&value)
+    }
+
+    /// [`LiveHeartbeats::from_json`] of JSON already parsed (a file read as it streams in).
+    pub fn from_value(value: &serde_json::Value) -> Result<Self, String> {
         let at = value["snapshot_at"]
             .as_str()
             .and_then(|t| Timestamp::parse(t).ok())

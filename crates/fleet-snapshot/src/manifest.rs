@@ -43,8 +43,14 @@ impl Manifest {
     /// Parses and checks a manifest: valid JSON, known namespaces, and no instance listed
     /// twice. Errors name the field at fault.
     pub fn from_json(text: &str) -> Result<Self, ManifestError> {
+        let value = serde_json::from_str(text).map_err(|e| ManifestError(format!("is not valid: {e}")))?;
+        Self::from_value(value)
+    }
+
+    /// [`Manifest::from_json`] of JSON already parsed (a file read as it streams in).
+    pub fn from_value(value: serde_json::Value) -> Result<Self, ManifestError> {
         let manifest: Manifest =
-            serde_json::from_str(text).map_err(|e| ManifestError(format!("is not valid: {e}")))?;
+            serde_json::from_value(value).map_err(|e| ManifestError(format!("is not valid: {e}")))?;
         let mut seen = std::collections::BTreeSet::new();
         for (i, instance) in manifest.instances.iter().enumerate() {
             if !seen.insert(&instance.client_instance_id) {

@@ -86,6 +86,9 @@ impl SqliteStore {
     }
 
     fn open_existing(path: &Path, mode: OpenMode) -> Result<Self, StoreError> {
+        if mode == OpenMode::MustExist && !writable(path) {
+            return Self::open_read_only(path);
+        }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| unavailable(path, e))?;
         // A file with no schema yet (an empty file, say) is not a registry to read: a
@@ -113,6 +116,51 @@ impl SqliteStore {
             for built in migrations::repair(&mut conn)? {
                 tracing::warn!(registry = %path.display(), "rebuilt {built}, which was missing");
             }
+        }
+        migrations::verify(&conn, path)?;
+        Ok(Self { conn, file: file_identity(path), path: path.to_owned() })
+    }
+
+    /// Opens a registry this process may read but not write (a file of another user's, a
+    /// read-only mount): nothing is migrated, switched or repaired, and every write is
+    /// refused by SQLite. SQLite reads a WAL file it cannot write only through its `-wal`
+    /// and `-shm` files, which every writer keeps in place (`PERSIST_WAL`).
+    fn open_read_only(path: &Path) -> Result<Self, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| unavailable(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| map_open_error(path, e))?;
+        let version: i64 = match conn.query_row("PRAGMA user_version", [], |r| r.get(0)) {
+            Ok(version) => version,
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly) => {
+                return Err(unavailable(
+                    path,
+                    "it is read-only to this user and its -wal and -shm files are missing or unreadable \
+                     (SQLite needs them to read a file it cannot write): open it once as a user who may \
+                     write it (`fleetctl registry init`), which keeps them, and give them the file's mode",
+                ));
+            }
+            Err(e) => return Err(map_open_error(path, e)),
+        };
+        if version == 0 {
+            return Err(unavailable(
+                path,
+                "it is not an initialized registry (run `fleetctl registry init`)",
+            ));
+        }
+        if version != SCHEMA_VERSION {
+            let kind = if version > SCHEMA_VERSION {
+                StoreErrorKind::NewerSchema
+            } else {
+                StoreErrorKind::Unavailable
+            };
+            return Err(StoreError::new(
+                kind,
+                format!(
+                    "registry {} is at schema version {version} and this build reads {SCHEMA_VERSION}; it is \
+                     read-only to this user, so a user who may write it must run `fleetctl registry init` first",
+                    path.display()
+                ),
+            ));
         }
         migrations::verify(&conn, path)?;
         Ok(Self { conn, file: file_identity(path), path: path.to_owned() })
@@ -149,11 +197,23 @@ fn create_private_file(path: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Whether this process may write the file at `path` (its mode, its owner, the mount).
+fn writable(path: &Path) -> bool {
+    use nix::unistd::{AccessFlags, access};
+    !matches!(access(path, AccessFlags::W_OK), Err(nix::errno::Errno::EACCES | nix::errno::Errno::EROFS))
+}
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Reading the schema first proves the file is a database before anything is written.
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
     enable_wal(conn)?;
+    // The `-wal` and `-shm` files stay when the last connection closes, so a user who may
+    // only read the registry can still open it (SQLite cannot create them for that user).
+    // Emptied as they are kept: a file restored in place of this one must never meet frames
+    // of this one's log.
+    conn.file_control(Some("main"), rusqlite::FileControl::PersistWal(&mut 1))?;
+    conn.pragma_update(None, "journal_size_limit", 0)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
@@ -208,6 +268,12 @@ fn disk_trouble(path: &Path) -> Option<&'static str> {
 /// Maps a SQLite failure onto the store's error kinds.
 pub(crate) fn map_error(e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode as C;
+    if e.sqlite_error_code() == Some(C::ReadOnly) {
+        return StoreError::new(
+            StoreErrorKind::Unavailable,
+            "the registry is read-only to this user (its file mode or its mount); nothing was written",
+        );
+    }
     let kind = match e.sqlite_error_code() {
         Some(C::DatabaseBusy | C::DatabaseLocked) => StoreErrorKind::Busy,
         Some(C::ConstraintViolation) => StoreErrorKind::Conflict,

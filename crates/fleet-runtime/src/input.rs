@@ -1,0 +1,67 @@
+//! Files a command reads (an import, a manifest, an earlier snapshot): bounded in size
+//! and parsed as they stream in, so an endless or hostile input (`/dev/zero`, a pipe that
+//! never ends) is refused at its first wrong byte or at its limit, in little memory.
+
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+/// Reads the JSON document at `path` (`-`: standard input), the command's `what`
+/// (`manifest`, …), refusing it past `max_bytes`; `flag` names the option that raises
+/// the limit. The error is one line naming the file.
+///
+/// # Errors
+/// When the file cannot be read, is not one JSON document, or is larger than the limit.
+pub fn read_json(path: &Path, what: &str, max_bytes: u64, flag: &str) -> Result<serde_json::Value, String> {
+    let shown = format!("{what} {}", path.display());
+    let source: Box<dyn Read> = if path.as_os_str() == "-" {
+        Box::new(io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(path).map_err(|e| format!("cannot read {shown}: {e}"))?)
+    };
+    let mut counted = Counted { inner: source.take(max_bytes.saturating_add(1)), read: 0 };
+    let parsed = serde_json::from_reader::<_, serde_json::Value>(BufReader::new(&mut counted));
+    if counted.read > max_bytes {
+        return Err(format!(
+            "{shown} is larger than {max_bytes} bytes, this input's limit (raise it with {flag})"
+        ));
+    }
+    parsed.map_err(|e| match e.classify() {
+        serde_json::error::Category::Io => format!("cannot read {shown}: {e}"),
+        _ => format!("{shown} is not valid JSON: {e}"),
+    })
+}
+
+/// A reader that counts the bytes it has passed on.
+struct Counted<R> {
+    inner: R,
+    read: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endless_input_is_refused_at_its_first_wrong_byte() {
+        let err = read_json(Path::new("/dev/zero"), "manifest", 1 << 30, "--max-input-bytes").unwrap_err();
+        assert!(err.starts_with("manifest /dev/zero is not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn an_input_past_its_limit_is_refused_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("padded.json");
+        std::fs::write(&path, format!("{{}}{}", " ".repeat(100))).unwrap();
+        let err = read_json(&path, "manifest", 50, "--max-input-bytes").unwrap_err();
+        assert!(err.contains("larger than 50 bytes") && err.contains("--max-input-bytes"), "{err}");
+        assert_eq!(read_json(&path, "manifest", 102, "--max-input-bytes").unwrap(), serde_json::json!({}));
+    }
+}
