@@ -52,21 +52,31 @@ impl Detail {
 pub(crate) const MAX_LIMIT: u64 = 200;
 /// Findings per page unless `limit` says otherwise.
 pub(crate) const DEFAULT_FINDINGS: u64 = 20;
+/// Candidates a plan summary shows unless `candidate_limit` says otherwise.
+pub(crate) const DEFAULT_CANDIDATES: u64 = 50;
 
 /// A refusal of one argument: its name and why.
 pub(crate) type ArgumentError = (&'static str, String);
 
 /// The offset a cursor stands for: the decimal index of the first entry of the page.
 fn offset(cursor: Option<&str>) -> Result<usize, ArgumentError> {
+    offset_of("cursor", cursor)
+}
+
+fn offset_of(field: &'static str, cursor: Option<&str>) -> Result<usize, ArgumentError> {
     cursor.map_or(Ok(0), |c| {
-        c.parse().map_err(|_| ("cursor", format!("cursor {c:?} is not one this server returned")))
+        c.parse().map_err(|_| (field, format!("{field} {c:?} is not one this server returned")))
     })
 }
 
 fn limit(value: Option<u64>, default: u64) -> Result<usize, ArgumentError> {
+    limit_of("limit", value, default)
+}
+
+fn limit_of(field: &'static str, value: Option<u64>, default: u64) -> Result<usize, ArgumentError> {
     let limit = value.unwrap_or(default);
     if limit > MAX_LIMIT {
-        return Err(("limit", format!("limit {limit} is outside 0..={MAX_LIMIT}")));
+        return Err((field, format!("{field} {limit} is outside 0..={MAX_LIMIT}")));
     }
     Ok(usize::try_from(limit).unwrap_or(0))
 }
@@ -212,41 +222,64 @@ pub(crate) fn json_map(value: Value) -> serde_json::Map<String, Value> {
     }
 }
 
-/// What a summary of the plan shows of its preserved rows.
+/// The paging arguments of a plan summary: a page of candidates (`candidate_limit`,
+/// default 50, from `candidate_cursor`) and a page of preserved rows (`limit`, default
+/// none, from `cursor`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PlanPaging<'a> {
+    pub(crate) limit: Option<u64>,
+    pub(crate) cursor: Option<&'a str>,
+    pub(crate) candidate_limit: Option<u64>,
+    pub(crate) candidate_cursor: Option<&'a str>,
+}
+
+/// What a summary of the plan shows of its candidates and preserved rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PlanPage {
     limit: usize,
     offset: usize,
+    candidate_limit: usize,
+    candidate_offset: usize,
 }
 
 impl PlanPage {
     /// Checks the paging arguments; `None` for `detail: "full"`.
-    pub(crate) fn new(
-        detail: Detail,
-        limit_arg: Option<u64>,
-        cursor: Option<&str>,
-    ) -> Result<Option<Self>, ArgumentError> {
+    pub(crate) fn new(detail: Detail, paging: PlanPaging<'_>) -> Result<Option<Self>, ArgumentError> {
         if detail == Detail::Full {
-            return match (limit_arg, cursor) {
-                (Some(_), _) => Err(("limit", "detail \"full\" answers with every preserved row".into())),
-                (_, Some(_)) => Err(("cursor", "detail \"full\" answers with every preserved row".into())),
+            let full = "detail \"full\" answers with every candidate and preserved row";
+            return match paging {
+                PlanPaging { limit: Some(_), .. } => Err(("limit", full.into())),
+                PlanPaging { cursor: Some(_), .. } => Err(("cursor", full.into())),
+                PlanPaging { candidate_limit: Some(_), .. } => Err(("candidate_limit", full.into())),
+                PlanPaging { candidate_cursor: Some(_), .. } => Err(("candidate_cursor", full.into())),
                 _ => Ok(None),
             };
         }
-        Ok(Some(Self { limit: limit(limit_arg, 0)?, offset: offset(cursor)? }))
+        Ok(Some(Self {
+            limit: limit(paging.limit, 0)?,
+            offset: offset(paging.cursor)?,
+            candidate_limit: limit_of("candidate_limit", paging.candidate_limit, DEFAULT_CANDIDATES)?,
+            candidate_offset: offset_of("candidate_cursor", paging.candidate_cursor)?,
+        }))
     }
 
-    /// `plan` with its preserved rows cut to the page (none unless `limit` asked for
-    /// some; `preserved_reason_counts` summarises them all), and the page's totals.
+    /// `plan` with its candidates and preserved rows cut to their pages (no preserved
+    /// rows unless `limit` asked for some; `preserved_reason_counts` summarises them
+    /// all), and the pages' totals. Apply needs only the fingerprints: it retires every
+    /// candidate when no identities are named.
     pub(crate) fn body(&self, plan: &fleet_retirement::Plan) -> serde_json::Result<Value> {
         let page: Vec<_> = plan.preserved.iter().skip(self.offset).take(self.limit).collect();
         let next = self.offset + page.len();
+        let (from, count) = (self.candidate_offset, self.candidate_limit);
+        let candidates: Vec<_> = plan.candidates.iter().skip(from).take(count).collect();
+        let identities: Vec<_> = plan.candidate_worker_identities.iter().skip(from).take(count).collect();
+        let next_candidate = from + candidates.len();
         let mut body = json!({
             "outcome": plan.outcome,
             "registry_fingerprint": plan.registry_fingerprint,
             "candidate_fingerprint": plan.candidate_fingerprint,
-            "candidate_worker_identities": plan.candidate_worker_identities,
-            "candidates": plan.candidates,
+            "candidate_worker_identities": identities,
+            "candidates": candidates,
             "preserved": page,
             "preserved_reason_counts": plan.preserved_reason_counts,
             "assessed_count": plan.assessed_count,
@@ -258,12 +291,17 @@ impl PlanPage {
             "read_only": plan.read_only,
             "page": {
                 "detail": Detail::Summary.as_str(),
+                "candidates_total": plan.candidates.len(),
+                "candidates_returned": candidates.len(),
+                "candidate_cursor": from.to_string(),
+                "next_candidate_cursor": (next_candidate < plan.candidates.len()).then(|| next_candidate.to_string()),
                 "preserved_total": plan.preserved.len(),
                 "preserved_returned": page.len(),
                 "cursor": self.offset.to_string(),
                 "next_cursor": (next < plan.preserved.len()).then(|| next.to_string()),
-                "note": "preserved rows are summarised by reason; page them with limit and next_cursor, \
-                         or ask detail \"full\"",
+                "note": "one page of candidates, and preserved rows summarised by reason; page them with \
+                         candidate_limit/next_candidate_cursor and limit/next_cursor, or ask detail \"full\". \
+                         To retire every candidate, pass the two fingerprints to apply without worker_identities",
             },
         });
         if let (Some(after), Value::Object(map)) = (plan.next_eligible_after, &mut body) {
@@ -271,6 +309,36 @@ impl PlanPage {
         }
         Ok(body)
     }
+}
+
+/// An apply report sized for an agent: every count, and the first [`MAX_LIMIT`] retired
+/// and preserved identities (an apply of every candidate may retire tens of thousands);
+/// `page` says how many each list holds in all.
+pub(crate) fn apply_body(report: &fleet_registry::ApplyReport) -> Value {
+    let mut value = serde_json::to_value(report).unwrap_or_default();
+    let shown = usize::try_from(MAX_LIMIT).unwrap_or(usize::MAX);
+    if let Value::Object(map) = &mut value {
+        for list in ["retired", "preserved"] {
+            if let Some(Value::Array(items)) = map.get_mut(list) {
+                items.truncate(shown);
+            }
+        }
+        let mut reasons: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        for p in &report.preserved {
+            *reasons.entry(p.reason_code.to_string()).or_default() += 1;
+        }
+        map.insert(
+            "page".into(),
+            json!({
+                "retired_total": report.retired.len(),
+                "retired_returned": report.retired.len().min(shown),
+                "preserved_total": report.preserved.len(),
+                "preserved_returned": report.preserved.len().min(shown),
+                "preserved_reason_counts": reasons,
+            }),
+        );
+    }
+    value
 }
 
 #[cfg(test)]
@@ -302,7 +370,17 @@ mod tests {
         assert_eq!(bad(None, Some("nothing_at_all"), None, None), "finding_code");
         assert_eq!(bad(None, None, Some(MAX_LIMIT + 1), None), "limit");
         assert_eq!(bad(None, None, None, Some("x")), "cursor");
-        assert_eq!(PlanPage::new(Detail::Summary, Some(MAX_LIMIT + 1), None).unwrap_err().0, "limit");
-        assert_eq!(PlanPage::new(Detail::Full, None, Some("3")).unwrap_err().0, "cursor");
+        let paging = |limit, cursor, candidate_limit, candidate_cursor| PlanPaging {
+            limit,
+            cursor,
+            candidate_limit,
+            candidate_cursor,
+        };
+        let bad = |detail, p| PlanPage::new(detail, p).unwrap_err().0;
+        assert_eq!(bad(Detail::Summary, paging(Some(MAX_LIMIT + 1), None, None, None)), "limit");
+        assert_eq!(bad(Detail::Summary, paging(None, None, Some(MAX_LIMIT + 1), None)), "candidate_limit");
+        assert_eq!(bad(Detail::Summary, paging(None, None, None, Some("x"))), "candidate_cursor");
+        assert_eq!(bad(Detail::Full, paging(None, Some("3"), None, None)), "cursor");
+        assert_eq!(bad(Detail::Full, paging(None, None, Some(3), None)), "candidate_limit");
     }
 }

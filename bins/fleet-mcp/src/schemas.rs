@@ -102,18 +102,21 @@ pub(crate) fn plan() -> Arc<JsonObject> {
 
 /// `gitea_apply_stale_worker_retirement`.
 pub(crate) fn apply() -> Arc<JsonObject> {
-    object(&[
-        ("outcome", "string"),
-        ("success", "boolean"),
-        ("retired", "array"),
-        ("preserved", "array"),
-        ("retired_count", "integer"),
-        ("mutation_performed", "boolean"),
-        ("plan_registry_fingerprint", "string"),
-        ("registry_fingerprint", "string"),
-        ("registry_moved", "boolean"),
-        ("post_apply", "object"),
-    ])
+    with_optional(
+        &[
+            ("outcome", "string"),
+            ("success", "boolean"),
+            ("retired", "array"),
+            ("preserved", "array"),
+            ("retired_count", "integer"),
+            ("mutation_performed", "boolean"),
+            ("plan_registry_fingerprint", "string"),
+            ("registry_fingerprint", "string"),
+            ("registry_moved", "boolean"),
+            ("post_apply", "object"),
+        ],
+        &[("page", "object")],
+    )
 }
 
 /// `gitea_get_runtime_context`.

@@ -36,7 +36,7 @@ use params::*;
 use summaries::*;
 
 use crate::codes::Refusal;
-use crate::pages::{Detail, PlanPage, SnapshotPage};
+use crate::pages::{Detail, PlanPage, PlanPaging, SnapshotPage};
 use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
 use crate::stdio::Bodies;
@@ -310,7 +310,12 @@ impl FleetServer {
     fn apply_body(&self, p: ApplyParams) -> Outcome {
         // Permission at entry, then role as defence in depth.
         self.authorize(RETIRE, Reach::Fleet)?;
-        let ids = parse_identities(&p.worker_identities).map_err(|e| invalid("worker_identities", e))?;
+        // No identities named: every candidate of the plan the candidate fingerprint names.
+        let every_candidate = p.worker_identities.is_none();
+        let ids = match &p.worker_identities {
+            Some(named) => parse_identities(named).map_err(|e| invalid("worker_identities", e))?,
+            None => Vec::new(),
+        };
         let audit = p.audit.checked()?;
         let registry_fingerprint: RegistryFingerprint =
             p.registry_fingerprint.parse().map_err(|e| invalid("registry_fingerprint", e))?;
@@ -347,6 +352,7 @@ impl FleetServer {
             registry_fingerprint,
             candidate_fingerprint,
             worker_identities: ids,
+            every_candidate,
             retired_by: me.worker_identity.to_string(),
             registry_match: if p.require_registry_match {
                 RegistryMatch::WholeRegistry
@@ -358,7 +364,7 @@ impl FleetServer {
         let mut fleet = self.fleet();
         let report =
             fleet.apply(&request, &ctx).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
-        let mut value = serde_json::to_value(&report).unwrap_or_default();
+        let mut value = crate::pages::apply_body(&report);
         match report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => {
                 // The fleet after the apply, as `fleetctl retire apply` reports it; the
@@ -549,8 +555,13 @@ impl FleetServer {
         self.blocking(|| {
             self.authorize(READ, Reach::Fleet)?;
             let ctx = context(p.canonical_repository.as_deref())?;
-            let page = PlanPage::new(p.detail, p.limit, p.cursor.as_deref())
-                .map_err(|(field, message)| invalid(field, message))?;
+            let paging = PlanPaging {
+                limit: p.limit,
+                cursor: p.cursor.as_deref(),
+                candidate_limit: p.candidate_limit,
+                candidate_cursor: p.candidate_cursor.as_deref(),
+            };
+            let page = PlanPage::new(p.detail, paging).map_err(|(field, message)| invalid(field, message))?;
             let audit = p.audit.checked()?;
             let plan =
                 self.fleet().plan(&ctx).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;

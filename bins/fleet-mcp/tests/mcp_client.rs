@@ -1759,3 +1759,101 @@ async fn a_summary_of_an_unchanged_fleet_carries_the_time_and_token_of_now() {
     assert_eq!(comparison["unchanged"].as_array().unwrap().len(), 5, "{comparison}");
     assert_eq!(comparison["lost"], json!([]), "{comparison}");
 }
+
+/// `candidates` stale rows of this host whose processes are gone (pids above any
+/// `pid_max`), every launch in the ledger: each is a retirement candidate.
+fn import_candidates(registry: &Path, candidates: usize) {
+    let (host, boot) = (fleet_probe::host_id().unwrap(), fleet_probe::boot_id().unwrap());
+    let namespace = fleet_probe::own_pid_namespace().unwrap();
+    let instance = |i: usize| format!("inst-codex-20260730T120000Z-{:012x}", i / 5);
+    let instances: Vec<_> = (0..candidates)
+        .step_by(5)
+        .map(|i| json!({"client_instance_id": instance(i), "client_type": "codex", "minted_at": "2026-07-30T12:00:00Z"}))
+        .collect();
+    let rows: Vec<_> = (0..candidates)
+        .map(|i| {
+            json!({
+                "worker_identity": format!("wkr-gone-{i:06}"), "client_type": "codex",
+                "client_instance_id": instance(i), "namespace": NAMESPACES[i % 5],
+                "generation_id": format!("gen-{i}"), "host_id": host, "boot_id": boot,
+                "pid_namespace": namespace, "pid": 4_194_305 + i, "process_start_time": 1 + i,
+                "status": "active", "ownership_state": "owned",
+                "registered_at": "2026-07-30T12:00:00Z", "last_heartbeat_at": "2026-07-30T12:00:00Z",
+                "heartbeat_ttl_s": 60, "session_id": format!("sess-{}", i / 5), "repository": "/srv/repo",
+            })
+        })
+        .collect();
+    let dump = fleet_registry::RegistryDump::from_value(
+        json!({ "instances": instances, "worker_registrations": rows }),
+    )
+    .unwrap();
+    let store = registry_sqlite::SqliteStore::open(registry, fleet_registry::OpenMode::MustExist).unwrap();
+    fleet_registry::Registry::new(store).import(&dump).unwrap();
+}
+
+/// An agent retires a large stale fleet through MCP calls alone, every answer under
+/// 100 KB: the plan shows a page of candidates and both fingerprints, and apply given
+/// only the fingerprints retires every candidate (the candidate fingerprint covers each
+/// one), reporting counts and a page of identities.
+#[tokio::test]
+async fn an_agent_retires_ten_thousand_candidates_with_answers_under_100_kb() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let profiles = fleet.profiles("retire.json", true);
+    let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    import_candidates(&fleet.registry, 10_000);
+    let size = |r: &CallToolResult| {
+        r.structured_content.as_ref().unwrap().to_string().len() + body(r).to_string().len()
+    };
+    let repo = json!({"canonical_repository": "/srv/repo"});
+    let plan = call(&client, "gitea_plan_stale_worker_retirement", repo.clone()).await;
+    assert_eq!(failed(&plan), None, "{:?}", plan.structured_content);
+    assert!(size(&plan) < 100_000, "{} bytes", size(&plan));
+    let plan = plan.structured_content.unwrap();
+    assert_eq!(plan["candidate_count"], 10_000);
+    assert_eq!(plan["candidates"].as_array().unwrap().len(), 50, "a page of candidates");
+    assert_eq!(plan["page"]["next_candidate_cursor"], "50");
+    let next = structured(
+        &call(
+            &client,
+            "gitea_plan_stale_worker_retirement",
+            json!({"canonical_repository": "/srv/repo", "candidate_cursor": "50", "candidate_limit": 200}),
+        )
+        .await,
+    );
+    assert_eq!(next["candidate_worker_identities"][0], "wkr-gone-000050");
+    assert_eq!(next["page"]["next_candidate_cursor"], "250");
+
+    let applied = call(
+        &client,
+        "gitea_apply_stale_worker_retirement",
+        json!({
+            "registry_fingerprint": plan["registry_fingerprint"],
+            "candidate_fingerprint": plan["candidate_fingerprint"],
+            "canonical_repository": "/srv/repo",
+        }),
+    )
+    .await;
+    assert_eq!(failed(&applied), None, "{:?}", applied.structured_content);
+    assert!(size(&applied) < 100_000, "{} bytes", size(&applied));
+    let report = applied.structured_content.unwrap();
+    assert_eq!(report["retired_count"], 10_000);
+    assert_eq!(report["page"]["retired_total"], 10_000);
+    assert_eq!(report["retired"].as_array().unwrap().len(), 200);
+    let after = structured(&call(&client, "gitea_plan_stale_worker_retirement", repo).await);
+    assert_eq!(after["candidate_count"], 0, "every candidate retired");
+
+    // A second apply of the same fingerprints finds the candidates moved: nothing twice.
+    let again = call(
+        &client,
+        "gitea_apply_stale_worker_retirement",
+        json!({
+            "registry_fingerprint": plan["registry_fingerprint"],
+            "candidate_fingerprint": plan["candidate_fingerprint"],
+            "canonical_repository": "/srv/repo",
+        }),
+    )
+    .await;
+    assert_eq!(failed(&again).as_deref(), Some("candidate_set_moved"));
+    client.cancel().await.unwrap();
+}

@@ -190,6 +190,7 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
         registry_fingerprint: plan.registry_fingerprint.clone(),
         candidate_fingerprint: plan.candidate_fingerprint.clone(),
         worker_identities: plan.candidate_worker_identities.clone(),
+        every_candidate: false,
         retired_by: "fleetctl-demo".into(),
         registry_match: RegistryMatch::Candidates,
         audit: Default::default(),

@@ -64,8 +64,12 @@ pub(crate) enum RetireCmd {
         #[arg(long)]
         candidate_fingerprint: String,
         /// The candidate worker identities, comma-separated.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required_unless_present = "every_candidate")]
         workers: Vec<String>,
+        /// Retire every candidate of the plan the candidate fingerprint names, without
+        /// listing them (the fingerprint covers each one's identity and content).
+        #[arg(long, conflicts_with = "workers")]
+        every_candidate: bool,
         /// Refuse (registry_revision_moved) when any row changed since the plan, even
         /// one outside the candidates, such as a live worker's heartbeat.
         #[arg(long)]
@@ -97,6 +101,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             registry_fingerprint,
             candidate_fingerprint,
             workers,
+            every_candidate,
             require_registry_match,
         } => {
             let workers: Vec<WorkerIdentity> = workers
@@ -104,7 +109,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 .filter(|w| !w.trim().is_empty())
                 .map(|w| WorkerIdentity::new(w.trim()).map_err(|e| Failure::usage(e.to_string())))
                 .collect::<Result<_, _>>()?;
-            if workers.is_empty() {
+            if workers.is_empty() && !every_candidate {
                 return Err(Failure::usage("--workers names no worker (nothing_requested)"));
             }
             let fingerprint = |flag: &str, value: &str| {
@@ -122,6 +127,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 registry_fingerprint,
                 candidate_fingerprint,
                 worker_identities: workers,
+                every_candidate,
                 retired_by: format!("fleetctl-pid-{}", std::process::id()),
                 registry_match: if require_registry_match {
                     RegistryMatch::WholeRegistry

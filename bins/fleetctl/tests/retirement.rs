@@ -246,6 +246,7 @@ fn a_revived_pid_between_plan_and_apply_is_never_retired() {
         registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().parse().unwrap(),
         candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().parse().unwrap(),
         worker_identities: vec![victim.parse().unwrap()],
+        every_candidate: false,
         retired_by: "test".into(),
         registry_match: fleet_registry::RegistryMatch::Candidates,
         audit: Default::default(),
@@ -305,6 +306,7 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
     let request = ApplyRequest {
         registry_fingerprint: p["registry_fingerprint"].as_str().unwrap().parse().unwrap(),
         candidate_fingerprint: p["candidate_fingerprint"].as_str().unwrap().parse().unwrap(),
+        every_candidate: false,
         worker_identities: p["candidate_worker_identities"]
             .as_array()
             .unwrap()

@@ -28,8 +28,13 @@ pub struct ApplyRequest {
     pub registry_fingerprint: RegistryFingerprint,
     /// The plan's `candidate_fingerprint`.
     pub candidate_fingerprint: CandidateFingerprint,
-    /// The candidates to retire.
+    /// The candidates to retire (empty with `every_candidate`).
     pub worker_identities: Vec<WorkerIdentity>,
+    /// Retire every candidate of the plan whose `candidate_fingerprint` the request
+    /// carries, without naming them: the fingerprint covers each candidate's identity
+    /// and content, so the fresh plan's candidates are the planned ones when it matches.
+    /// For a plan too large to copy back (tens of thousands of candidates).
+    pub every_candidate: bool,
     /// Who retires them (recorded in `retired_by`).
     pub retired_by: String,
     /// How much of the registry must be as the plan saw it.
@@ -348,7 +353,7 @@ impl<S: Store> Registry<S> {
         hook: &dyn BeforeWrite,
     ) -> ApplyReport {
         let now = ctx.now;
-        if request.worker_identities.is_empty() {
+        if request.worker_identities.is_empty() && !request.every_candidate {
             tracing::info!(outcome = "nothing_requested", "retirement apply refused");
             return ApplyReport::nothing(ApplyOutcome::NothingRequested, request);
         }
@@ -366,10 +371,11 @@ impl<S: Store> Registry<S> {
             let rows = crate::registry::as_swept(&stored, now);
             let by_id: BTreeMap<&WorkerIdentity, &WorkerRow> =
                 rows.iter().map(|r| (&r.worker_identity, r)).collect();
-            let all_retired = request
-                .worker_identities
-                .iter()
-                .all(|id| by_id.get(id).is_some_and(|r| r.status == WorkerStatus::Retired));
+            let all_retired = !request.every_candidate
+                && request
+                    .worker_identities
+                    .iter()
+                    .all(|id| by_id.get(id).is_some_and(|r| r.status == WorkerStatus::Retired));
             let nothing = |outcome| ApplyReport::nothing(outcome, request);
             if all_retired {
                 let current = registry_fingerprint(&rows);
@@ -390,11 +396,19 @@ impl<S: Store> Registry<S> {
             if fresh.candidate_fingerprint != request.candidate_fingerprint {
                 return Ok(nothing(ApplyOutcome::CandidateSetMoved).read(&fresh.registry_fingerprint));
             }
+            let requested = if request.every_candidate {
+                &fresh.candidate_worker_identities
+            } else {
+                &request.worker_identities
+            };
+            if requested.is_empty() {
+                return Ok(nothing(ApplyOutcome::NothingRequested).read(&fresh.registry_fingerprint));
+            }
             let reasons: BTreeMap<&WorkerIdentity, Verdict> =
                 fresh.preserved.iter().map(|a| (&a.worker_identity, a.reason_code)).collect();
             // 4 and 5. Revalidate each request, then retire it by guarded swap.
             let mut report = nothing(ApplyOutcome::Applied).read(&fresh.registry_fingerprint);
-            for id in &request.worker_identities {
+            for id in requested {
                 let preserve = |reason| Preserved { worker_identity: id.clone(), reason_code: reason };
                 let Some(row) = by_id.get(id).copied() else {
                     report.preserved.push(preserve(KeptReason::NotRegistered));

@@ -348,6 +348,7 @@ impl State {
             registry_fingerprint: planned.registry_fingerprint,
             candidate_fingerprint: planned.candidate_fingerprint,
             worker_identities: planned.candidates,
+            every_candidate: false,
             retired_by: "model".into(),
             registry_match: fleet_registry::RegistryMatch::Candidates,
             audit: Default::default(),

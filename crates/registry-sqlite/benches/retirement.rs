@@ -131,6 +131,7 @@ fn bench(c: &mut Criterion) {
             .collect(),
     );
     let request = ApplyRequest {
+        every_candidate: false,
         registry_fingerprint: p.registry_fingerprint.clone(),
         candidate_fingerprint: p.candidate_fingerprint.clone(),
         worker_identities: p.candidate_worker_identities.clone(),

@@ -71,15 +71,16 @@ pub(super) fn digest(snap: &FleetSnapshot<'_>) -> Result<String, serde_json::Err
     serde_json::to_string(&text)
 }
 
-/// The text block of a plan too large to repeat: its fingerprints and candidate
-/// identities (all apply needs, however many), its counts, and how many per-row
-/// assessments it leaves to the structured content.
+/// The text block of a plan too large to repeat: its fingerprints (all apply needs to
+/// retire every candidate), the first candidate identities, its counts, and how many
+/// per-row assessments it leaves to the structured content.
 pub(super) fn plan_digest(plan: &fleet_retirement::Plan) -> Result<String, serde_json::Error> {
+    let shown = usize::try_from(crate::pages::MAX_LIMIT).unwrap_or(usize::MAX);
     serde_json::to_string(&json!({
         "outcome": plan.outcome,
         "registry_fingerprint": plan.registry_fingerprint,
         "candidate_fingerprint": plan.candidate_fingerprint,
-        "candidate_worker_identities": plan.candidate_worker_identities,
+        "candidate_worker_identities": plan.candidate_worker_identities.iter().take(shown).collect::<Vec<_>>(),
         "preserved_reason_counts": plan.preserved_reason_counts,
         "assessed_count": plan.assessed_count,
         "candidate_count": plan.candidate_count,
@@ -89,7 +90,11 @@ pub(super) fn plan_digest(plan: &fleet_retirement::Plan) -> Result<String, serde
         "canonical_repository": plan.canonical_repository,
         "mutation_performed": plan.mutation_performed,
         "read_only": plan.read_only,
-        "omitted": { "candidates": plan.candidates.len(), "preserved": plan.preserved.len() },
+        "omitted": {
+            "candidates": plan.candidates.len(),
+            "candidate_worker_identities": plan.candidate_worker_identities.len().saturating_sub(shown),
+            "preserved": plan.preserved.len(),
+        },
         "note": "this text is a digest for clients that read only text: all that apply needs, without each \
                  row's evidence; the whole plan is this result's structuredContent, and `fleetctl retire plan --json` prints it",
     }))

@@ -107,6 +107,14 @@ pub(crate) struct PlanParams {
     #[serde(default)]
     #[schemars(with = "String")]
     pub(super) cursor: Option<String>,
+    /// Candidates to include (0 to 200, default 50).
+    #[serde(default)]
+    #[schemars(with = "u64", range(max = 200))]
+    pub(super) candidate_limit: Option<u64>,
+    /// The next_candidate_cursor of the previous page of candidates.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub(super) candidate_cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -115,9 +123,11 @@ pub(crate) struct ApplyParams {
     pub(super) registry_fingerprint: String,
     /// The exact candidate_fingerprint the plan returned.
     pub(super) candidate_fingerprint: String,
-    /// The exact candidate identities (a JSON or comma-separated string is accepted too).
+    /// The candidate identities to retire (a JSON or comma-separated string is accepted
+    /// too). Omitted: every candidate of the plan whose candidate_fingerprint is given.
+    #[serde(default)]
     #[schemars(with = "Vec<String>")]
-    pub(super) worker_identities: Value,
+    pub(super) worker_identities: Option<Value>,
     /// Must match the value the plan used.
     #[serde(default)]
     #[schemars(with = "String")]

@@ -143,7 +143,7 @@ fn a_capability_revoked_inside_one_apply_call_stops_it_before_the_write() {
     let params = ApplyParams {
         registry_fingerprint: "b3:0000000000000000000000000000000000000000000000000000000000000000".into(),
         candidate_fingerprint: "b3:1111111111111111111111111111111111111111111111111111111111111111".into(),
-        worker_identities: json!(["wkr-x"]),
+        worker_identities: Some(json!(["wkr-x"])),
         canonical_repository: None,
         require_registry_match: false,
         audit: AuditArgs::default(),
