@@ -52,6 +52,8 @@ impl Detail {
 pub(crate) const MAX_LIMIT: u64 = 200;
 /// Findings per page unless `limit` says otherwise.
 pub(crate) const DEFAULT_FINDINGS: u64 = 20;
+/// The longest `instance` argument taken (a minted id is under 100 bytes).
+const MAX_INSTANCE_BYTES: usize = 256;
 /// Candidates a plan summary shows unless `candidate_limit` says otherwise.
 pub(crate) const DEFAULT_CANDIDATES: u64 = 50;
 
@@ -119,6 +121,14 @@ impl SnapshotPage {
                 )),
                 None => Ok(None),
             };
+        }
+        // The summary repeats the instance it narrows to: an argument no instance id could
+        // be is refused, not echoed.
+        if let Some(given) = instance.as_deref().filter(|i| i.len() > MAX_INSTANCE_BYTES) {
+            return Err((
+                "instance",
+                format!("instance is {} bytes; an instance id is at most {MAX_INSTANCE_BYTES}", given.len()),
+            ));
         }
         let namespace = namespace
             .map(|ns| ns.parse::<Namespace>().map_err(|e| ("namespace", e.to_string())))

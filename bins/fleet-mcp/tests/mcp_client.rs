@@ -1857,3 +1857,36 @@ async fn an_agent_retires_ten_thousand_candidates_with_answers_under_100_kb() {
     assert_eq!(failed(&again).as_deref(), Some("candidate_set_moved"));
     client.cancel().await.unwrap();
 }
+
+/// A refusal quotes at most a prefix of what it was given, saying how long the whole
+/// was: a 6 MiB argument value or a 1 MiB argument name comes back in an answer of a
+/// few kilobytes, never one past the client's message limit.
+#[tokio::test]
+async fn refusals_quote_a_prefix_of_their_input_never_all_of_it() {
+    let fleet = Fleet::new();
+    let id = fleet.mint();
+    let client = fleet.connect("controller", Some(&id), None).await;
+    let big = "x".repeat(6 << 20);
+    let mut unknown_name = serde_json::Map::new();
+    unknown_name.insert(big[..1 << 20].to_owned(), json!(1));
+    let cases = [
+        ("gitea_snapshot_instance_fleet", json!({"finding_code": big}), "finding_code"),
+        ("gitea_snapshot_instance_fleet", json!({"instance": big}), "instance"),
+        ("gitea_snapshot_instance_fleet", Value::Object(unknown_name), "field"),
+        ("gitea_plan_stale_worker_retirement", json!({"cursor": big}), "cursor"),
+        ("gitea_plan_stale_worker_retirement", json!({"candidate_cursor": big}), "candidate_cursor"),
+    ];
+    for (tool, args, what) in cases {
+        let result = call(&client, tool, args).await;
+        assert_eq!(failed(&result).as_deref(), Some("invalid_arguments"), "{what}");
+        let size =
+            result.structured_content.as_ref().unwrap().to_string().len() + body(&result).to_string().len();
+        assert!(size < 8_192, "{what}: a refusal of {size} bytes");
+        let text = result.structured_content.unwrap().to_string();
+        assert!(
+            what == "instance" || text.contains("bytes in all"),
+            "{what}: the quote says how long the whole was: {text}"
+        );
+    }
+    client.cancel().await.unwrap();
+}

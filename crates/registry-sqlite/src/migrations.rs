@@ -193,11 +193,31 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     // Another process may have migrated while we waited for the lock.
     let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
-        tx.execute_batch(sql).map_err(map_error)?;
+        tx.execute_batch(sql).map_err(|e| migration_failed(&tx, current, index + 1, &e))?;
         tx.pragma_update(None, "user_version", i64::try_from(index + 1).unwrap_or(i64::MAX))
             .map_err(map_error)?;
     }
     tx.commit().map_err(map_error)
+}
+
+/// One line for a migration that failed (and rolled back): which step, SQLite's own
+/// message without the statement it quotes, where the untouched copy is, what to do.
+fn migration_failed(conn: &Connection, from: i64, step: usize, e: &rusqlite::Error) -> StoreError {
+    let why = match e {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        rusqlite::Error::SqliteFailure(err, Some(msg)) => format!("{msg} ({:?})", err.code),
+        other => other.to_string().lines().next().unwrap_or_default().to_owned(),
+    };
+    let path = conn.path().filter(|p| !p.is_empty()).unwrap_or("the registry");
+    let copy =
+        if from > 0 { format!(" (a copy is kept at {path}.schema-v{from}.backup)") } else { String::new() };
+    StoreError::new(
+        StoreErrorKind::Unavailable,
+        format!(
+            "cannot upgrade {path} from schema version {from} to {SCHEMA_VERSION}: step {step} failed: {why}; \
+             nothing was changed{copy}; the build that wrote it still reads it: keep to it and report the file"
+        ),
+    )
 }
 
 /// Before an upgrade (which older builds cannot read back), the file as it is is copied

@@ -410,3 +410,22 @@ fn one_registry_has_one_id_under_every_spelling() {
     assert_eq!(id_of(&real.join("registry.sqlite3")), first, "stable across opens");
     assert_ne!(id_of(&dir.path().join("other.sqlite3")), first, "another registry");
 }
+
+/// A migration that fails says so in one short line: the step, SQLite's reason, where
+/// the untouched copy is; never the statements it ran.
+#[test]
+fn a_failed_migration_is_one_short_line_naming_the_step_and_the_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    drop(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    // A file that says version 5 but already holds version 6's table: step 6 fails.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", 5).unwrap();
+    drop(conn);
+    let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err().to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.len() < 400, "{} bytes: {err}", err.len());
+    assert!(err.contains("step 6 failed") && err.contains("already exists"), "{err}");
+    assert!(err.contains("registry.sqlite3.schema-v5.backup"), "{err}");
+    assert!(!err.contains("CREATE"), "no SQL in the message: {err}");
+}

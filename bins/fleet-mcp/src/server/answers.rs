@@ -101,14 +101,50 @@ pub(super) fn plan_digest(plan: &fleet_retirement::Plan) -> Result<String, serde
 }
 
 /// The body of every failure: `{"error": CODE, "detail": {...}}`, with `detail` always an
-/// object a client can read fields from.
+/// object a client can read fields from. Every string in it is cut to [`ECHO_LIMIT`]
+/// bytes: a refusal may quote what it was given, never all of it.
 pub(super) fn refusal(reason: &str, detail: Value) -> CallToolResult {
-    let detail = match detail {
+    let mut detail = match detail {
         Value::Object(map) => Value::Object(map),
         Value::String(message) => json!({ "message": message }),
         other => json!({ "value": other }),
     };
+    clip_strings(&mut detail);
     CallToolResult::structured_error(json!({ "error": reason, "detail": detail }))
+}
+
+/// The most bytes of one string a refusal repeats.
+pub(crate) const ECHO_LIMIT: usize = 512;
+
+/// Cuts every string in `value` (keys too) longer than [`ECHO_LIMIT`] bytes to a prefix
+/// that says how long the whole was.
+fn clip_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => clip(text),
+        Value::Array(items) => items.iter_mut().for_each(clip_strings),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (mut key, mut item) in entries {
+                clip(&mut key);
+                clip_strings(&mut item);
+                map.insert(key, item);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn clip(text: &mut String) {
+    if text.len() <= ECHO_LIMIT {
+        return;
+    }
+    let mut end = ECHO_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let whole = text.len();
+    text.truncate(end);
+    text.push_str(&format!("… ({whole} bytes in all)"));
 }
 
 /// An argument the tool cannot use: `invalid_arguments`, naming the argument at fault.
