@@ -21,8 +21,11 @@ pub enum Refusal {
     InvalidManifest,
     /// The registry cannot be read or written.
     RegistryUnavailable,
-    /// This server has no registration (yet, or at all).
+    /// This server has no registration, and will have none.
     WorkerNotRegistered,
+    /// This server's registration is still under way (the registry's writers are
+    /// stalled or it is unreachable): reads are served, acting as the worker waits.
+    RegistrationPending,
     /// This worker's mutation gate is closed (`detail.reasons` says why).
     MutationGateClosed,
     /// This worker's instance runs more than one worker in a namespace.
@@ -40,7 +43,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [Refusal; 15] = [
+    pub const ALL: [Refusal; 16] = [
         Refusal::PermissionDenied,
         Refusal::RoleDenied,
         Refusal::RoleMismatch,
@@ -50,6 +53,7 @@ impl Refusal {
         Refusal::InvalidManifest,
         Refusal::RegistryUnavailable,
         Refusal::WorkerNotRegistered,
+        Refusal::RegistrationPending,
         Refusal::MutationGateClosed,
         Refusal::CohortNotUnique,
         Refusal::RuntimeUnstable,
@@ -70,6 +74,7 @@ impl Refusal {
             Refusal::InvalidManifest => "invalid_manifest",
             Refusal::RegistryUnavailable => "registry_unavailable",
             Refusal::WorkerNotRegistered => "worker_not_registered",
+            Refusal::RegistrationPending => "registration_pending",
             Refusal::MutationGateClosed => "mutation_gate_closed",
             Refusal::CohortNotUnique => "cohort_not_unique",
             Refusal::RuntimeUnstable => "runtime_unstable",

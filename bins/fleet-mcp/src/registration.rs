@@ -5,7 +5,7 @@
 //! first attempt at most [`FIRST_ATTEMPT_WAIT`] (on a healthy registry it lands in
 //! milliseconds, so a client sees the worker registered once it is initialized), then
 //! answers, serves diagnostic reads, and its mutating tools refuse
-//! `worker_not_registered` with "registration pending" until the registration lands.
+//! `registration_pending` until the registration lands.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -20,8 +20,10 @@ use fleet_runtime::WorkerSession;
 #[derive(Debug, Clone)]
 pub struct Registration(Arc<(Mutex<Slot>, Condvar)>);
 
-/// How long the server waits for its first registration attempt before it serves.
-pub const FIRST_ATTEMPT_WAIT: Duration = Duration::from_secs(5);
+/// How long the server waits for its first registration attempt before it serves: on
+/// a healthy registry the attempt lands in milliseconds, so a client sees its worker
+/// registered once initialized; behind stalled writers `initialize` waits no longer.
+pub const FIRST_ATTEMPT_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 enum Slot {
@@ -62,6 +64,11 @@ impl Registration {
             }
             slot = self.0.1.wait_timeout(slot, left).unwrap_or_else(PoisonError::into_inner).0;
         }
+    }
+
+    /// Whether the registration is still under way (no row yet, and attempts go on).
+    pub fn is_pending(&self) -> bool {
+        matches!(*self.slot(), Slot::Pending(_))
     }
 
     /// The row as registered, or why there is none (yet).

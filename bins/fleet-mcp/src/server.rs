@@ -304,7 +304,15 @@ impl FleetServer {
     }
 
     fn me(&self) -> Result<WorkerRow, CallToolResult> {
-        self.ctx.registration.row().map_err(|e| refuse(Refusal::WorkerNotRegistered.as_str(), e))
+        let registration = &self.ctx.registration;
+        registration.row().map_err(|e| {
+            let code = if registration.is_pending() {
+                Refusal::RegistrationPending
+            } else {
+                Refusal::WorkerNotRegistered
+            };
+            refuse(code.as_str(), e)
+        })
     }
 
     fn apply_body(&self, p: ApplyParams) -> Outcome {

@@ -264,10 +264,17 @@ async fn a_stalled_writer_delays_the_registration_never_the_initialize() {
     .expect("initialize is answered while the registry's writers are stalled");
     let context = body(&call(&client, "gitea_get_runtime_context", json!({})).await);
     assert!(context["registration"].is_null(), "{context}");
+    // Reads need no write: the snapshot and the plan are answered while writers wait.
+    for tool in ["gitea_snapshot_instance_fleet", "gitea_plan_stale_worker_retirement"] {
+        let read = tokio::time::timeout(Duration::from_secs(60), call(&client, tool, json!({})))
+            .await
+            .unwrap_or_else(|_| panic!("{tool} is answered while the registry's writers are stalled"));
+        assert_eq!(failed(&read), None, "{tool}: {:?}", read.structured_content);
+    }
     let pending = context["registration_error"].as_str().unwrap_or_default();
     assert!(pending.starts_with("registration pending"), "{context}");
     let lease = call(&client, "gitea_acquire_workflow_lease", json!({"workflow": "x"})).await;
-    assert_eq!(failed(&lease).as_deref(), Some("worker_not_registered"));
+    assert_eq!(failed(&lease).as_deref(), Some("registration_pending"));
 
     drop(held);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -285,6 +292,54 @@ async fn a_stalled_writer_delays_the_registration_never_the_initialize() {
     }
     let active = format!("SELECT count(*) FROM {}.worker_registrations WHERE status = 'active'", schema.name);
     assert_eq!(schema.count(&active), 1);
+    client.cancel().await.unwrap();
+}
+
+/// A writer that stalls right after it takes the registry's write lock (a partitioned
+/// client) holds up other writers, never the reads: a new server answers `initialize`,
+/// the snapshot and the plan while its own registration waits for the lock.
+#[tokio::test]
+async fn a_writer_stalled_holding_the_write_lock_holds_up_no_read() {
+    let Ok(base) = std::env::var("FLEET_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = PgSchema::create(&base, format!("fleet_mcp_held_{}", std::process::id()));
+    // The store's own lock timeout, as an operator runs it.
+    let fleet = Fleet::on_postgres(&schema.url());
+    let id = fleet.mint();
+    // The blocking PostgreSQL client runs on a thread of its own, off the test's runtime.
+    let url = schema.url();
+    let key = std::thread::spawn(move || {
+        let location = fleet_runtime::RegistryLocation::resolve(Some(&url)).unwrap();
+        let mut registry =
+            fleet_runtime::open_registry(&location, fleet_registry::OpenMode::MustExist).unwrap();
+        registry.registry_id().unwrap().lock_key()
+    })
+    .join()
+    .unwrap();
+    let held = HeldLock::take(
+        &base,
+        &format!("SET search_path TO {}; SELECT pg_advisory_xact_lock({key})", schema.name),
+    );
+    let client = tokio::time::timeout(Duration::from_secs(30), fleet.connect("controller", Some(&id), None))
+        .await
+        .expect("initialize is answered while a writer holds the write lock");
+    for tool in
+        ["gitea_snapshot_instance_fleet", "gitea_plan_stale_worker_retirement", "gitea_get_runtime_context"]
+    {
+        let read = tokio::time::timeout(Duration::from_secs(30), call(&client, tool, json!({})))
+            .await
+            .unwrap_or_else(|_| panic!("{tool} is answered while a writer holds the write lock"));
+        assert_eq!(failed(&read), None, "{tool}: {:?}", read.structured_content);
+    }
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !body(&call(&client, "gitea_get_runtime_context", json!({})).await)["registration_error"].is_null()
+    {
+        assert!(std::time::Instant::now() < deadline, "registered once the lock is let go");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     client.cancel().await.unwrap();
 }
 
