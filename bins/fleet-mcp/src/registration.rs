@@ -23,7 +23,7 @@ pub struct Registration(Arc<(Mutex<Slot>, Condvar)>);
 /// How long the server waits for its first registration attempt before it serves: on
 /// a healthy registry the attempt lands in milliseconds, so a client sees its worker
 /// registered once initialized; behind stalled writers `initialize` waits no longer.
-pub const FIRST_ATTEMPT_WAIT: Duration = Duration::from_secs(2);
+pub const FIRST_ATTEMPT_WAIT: Duration = Duration::from_secs(3);
 
 #[derive(Debug)]
 enum Slot {
