@@ -1,25 +1,37 @@
-//! The smallest HTTP/1.1 server `fleetctl serve` needs, with every resource bounded: a
-//! fixed number of threads answer, a bounded queue holds the connections waiting for
-//! them (past it a connection is closed at once), a request head may be 8 KiB, and each
-//! connection gets a few seconds to send its request and to take its answer. One
-//! request per connection (`Connection: close`), so a client that pipelines requests
-//! and never reads holds one thread until its write timeout, never the others. A full
-//! descriptor table pauses accepting instead of ending the server; any other failure to
-//! accept ends it with an error.
+//! The smallest HTTP/1.1 server `fleetctl serve` needs, with every resource bounded.
+//!
+//! One thread reads request heads from every connection at once (`poll` on non-blocking
+//! sockets), so a client that sends its head slowly, or never, holds a buffer and a
+//! descriptor, never a thread. A head must arrive whole within a few seconds of the
+//! connection (a total deadline, not one per read) and within 8 KiB. At most
+//! [`MAX_PENDING`] connections wait for their heads, [`MAX_PER_PEER`] of them from one
+//! address: past either bound the oldest such connection is closed to make room, so a
+//! flood of half-requests cannot keep a scrape out. Complete heads go to a fixed number
+//! of threads through a bounded queue (past it the connection is closed at once), and
+//! each answer must be taken within a few seconds. One request per connection
+//! (`Connection: close`). A full descriptor table closes the oldest waiting connection
+//! instead of ending the server; any other failure to accept ends it with an error.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Threads answering requests.
 const THREADS: usize = 4;
-/// Connections accepted and waiting for a thread.
+/// Complete requests waiting for a thread.
 const QUEUE: usize = 64;
 /// The largest request head read.
 const MAX_HEAD: usize = 8 * 1024;
-/// How long a client has to send its request, and to take each write of the answer.
+/// Connections waiting for their request heads, in all.
+pub(crate) const MAX_PENDING: usize = 256;
+/// Connections waiting for their request heads from one address.
+pub(crate) const MAX_PER_PEER: usize = 64;
+/// How long a client has to send its whole request head, and to take each write of
+/// the answer.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A request's method and path.
@@ -59,6 +71,9 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// What the head reader hands an answering thread.
+type Job = (TcpStream, Result<String, Head>);
+
 /// Serves `handle` on `listener` until accepting fails for a reason other than a
 /// passing shortage; returns that error.
 pub(crate) fn serve<H>(listener: TcpListener, handle: H) -> io::Error
@@ -66,7 +81,7 @@ where
     H: Fn(&Request<'_>) -> Response + Send + Sync + 'static,
 {
     let handle = Arc::new(handle);
-    let (queue, waiting) = mpsc::sync_channel::<TcpStream>(QUEUE);
+    let (queue, waiting) = mpsc::sync_channel::<Job>(QUEUE);
     let waiting = Arc::new(Mutex::new(waiting));
     for n in 0..THREADS {
         let waiting = Arc::clone(&waiting);
@@ -74,31 +89,138 @@ where
         let spawned = std::thread::Builder::new().name(format!("fleetctl-http-{n}")).spawn(move || {
             loop {
                 let next = waiting.lock().map_err(|_| ()).and_then(|w| w.recv().map_err(|_| ()));
-                let Ok(stream) = next else { return };
-                answer(stream, handle.as_ref());
+                let Ok((stream, head)) = next else { return };
+                answer(stream, head, handle.as_ref());
             }
         });
         if let Err(e) = spawned {
             return e;
         }
     }
-    accept(&listener, &queue)
+    if let Err(e) = listener.set_nonblocking(true) {
+        return e;
+    }
+    Heads::default().run(&listener, &queue)
 }
 
-fn accept(listener: &TcpListener, queue: &SyncSender<TcpStream>) -> io::Error {
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => match queue.try_send(stream) {
-                // Every thread busy and the queue full: closing the connection at once is
-                // the answer a scraper retries on.
-                Ok(()) | Err(TrySendError::Full(_)) => {}
-                Err(TrySendError::Disconnected(_)) => {
-                    return io::Error::other("every answering thread stopped");
+/// A connection whose request head is still arriving.
+struct Pending {
+    stream: TcpStream,
+    peer: Option<IpAddr>,
+    since: Instant,
+    head: Vec<u8>,
+}
+
+/// The connections whose heads are arriving, oldest first.
+#[derive(Default)]
+struct Heads {
+    pending: VecDeque<Pending>,
+}
+
+impl Heads {
+    fn run(mut self, listener: &TcpListener, queue: &SyncSender<Job>) -> io::Error {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        loop {
+            let now = Instant::now();
+            let wait = self
+                .pending
+                .front()
+                .map_or(CLIENT_TIMEOUT, |p| (p.since + CLIENT_TIMEOUT).saturating_duration_since(now));
+            let timeout = PollTimeout::try_from(wait + Duration::from_millis(1)).unwrap_or(PollTimeout::MAX);
+            let ready: Vec<bool> = {
+                let mut fds = Vec::with_capacity(self.pending.len() + 1);
+                fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+                fds.extend(self.pending.iter().map(|p| PollFd::new(p.stream.as_fd(), PollFlags::POLLIN)));
+                match poll(&mut fds, timeout) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return io::Error::from(e),
                 }
-            },
-            Err(e) if passing(&e) => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => return e,
+                fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect()
+            };
+            // Heads first (their connections are the older ones), then new connections.
+            let mut kept = VecDeque::with_capacity(self.pending.len());
+            for (mut p, ready) in std::mem::take(&mut self.pending).into_iter().zip(ready.iter().skip(1)) {
+                let outcome = if *ready { read_some(&mut p) } else { Ok(None) };
+                match outcome {
+                    Ok(None) if p.since.elapsed() >= CLIENT_TIMEOUT => {
+                        dispatch(queue, p.stream, Err(Head::TimedOut))
+                    }
+                    Ok(None) => kept.push_back(p),
+                    Ok(Some(head)) => dispatch(queue, p.stream, head),
+                    // Gone: the client hung up.
+                    Err(()) => {}
+                }
+            }
+            self.pending = kept;
+            if ready.first().copied().unwrap_or(false)
+                && let Err(e) = self.accept(listener)
+            {
+                return e;
+            }
         }
+    }
+
+    /// Accepts every connection waiting, making room for each as the bounds say.
+    fn accept(&mut self, listener: &TcpListener) -> Result<(), io::Error> {
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let peer = Some(peer.ip());
+                    let from_peer = self.pending.iter().filter(|p| p.peer == peer).count();
+                    if from_peer >= MAX_PER_PEER
+                        && let Some(oldest) = self.pending.iter().position(|p| p.peer == peer)
+                    {
+                        self.pending.remove(oldest);
+                    }
+                    if self.pending.len() >= MAX_PENDING {
+                        self.pending.pop_front();
+                    }
+                    self.pending.push_back(Pending { stream, peer, since: Instant::now(), head: Vec::new() });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                // Out of descriptors: the oldest waiting connection makes room, else wait.
+                Err(e) if passing(&e) => {
+                    if self.pending.pop_front().is_none() {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Reads what has arrived on `p`: `Ok(Some(head))` once the head is whole (or too
+/// large), `Ok(None)` while it is still arriving, `Err(())` when the client is gone.
+fn read_some(p: &mut Pending) -> Result<Option<Result<String, Head>>, ()> {
+    let mut buf = [0u8; 1024];
+    loop {
+        match p.stream.read(&mut buf) {
+            Ok(0) => return Err(()),
+            Ok(n) => p.head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return Err(()),
+        }
+        if let Some(end) = p.head.windows(4).position(|w| w == b"\r\n\r\n") {
+            p.head.truncate(end);
+            return Ok(Some(Ok(String::from_utf8_lossy(&p.head).into_owned())));
+        }
+        if p.head.len() > MAX_HEAD {
+            return Ok(Some(Err(Head::TooLarge)));
+        }
+    }
+}
+
+/// Hands a connection to the answering threads; every one busy and the queue full,
+/// closing it at once is the answer a scraper retries on.
+fn dispatch(queue: &SyncSender<Job>, stream: TcpStream, head: Result<String, Head>) {
+    match queue.try_send((stream, head)) {
+        Ok(()) | Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
     }
 }
 
@@ -106,26 +228,25 @@ fn accept(listener: &TcpListener, queue: &SyncSender<TcpStream>) -> io::Error {
 /// connection that went away before it was accepted.
 fn passing(e: &io::Error) -> bool {
     use nix::libc;
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-    ) || matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+    matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted)
+        || matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
-fn answer(mut stream: TcpStream, handle: &(dyn Fn(&Request<'_>) -> Response + Send + Sync)) {
-    if stream.set_read_timeout(Some(CLIENT_TIMEOUT)).is_err()
-        || stream.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err()
-    {
+fn answer(
+    mut stream: TcpStream,
+    head: Result<String, Head>,
+    handle: &(dyn Fn(&Request<'_>) -> Response + Send + Sync),
+) {
+    if stream.set_nonblocking(false).is_err() || stream.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err() {
         return;
     }
-    let (response, head_only) = match read_head(&mut stream) {
+    let (response, head_only) = match head {
         Ok(head) => match parse(&head) {
             Some(request) => (handle(&request), request.method == "HEAD"),
             None => (Response::text(400, "bad request\n"), false),
         },
         Err(Head::TooLarge) => (Response::text(431, "request head too large\n"), false),
         Err(Head::TimedOut) => (Response::text(408, "request timeout\n"), false),
-        Err(Head::Gone) => return,
     };
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -144,35 +265,11 @@ fn answer(mut stream: TcpStream, handle: &(dyn Fn(&Request<'_>) -> Response + Se
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
+/// Why a head was not read whole.
+#[derive(Debug)]
 enum Head {
     TooLarge,
     TimedOut,
-    Gone,
-}
-
-/// Reads up to the blank line that ends a request head.
-fn read_head(stream: &mut TcpStream) -> Result<String, Head> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = match stream.read(&mut buf) {
-            Ok(0) => return Err(Head::Gone),
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                return Err(Head::TimedOut);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return Err(Head::Gone),
-        };
-        head.extend_from_slice(&buf[..n]);
-        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            head.truncate(end);
-            return Ok(String::from_utf8_lossy(&head).into_owned());
-        }
-        if head.len() > MAX_HEAD {
-            return Err(Head::TooLarge);
-        }
-    }
 }
 
 /// The method and path of a request line `METHOD PATH HTTP/1.x`.

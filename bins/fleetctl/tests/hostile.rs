@@ -417,6 +417,53 @@ fn serve_keeps_answering_through_floods_and_clients_that_never_read() {
     let _ = server.wait();
 }
 
+/// `fleetctl serve` (1024 descriptors, as a default shell has) while 300 clients hold
+/// half-sent requests open, trickling a byte now and then as a slowloris does: each
+/// scrape is answered at once, and the server's memory stays within a few megabytes of
+/// what it was.
+#[test]
+fn serve_answers_scrapes_while_300_clients_hold_half_requests() {
+    use std::io::Write;
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let script = format!("ulimit -n 1024 && exec {} serve --listen {listen}", fleetctl_bin().display());
+    let mut server = Command::new("sh");
+    server.args(["-c", &script]).env("FLEET_REGISTRY", &fleet.registry).stderr(Stdio::null());
+    let mut server = server.spawn().unwrap();
+    common::wait_for(Duration::from_secs(10), || std::net::TcpStream::connect(&listen).ok());
+    let scrape = || http(&listen, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(scrape().starts_with("HTTP/1.1 200"));
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap().to_owned();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let before = rss();
+
+    let mut slow: Vec<_> = (0..300)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(&listen).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ").ok()?;
+            Some(s)
+        })
+        .collect();
+    for round in 0..3 {
+        for s in &mut slow {
+            let _ = s.write_all(b"a");
+        }
+        let answer = scrape();
+        assert!(answer.starts_with("HTTP/1.1 200"), "round {round}: {answer:.200}");
+    }
+    let after = rss();
+    assert!(after < before + 16 * 1024, "memory grew from {before} kB to {after} kB");
+    assert!(server.try_wait().unwrap().is_none(), "the server is still running");
+    drop(slow);
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// A launch stopped as Ctrl-Z stops it (SIGSTOP to its process group) beside a launch one
 /// of whose workers crashed (SIGKILL): the hung launch's workers, alive on this host and
 /// silent, are not taken as evidence against this host's clock, so the crashed row is
