@@ -69,9 +69,10 @@ pub(crate) enum LeaseCmd {
         target: Target,
         #[command(flatten)]
         holder: HolderArgs,
-        /// TTL in seconds from now.
-        #[arg(long, default_value_t = 30)]
-        ttl: u64,
+        /// TTL in seconds from now (default: the TTL the lease was granted or last
+        /// renewed with, as etcd's keep-alive keeps it).
+        #[arg(long)]
+        ttl: Option<u64>,
         /// Connector policy file (default: deny every connector lease).
         #[arg(long)]
         policy: Option<PathBuf>,
@@ -176,6 +177,11 @@ fn lease_json(lease: &LeaseRecord, now: Timestamp) -> serde_json::Value {
     value
 }
 
+/// The TTL `lease` was granted or last renewed with.
+fn granted_ttl(lease: &LeaseRecord) -> Duration {
+    lease.expires_at.since(lease.heartbeat_at).max(Duration::SECOND)
+}
+
 fn secs(ttl: u64) -> Result<Duration, Failure> {
     if ttl == 0 || ttl > 86_400 {
         return Err(Failure::usage(format!("--ttl {ttl} is outside 1..=86400 seconds")));
@@ -249,7 +255,10 @@ fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
                 l.lease_id.to_string(),
                 l.fencing_epoch.to_string(),
                 standing(l, now).to_owned(),
-                l.expires_at.to_string(),
+                match l.state {
+                    LeaseState::Released => "-".to_owned(),
+                    LeaseState::Held => table::relative(l.expires_at, now),
+                },
                 version,
                 init,
             ]
@@ -281,10 +290,20 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
         }
         LeaseCmd::Renew { target, holder: h, ttl, policy } => {
             let (key, _, connector) = parse_writable_key(&target.key)?;
-            let (holder, ttl) = (holder(h)?, secs(ttl)?);
+            let holder = holder(h)?;
+            let ttl = ttl.map(secs).transpose()?;
             let policy = load_policy(policy.as_ref())?;
             let ctx = context(&target, connector.as_ref());
             let mut registry = open_registry(location, OpenMode::MustExist)?;
+            // The lease's own TTL unless one is given. Read apart from the renewal: a
+            // lease that changed between is refused by the renewal's own checks.
+            let ttl = match ttl {
+                Some(ttl) => ttl,
+                None => match registry.lease(&key)?.0 {
+                    Some(lease) => granted_ttl(&lease),
+                    None => secs(30)?,
+                },
+            };
             let result = match &connector {
                 Some(id) => {
                     let request = ConnectorRequest::Renew { holder: &holder, ttl };
@@ -336,7 +355,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
                 Some(k) => {
                     let (key, _, _) = parse_key(&k)?;
                     let (lease, now) = registry.lease(&key)?;
-                    (lease.into_iter().collect(), now)
+                    let Some(lease) = lease else {
+                        return Err(Failure::refused(format!("no lease {key} in the registry")));
+                    };
+                    (vec![lease], now)
                 }
                 None => registry.leases_now(None)?,
             };

@@ -22,6 +22,27 @@ pub(crate) fn cell(raw: &str) -> String {
         .collect()
 }
 
+/// A duration as people read it: its two largest units, `45s`, `12m 30s`, `3h 5m`,
+/// `2d 4h`.
+pub(crate) fn span(d: time::Duration) -> String {
+    let secs = d.whole_seconds().unsigned_abs();
+    let (days, hours, minutes, seconds) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60, secs % 60);
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s"),
+        (0, 0, _) if seconds == 0 => format!("{minutes}m"),
+        (0, 0, _) => format!("{minutes}m {seconds}s"),
+        (0, _, 0) => format!("{hours}h"),
+        (0, _, _) => format!("{hours}h {minutes}m"),
+        (_, 0, _) => format!("{days}d"),
+        _ => format!("{days}d {hours}h"),
+    }
+}
+
+/// When `at` is, from `now`: `in 4m 10s` or `12m 30s ago`.
+pub(crate) fn relative(at: fleet_identity::Timestamp, now: fleet_identity::Timestamp) -> String {
+    if at >= now { format!("in {}", span(at.since(now))) } else { format!("{} ago", span(now.since(at))) }
+}
+
 /// Whether a cell is a phrase that must be shown whole (it has a space: a number with
 /// its unit, a duration), not an identifier that may be abbreviated.
 fn is_phrase(cell: &str) -> bool {
@@ -112,6 +133,16 @@ fn render_within(header: &[&str], rows: &[Vec<String>], width: Option<u16>) -> S
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn spans_read_in_their_two_largest_units() {
+        let s = |secs| super::span(time::Duration::seconds(secs));
+        assert_eq!(
+            [s(0), s(45), s(60), s(750), s(3600), s(11_100), s(86_400), s(187_200)],
+            ["0s", "45s", "1m", "12m 30s", "1h", "3h 5m", "1d", "2d 4h"]
+        );
+        assert_eq!(s(198_830), "2d 7h");
+    }
     #[test]
     fn columns_line_up() {
         let text = super::render(&["A", "LONG"], &[vec!["wide cell".into(), "x".into()]]);

@@ -199,10 +199,8 @@ fn revisions() -> Revisions {
 
 fn heartbeat_cell(row: &WorkerRow, now: Timestamp) -> String {
     match (row.heartbeat(), row.expires_at()) {
-        (Some(_), Some(expires)) if now > expires => {
-            format!("expired {}s ago", now.since(expires).whole_seconds())
-        }
-        (Some(beat), _) => format!("{}s ago", now.since(beat).whole_seconds()),
+        (Some(_), Some(expires)) if now > expires => format!("expired {}", table::relative(expires, now)),
+        (Some(beat), _) => table::relative(beat, now),
         (None, _) => {
             row.last_heartbeat_at.clone().map_or_else(|| "-".into(), |raw| format!("unparsable {raw:?}"))
         }

@@ -458,3 +458,17 @@ fn import_refuses_what_the_lease_commands_refuse() {
         assert_eq!(target.export(), before, "{name} must leave the registry unchanged");
     }
 }
+
+#[test]
+fn a_missing_lease_is_exit_1_naming_it() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    for args in [
+        &["lease", "show", "--key", "workflow:nope"][..],
+        &["lease", "show", "--key", "workflow:nope", "--json"],
+    ] {
+        let out = fleet.ctl(args);
+        assert_one_line_error(&out, 1, "no lease workflow:nope");
+        assert!(out.stdout.is_empty());
+    }
+}

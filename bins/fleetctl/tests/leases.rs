@@ -540,3 +540,31 @@ fn following_the_printed_renew_line_keeps_the_ttl() {
         |field: &str| fleet_identity::Timestamp::parse(renewed["lease"][field].as_str().unwrap()).unwrap();
     assert_eq!(at("expires_at").since(at("heartbeat_at")).whole_seconds(), 300);
 }
+
+/// A renewal without `--ttl` keeps the TTL the lease was granted (as etcd's keep-alive
+/// does); `--ttl` still sets another.
+#[test]
+fn a_renewal_without_ttl_keeps_the_granted_ttl() {
+    let fleet = Fleet::new();
+    let out =
+        fleet.ctl(&["lease", "acquire", "--key", "workflow:long", "--owner", "me", "--ttl", "300", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let acquired: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (id, epoch) =
+        (acquired["lease"]["lease_id"].as_str().unwrap(), acquired["lease"]["fencing_epoch"].to_string());
+    let renew = |extra: &[&str]| {
+        let mut args = vec!["lease", "renew", "--key", "workflow:long", "--owner", "me", "--lease-id", id];
+        args.extend(["--epoch", &epoch, "--json"]);
+        args.extend(extra);
+        let out = fleet.ctl(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let renewed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let at = |field: &str| {
+            fleet_identity::Timestamp::parse(renewed["lease"][field].as_str().unwrap()).unwrap()
+        };
+        at("expires_at").since(at("heartbeat_at")).whole_seconds()
+    };
+    assert_eq!(renew(&[]), 300);
+    assert_eq!(renew(&["--ttl", "45"]), 45);
+    assert_eq!(renew(&[]), 45, "the TTL last renewed with");
+}
