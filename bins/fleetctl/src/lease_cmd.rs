@@ -11,8 +11,8 @@ use fleet_lease::{
     LeaseKind, LeaseRecord, LeaseState, StaticPolicy, normalize_scopes,
 };
 use fleet_registry::OpenMode;
-use fleet_registry::{AuditContext, ConnectorRequest, LeaseResult};
-use fleet_runtime::{Failure, RegistryLocation, open_registry};
+use fleet_registry::{AuditContext, AuditQuery, ConnectorRequest, LeaseResult, Registry};
+use fleet_runtime::{AnyStore, Failure, RegistryLocation, open_registry};
 use fleet_runtime::{out, outln};
 use time::Duration;
 
@@ -121,7 +121,20 @@ pub(crate) enum LeaseCmd {
         /// The lease (default: all).
         #[arg(long)]
         key: Option<String>,
-        /// Print JSON.
+        /// Only entries at or after this time (RFC 3339, or a date: its first instant, UTC).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only entries before this time.
+        #[arg(long)]
+        until: Option<String>,
+        /// Only the last N entries (of those selected).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+        /// Keep printing entries as they are written, until interrupted (with --json,
+        /// one JSON object per line).
+        #[arg(long)]
+        follow: bool,
+        /// Print JSON: an array of entries (read and written a page at a time).
         #[arg(long)]
         json: bool,
     },
@@ -175,6 +188,90 @@ fn lease_json(lease: &LeaseRecord, now: Timestamp) -> serde_json::Value {
         map.insert("status".into(), standing(lease, now).into());
     }
     value
+}
+
+/// Audit entries read and printed at a time: memory stays flat at any log size.
+const AUDIT_PAGE: usize = 1000;
+
+/// Prints the entries `query` selects, a page at a time: the last `tail` of them when
+/// given, then, with `follow`, every new one as it is written.
+fn print_audit(
+    registry: &mut Registry<AnyStore>,
+    mut query: AuditQuery<'_>,
+    tail: Option<usize>,
+    follow: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    if let Some(n) = tail {
+        let newest = |registry: &mut Registry<AnyStore>, query: AuditQuery<'_>, limit| {
+            registry.lease_audit_page(&AuditQuery { newest_first: true, after: i64::MAX, limit, ..query })
+        };
+        let whole = AuditQuery { key: None, since: None, until: None, ..query };
+        // The end of the log: where following starts when nothing is selected yet.
+        let end = newest(registry, whole, 1)?.first().map_or(0, |e| e.id);
+        let last = if n == 0 { Vec::new() } else { newest(registry, query, n)? };
+        query.after = last.last().map_or(end, |oldest| oldest.id - 1);
+    }
+    let lines = json && follow;
+    let (mut first, mut header) = (true, !json);
+    if json && !lines {
+        outln!("[")?;
+    }
+    loop {
+        let page = registry.lease_audit_page(&query)?;
+        if page.is_empty() {
+            if !follow {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            continue;
+        }
+        query.after = page.last().map_or(query.after, |e| e.id);
+        if json {
+            for entry in &page {
+                let text = serde_json::to_string(entry).unwrap_or_default();
+                if lines {
+                    outln!("{text}")?;
+                } else {
+                    outln!("{}{text}", if first { "" } else { "," })?;
+                }
+                first = false;
+            }
+        } else {
+            let rendered = audit_table(&page);
+            let body = if header {
+                rendered.as_str()
+            } else {
+                rendered.split_once('\n').map_or("", |(_, rest)| rest)
+            };
+            out!("{body}")?;
+            header = false;
+        }
+        fleet_runtime::flush_stdout()?;
+    }
+    if json && !lines {
+        outln!("]")?;
+    }
+    Ok(())
+}
+
+fn audit_table(log: &[fleet_registry::AuditEntry]) -> String {
+    let rows: Vec<Vec<String>> = log
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.to_string(),
+                e.at.to_string(),
+                e.lease_key.clone(),
+                e.event.clone(),
+                e.outcome.clone(),
+                e.reason.clone().unwrap_or_default(),
+                e.identity.clone().unwrap_or_default(),
+                e.fencing_epoch.map(|v| v.to_string()).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table::render(&["ID", "AT", "KEY", "EVENT", "OUTCOME", "REASON", "IDENTITY", "EPOCH"], &rows)
 }
 
 /// The TTL `lease` was granted or last renewed with.
@@ -370,35 +467,20 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             }
             Ok(ExitCode::SUCCESS)
         }
-        LeaseCmd::Audit { key, json } => {
+        LeaseCmd::Audit { key, since, until, tail, follow, json } => {
             let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
-            let log = open_registry(location, OpenMode::MustExist)?.lease_audit(key.as_ref())?;
-            if json {
-                fleet_runtime::print_json(&log)?;
-            } else {
-                let rows: Vec<Vec<String>> = log
-                    .iter()
-                    .map(|e| {
-                        vec![
-                            e.id.to_string(),
-                            e.at.to_string(),
-                            e.lease_key.clone(),
-                            e.event.clone(),
-                            e.outcome.clone(),
-                            e.reason.clone().unwrap_or_default(),
-                            e.identity.clone().unwrap_or_default(),
-                            e.fencing_epoch.map(|v| v.to_string()).unwrap_or_default(),
-                        ]
-                    })
-                    .collect();
-                out!(
-                    "{}",
-                    table::render(
-                        &["ID", "AT", "KEY", "EVENT", "OUTCOME", "REASON", "IDENTITY", "EPOCH"],
-                        &rows
-                    )
-                )?;
-            }
+            let since = since.map(|t| table::instant("--since", &t)).transpose()?;
+            let until = until.map(|t| table::instant("--until", &t)).transpose()?;
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let query = AuditQuery {
+                key: key.as_ref(),
+                since,
+                until,
+                after: 0,
+                newest_first: false,
+                limit: AUDIT_PAGE,
+            };
+            print_audit(&mut registry, query, tail, follow, json)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -94,14 +94,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             }
         }
         RegistryCmd::Prune { before, export, json } => {
-            // A bare date means its first instant, UTC.
-            let date = time::Date::parse(&before, time::macros::format_description!("[year]-[month]-[day]"));
-            let full = match date {
-                Ok(_) => format!("{before}T00:00:00Z"),
-                Err(_) => before,
-            };
-            let before = fleet_identity::Timestamp::parse(&full)
-                .map_err(|e| Failure::usage(format!("--before: {e}")))?;
+            let before = crate::table::instant("--before", &before)?;
             let mut registry = open_registry(location, OpenMode::MustExist)?;
             let rows = registry.prunable(before)?;
             // Written down, durably, before anything is removed.

@@ -568,3 +568,59 @@ fn a_renewal_without_ttl_keeps_the_granted_ttl() {
     assert_eq!(renew(&["--ttl", "45"]), 45);
     assert_eq!(renew(&[]), 45, "the TTL last renewed with");
 }
+
+/// `lease audit` pages through a log of any size: 2,500 entries (past one page of
+/// 1,000) print whole and in order as a table and as JSON; `--tail`, `--key`, `--since`
+/// and `--until` select; `--follow` prints each new entry as it is written.
+#[test]
+fn the_audit_log_is_read_a_page_at_a_time_and_selected_and_followed() {
+    let fleet = Fleet::new();
+    let entries: Vec<serde_json::Value> = (1..=2_500)
+        .map(|i| {
+            serde_json::json!({
+                "id": i, "event": "acquire", "outcome": "acquired", "reason": null,
+                "lease_key": format!("workflow:w{}", i % 3), "kind": "workflow", "identity": "ops",
+                "binding": null, "connector": null, "fencing_epoch": 1, "correlation_id": null,
+                "at": format!("2026-12-01T{:02}:{:02}:{:02}.000Z", i / 3600, i / 60 % 60, i % 60),
+            })
+        })
+        .collect();
+    let backup = serde_json::json!({"instances": [], "worker_registrations": [], "leases": [], "lease_audit_log": entries});
+    let file = fleet.dir.path().join("backup.json");
+    std::fs::write(&file, backup.to_string()).unwrap();
+    assert!(fleet.ctl(&["registry", "import", file.to_str().unwrap()]).status.success());
+    let ids = |args: &[&str]| -> Vec<i64> {
+        let mut all = vec!["lease", "audit", "--json"];
+        all.extend(args);
+        let out = fleet.ctl(&all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let log: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        log.iter().map(|e| e["id"].as_i64().unwrap()).collect()
+    };
+    assert_eq!(ids(&[]), (1..=2_500).collect::<Vec<_>>());
+    assert_eq!(ids(&["--tail", "3"]), [2_498, 2_499, 2_500]);
+    assert_eq!(ids(&["--key", "workflow:w0", "--tail", "2"]), [2_496, 2_499]);
+    assert_eq!(
+        ids(&["--since", "2026-12-01T00:41:38Z", "--until", "2026-12-01T00:41:41Z"]),
+        [2_498, 2_499, 2_500]
+    );
+    let table = String::from_utf8(fleet.ctl(&["lease", "audit"]).stdout).unwrap();
+    assert_eq!(table.lines().count(), 2_501, "one header and every entry");
+    assert!(table.lines().nth(2_500).unwrap().starts_with("2500 "));
+
+    let mut follow = fleet
+        .fleetctl()
+        .args(["lease", "audit", "--follow", "--json", "--tail", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead as _;
+    let mut lines = std::io::BufReader::new(follow.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["id"], 2_500);
+    assert!(fleet.ctl(&["lease", "acquire", "--key", "workflow:new", "--owner", "ops"]).status.success());
+    let next: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(next["lease_key"], "workflow:new");
+    let _ = follow.kill();
+    let _ = follow.wait();
+}

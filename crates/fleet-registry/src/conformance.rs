@@ -691,6 +691,62 @@ pub fn workflow_leases_protect_their_owners<S: Store>(store: S) {
     assert_eq!(next.fencing_epoch.get(), 2);
 }
 
+/// A page of the audit log selects by lease and time and keeps log order both ways, as
+/// the filter over the whole log would: what `lease audit --tail/--since/--until` reads.
+pub fn audit_pages_select_as_the_whole_log_filtered_would<S: Store>(store: S) {
+    use fleet_lease::LeaseKind;
+    let mut registry = Registry::new(store);
+    for i in 0..7 {
+        let key = lkey(&format!("workflow:page{}", i % 2));
+        let lease =
+            registry.acquire_lease(&key, LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx()).expect("store");
+        if let Ok(lease) = lease {
+            registry.release_lease(&key, &lease.holder(), &ctx()).expect("store").expect("released");
+        }
+    }
+    let whole = registry.lease_audit(None).expect("audit");
+    assert!(whole.len() >= 7, "{whole:?}");
+    let key = lkey("workflow:page1");
+    let middle = whole[whole.len() / 2].at;
+    let queries = [
+        crate::AuditQuery { key: None, since: None, until: None, after: 0, newest_first: false, limit: 3 },
+        crate::AuditQuery {
+            key: Some(&key),
+            since: None,
+            until: None,
+            after: 2,
+            newest_first: false,
+            limit: 100,
+        },
+        crate::AuditQuery {
+            key: None,
+            since: Some(middle),
+            until: None,
+            after: 0,
+            newest_first: false,
+            limit: 100,
+        },
+        crate::AuditQuery {
+            key: None,
+            since: None,
+            until: Some(middle),
+            after: i64::MAX,
+            newest_first: true,
+            limit: 2,
+        },
+    ];
+    for query in queries {
+        let page = registry.lease_audit_page(&query).expect("page");
+        let mut expected: Vec<crate::AuditEntry> =
+            whole.iter().filter(|e| query.selects(e)).cloned().collect();
+        if query.newest_first {
+            expected.reverse();
+        }
+        expected.truncate(query.limit);
+        assert_eq!(page, expected, "{query:?}");
+    }
+}
+
 /// A lease row set back to an older copy of itself (a restored backup, a hand edit) never
 /// hands out an epoch again: the next tenure goes above every epoch the key ever had.
 pub fn a_lease_set_back_never_repeats_an_epoch<S: Store>(store: S) {
@@ -1153,6 +1209,7 @@ macro_rules! registry_conformance {
                 connector_leases_are_insert_only_and_fenced,
                 workflow_leases_protect_their_owners,
                 a_lease_set_back_never_repeats_an_epoch,
+                audit_pages_select_as_the_whole_log_filtered_would,
                 initialization_runs_once_per_version,
                 apply_retires_only_what_the_plan_and_the_probe_prove,
                 apply_goes_through_when_only_rows_outside_the_candidates_moved,

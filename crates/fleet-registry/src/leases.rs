@@ -417,6 +417,11 @@ impl<S: Store> Registry<S> {
         self.store_mut().read(|tx| tx.audit(key))
     }
 
+    /// One page of the audit entries `query` selects (see [`Tx::audit_page`]).
+    pub fn lease_audit_page(&mut self, query: &crate::AuditQuery<'_>) -> Result<Vec<AuditEntry>, StoreError> {
+        self.store_mut().read(|tx| tx.audit_page(query))
+    }
+
     /// The audit entries after position `after` (an entry's `id`), in log order.
     pub fn lease_audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         self.store_mut().read(|tx| tx.audit_after(after))

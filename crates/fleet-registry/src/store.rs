@@ -25,6 +25,34 @@ pub enum OpenMode {
     MustExist,
 }
 
+/// Which audit entries a reader wants, one page at a time (see [`Tx::audit_page`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AuditQuery<'a> {
+    /// Only this lease's entries.
+    pub key: Option<&'a LeaseKey>,
+    /// Only entries at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only entries before this time.
+    pub until: Option<Timestamp>,
+    /// Oldest first: entries whose `id` is above this. Newest first: below it.
+    pub after: i64,
+    /// Newest first (for the last entries of a log, `--tail`).
+    pub newest_first: bool,
+    /// The most entries one page holds.
+    pub limit: usize,
+}
+
+impl AuditQuery<'_> {
+    /// Whether `entry` is one this query selects (ignoring the page's size).
+    pub fn selects(&self, entry: &AuditEntry) -> bool {
+        let position = if self.newest_first { entry.id < self.after } else { entry.id > self.after };
+        position
+            && self.key.is_none_or(|k| entry.lease_key == k.as_str())
+            && self.since.is_none_or(|t| entry.at >= t)
+            && self.until.is_none_or(|t| entry.at < t)
+    }
+}
+
 /// The primitive operations available inside one transaction.
 pub trait Tx {
     /// Every worker row, ordered by `worker_identity`.
@@ -83,6 +111,18 @@ pub trait Tx {
     /// reader that keeps counts reads on each visit. A backend answers it from its index.
     fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(self.audit(None)?.into_iter().filter(|e| e.id > after).collect())
+    }
+    /// One page of the audit entries `query` selects, at most `query.limit`: oldest first
+    /// after `query.after`, or newest first before it. A backend answers it with one
+    /// bounded statement, so a reader pages through a log of any size in flat memory.
+    fn audit_page(&mut self, query: &AuditQuery<'_>) -> Result<Vec<AuditEntry>, StoreError> {
+        let mut page: Vec<AuditEntry> =
+            self.audit(query.key)?.into_iter().filter(|e| query.selects(e)).collect();
+        if query.newest_first {
+            page.reverse();
+        }
+        page.truncate(query.limit);
+        Ok(page)
     }
 
     /// Where the store's history of worker rows and ledger entries stands, as this

@@ -640,6 +640,25 @@ impl Tx for PgTx<'_, '_> {
     fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         self.audit_from(None, after)
     }
+
+    fn audit_page(&mut self, query: &fleet_registry::AuditQuery<'_>) -> Result<Vec<AuditEntry>, StoreError> {
+        const COLUMNS: &str = "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, \
+            fencing_epoch, correlation_id, at FROM lease_audit_log WHERE ($1::TEXT IS NULL OR lease_key = $1) \
+            AND ($3::TEXT IS NULL OR at >= $3) AND ($4::TEXT IS NULL OR at < $4)";
+        let sql = if query.newest_first {
+            format!("{COLUMNS} AND id < $2 ORDER BY id DESC LIMIT $5")
+        } else {
+            format!("{COLUMNS} AND id > $2 ORDER BY id LIMIT $5")
+        };
+        let (since, until) = (query.since.map(|t| t.to_string()), query.until.map(|t| t.to_string()));
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        self.tx
+            .query(&sql, &[&query.key.map(LeaseKey::as_str), &query.after, &since, &until, &limit])
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_audit)
+            .collect()
+    }
 }
 
 impl PgTx<'_, '_> {

@@ -114,14 +114,42 @@ pub(crate) fn audit(
     key: Option<&LeaseKey>,
     after: i64,
 ) -> Result<Vec<AuditEntry>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
-             correlation_id, at FROM lease_audit_log WHERE (?1 IS NULL OR lease_key = ?1) AND id > ?2 ORDER BY id",
-        )
-        .map_err(map_error)?;
+    let query = fleet_registry::AuditQuery {
+        key,
+        since: None,
+        until: None,
+        after,
+        newest_first: false,
+        limit: usize::MAX,
+    };
+    audit_page(conn, &query)
+}
+
+/// One page of the audit entries `query` selects, by the primary key (times are stored
+/// in one fixed-width form, so they compare as text).
+pub(crate) fn audit_page(
+    conn: &Connection,
+    query: &fleet_registry::AuditQuery<'_>,
+) -> Result<Vec<AuditEntry>, StoreError> {
+    const COLUMNS: &str = "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, \
+        fencing_epoch, correlation_id, at FROM lease_audit_log \
+        WHERE (?1 IS NULL OR lease_key = ?1) AND (?3 IS NULL OR at >= ?3) AND (?4 IS NULL OR at < ?4)";
+    let sql = if query.newest_first {
+        format!("{COLUMNS} AND id < ?2 ORDER BY id DESC LIMIT ?5")
+    } else {
+        format!("{COLUMNS} AND id > ?2 ORDER BY id LIMIT ?5")
+    };
+    let mut stmt = conn.prepare_cached(&sql).map_err(map_error)?;
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let params = rusqlite::params![
+        query.key.map(LeaseKey::as_str),
+        query.after,
+        query.since.map(|t| t.to_string()),
+        query.until.map(|t| t.to_string()),
+        limit
+    ];
     let rows = stmt
-        .query_map(rusqlite::params![key.map(LeaseKey::as_str), after], |r| {
+        .query_map(params, |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,

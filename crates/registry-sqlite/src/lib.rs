@@ -540,6 +540,13 @@ impl Tx for SqliteTx<'_> {
     fn audit_after(&mut self, after: i64) -> Result<Vec<fleet_registry::AuditEntry>, StoreError> {
         leases::audit(self.conn(), None, after)
     }
+
+    fn audit_page(
+        &mut self,
+        query: &fleet_registry::AuditQuery<'_>,
+    ) -> Result<Vec<fleet_registry::AuditEntry>, StoreError> {
+        leases::audit_page(self.conn(), query)
+    }
 }
 
 impl SqliteTx<'_> {
