@@ -258,6 +258,48 @@ pub(crate) fn render_counting(
     Ok(m.0)
 }
 
+/// The serving process's own series, by the names Prometheus's client libraries use:
+/// resident memory, open descriptors, CPU seconds and start time, read from `/proc`.
+fn process_metrics() -> String {
+    let mut m = Exposition(String::new());
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which ends at the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let field = |n: usize| fields.get(n).and_then(|v| v.parse::<f64>().ok());
+    let ticks =
+        nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().map_or(100.0, |t| t as f64);
+    let page =
+        nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096.0, |p| p as f64);
+    // Counted from field 3 (state) on: utime 14, stime 15, starttime 22, rss 24 in proc(5).
+    if let (Some(user), Some(system)) = (field(11), field(12)) {
+        m.family("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.");
+        m.sample("process_cpu_seconds_total", &[], (user + system) / ticks);
+    }
+    if let Some(rss) = field(21) {
+        m.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        m.sample("process_resident_memory_bytes", &[], rss * page);
+    }
+    if let (Some(start), Some(boot)) = (field(19), boot_time()) {
+        m.family(
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the Unix epoch, in seconds.",
+        );
+        m.sample("process_start_time_seconds", &[], boot + start / ticks);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        m.family("process_open_fds", "gauge", "Open file descriptors.");
+        m.sample("process_open_fds", &[], fds.count() as f64);
+    }
+    m.0
+}
+
+/// When this machine booted, in seconds since the Unix epoch (`btime` in /proc/stat).
+fn boot_time() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()
+}
+
 pub(crate) fn print(location: &RegistryLocation) -> Result<ExitCode, Failure> {
     out!("{}", render(location)?)?;
     Ok(ExitCode::SUCCESS)
@@ -277,6 +319,8 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
         }
     })?;
     fleet_runtime::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
+    crate::notify::send("READY=1");
+    crate::notify::watch(&crate::http::TURNS);
     let location = location.clone();
     let counts = std::sync::Mutex::new(DecisionCounts::default());
     let error = crate::http::serve(listener, move |request| {
@@ -291,7 +335,7 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
             ) {
                 Ok(text) => Response {
                     content_type: "text/plain; version=0.0.4; charset=utf-8",
-                    ..Response::text(200, text)
+                    ..Response::text(200, text + &process_metrics())
                 },
                 Err(e) => {
                     fleet_runtime::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
@@ -299,7 +343,17 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                 }
             },
             "/healthz" => Response::text(200, "ok\n"),
-            _ => Response::text(404, "not found: try /metrics\n"),
+            "/" => match Fleet::new(location.clone()).snapshot(None, &Policy::default(), now()) {
+                Ok(snap) => Response {
+                    content_type: "text/html; charset=utf-8",
+                    ..Response::text(200, crate::status_page::page(&snap))
+                },
+                Err(e) => {
+                    fleet_runtime::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
+                    Response::text(503, "registry unavailable\n")
+                }
+            },
+            _ => Response::text(404, "not found: try / or /metrics\n"),
         }
     });
     Err(Failure::store(format!("the metrics server stopped: cannot accept connections: {error}")))

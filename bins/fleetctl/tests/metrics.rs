@@ -178,3 +178,82 @@ fn served_counters_count_each_decision_once_across_scrapes() {
     let _ = running.kill();
     let _ = running.wait();
 }
+
+/// `/` is the fleet as one page: the verdict, the counts and a row per launch with its
+/// namespaces' worker states, every registry value escaped; the scrape carries the
+/// process's own series.
+#[test]
+fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
+    let (fleet, _, mut running) = fleet_with_workers();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", &listen])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let get = |path: &str| {
+        wait_for(Duration::from_secs(10), || {
+            let mut stream = std::net::TcpStream::connect(&listen).ok()?;
+            write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response).ok()?;
+            Some(response)
+        })
+    };
+    let page = get("/");
+    assert!(page.starts_with("HTTP/1.1 200") && page.contains("text/html"), "{page:.300}");
+    assert!(page.contains("<h1 id=\"verdict\""), "{page}");
+    let rows = fleet.workers();
+    let instance = rows[0].client_instance_id.clone().unwrap();
+    assert!(page.contains(&instance), "the launch has its row: {page}");
+    assert!(page.contains("<td class=\"live\">live</td>"), "{page}");
+    assert!(!page.contains("<script"), "no script");
+    let scrape = parse(get("/metrics").split_once("\r\n\r\n").unwrap().1);
+    for series in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_cpu_seconds_total",
+        "process_start_time_seconds",
+    ] {
+        let value = scrape.samples.iter().find(|s| s.metric == series).map(|s| s.value.clone());
+        assert!(value.is_some(), "{series} is served");
+    }
+    assert!(get("/nowhere").starts_with("HTTP/1.1 404"));
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = running.kill();
+    let _ = running.wait();
+}
+
+/// Under systemd's `Type=notify` (sd_notify(3): a datagram to `NOTIFY_SOCKET`), `serve`
+/// says `READY=1` once its port is bound and pings `WATCHDOG=1` at half `WATCHDOG_USEC`
+/// while its loop turns. The test plays the service manager's socket.
+#[test]
+fn serve_tells_systemd_it_is_ready_and_pings_its_watchdog() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let socket_path = fleet.dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "4000000")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let received = |what: &str| {
+        let mut buf = [0u8; 256];
+        let n = socket.recv(&mut buf).unwrap_or_else(|e| panic!("no {what} from serve: {e}"));
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(received("READY=1"), "READY=1");
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("ready means the port is bound");
+    assert_eq!(received("WATCHDOG=1"), "WATCHDOG=1");
+    let _ = server.kill();
+    let _ = server.wait();
+}
