@@ -126,19 +126,16 @@ fn main() {
     for n in sizes {
         let dir = tempfile::tempdir().expect("tempdir");
         let registry = dir.path().join("registry.sqlite3");
-        let launch = Command::new(Path::new(env!("CARGO_BIN_EXE_fleet-mcp")).with_file_name("fleet-launch"))
-            .args(["mint", "--client", "codex"])
-            .env("FLEET_REGISTRY", &registry)
-            .output()
-            .expect("fleet-launch");
-        let id = String::from_utf8(launch.stdout).expect("utf8").trim().to_owned();
+        let location = fleet_runtime::RegistryLocation::Sqlite(registry.clone());
+        let codex = "codex".parse().expect("client type");
+        let id = fleet_runtime::Launch::mint(&location, codex, None, None).expect("mint").id().to_owned();
         import_candidates(&registry, n);
         let floor = {
             let started = Instant::now();
             let rows = Registry::new(SqliteStore::open(&registry, OpenMode::MustExist).expect("open"))
                 .workers()
                 .expect("rows");
-            assert!(rows.len() > n);
+            assert_eq!(rows.len(), n);
             started.elapsed()
         };
         let mut client = LineClient::start(dir.path(), &registry, &id);
