@@ -220,6 +220,12 @@ fn print_audit(
     loop {
         let page = registry.lease_audit_page(&query)?;
         if page.is_empty() {
+            // An empty log is a table with its header, as any other listing.
+            if header {
+                out!("{}", audit_table(&[]))?;
+                fleet_runtime::flush_stdout()?;
+                header = false;
+            }
             if !follow {
                 break;
             }

@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use fleet_lease::LeaseState;
 use fleet_registry::{OpenMode, WorkerStatus};
 use fleet_runtime::{Failure, Fleet, RegistryLocation, now, open_registry, out};
-use fleet_snapshot::Policy;
+use fleet_snapshot::{Policy, WorkerState};
 
 /// The address `serve` listens on unless told otherwise: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
@@ -155,7 +155,12 @@ pub(crate) fn render_counting(
     m.family("fleet_workers", "gauge", "Registry rows by instance, namespace, status and state.");
     let mut workers: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
     for view in &snap.workers {
-        let instance = view.client_instance_id().unwrap_or_default().to_owned();
+        // A finished launch leaves counts, not series of its own: historical rows are
+        // counted without their launch, so the series come and go with live launches.
+        let instance = match view.state {
+            WorkerState::Historical => String::new(),
+            _ => view.client_instance_id().unwrap_or_default().to_owned(),
+        };
         let state = serde_json::to_value(view.state)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))

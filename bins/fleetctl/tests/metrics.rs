@@ -58,8 +58,10 @@ fn metrics_parse_as_prometheus_text_and_count_the_fleet() {
             .map(value)
             .collect()
     };
+    // A finished row is counted without its launch.
+    assert_eq!(find("fleet_workers", &[("client_instance", &id), ("status", "released")]), Vec::<f64>::new());
     assert_eq!(
-        find("fleet_workers", &[("client_instance", &id), ("namespace", "author"), ("status", "released")]),
+        find("fleet_workers", &[("client_instance", ""), ("namespace", "author"), ("status", "released")]),
         [1.0]
     );
     assert_eq!(
@@ -256,4 +258,43 @@ fn serve_tells_systemd_it_is_ready_and_pings_its_watchdog() {
     assert_eq!(received("WATCHDOG=1"), "WATCHDOG=1");
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// Twenty launches that ran and finished leave counts, not series of their own: every
+/// historical row is counted without its launch, so `fleet_workers` has one series per
+/// namespace and status for them all.
+#[test]
+fn finished_launches_leave_counts_not_series_of_their_own() {
+    let fleet = Fleet::new();
+    for _ in 0..20 {
+        let id = fleet.mint("codex");
+        for ns in ["author", "reviewer"] {
+            let out = fleet
+                .fleetctl()
+                .args(["worker", "run", "--namespace", ns, "--", "true"])
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let out = fleet.ctl(&["metrics"]);
+    assert!(out.status.success());
+    let scrape = parse(&String::from_utf8(out.stdout).unwrap());
+    let historical: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "fleet_workers" && s.labels.get("state") == Some("historical"))
+        .collect();
+    assert_eq!(historical.len(), 2, "one series per namespace and status: {historical:?}");
+    assert!(historical.iter().all(|s| s.labels.get("client_instance").is_none_or(str::is_empty)));
+    let counted: f64 = historical
+        .iter()
+        .map(|s| match s.value {
+            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum();
+    assert_eq!(counted, 40.0, "every finished row is counted");
 }
