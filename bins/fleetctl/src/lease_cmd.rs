@@ -215,7 +215,7 @@ fn print_audit(
     let lines = json && follow;
     let (mut first, mut header) = (true, !json);
     if json && !lines {
-        outln!("[")?;
+        out!("[")?;
     }
     loop {
         let page = registry.lease_audit_page(&query)?;
@@ -239,7 +239,7 @@ fn print_audit(
                 if lines {
                     outln!("{text}")?;
                 } else {
-                    outln!("{}{text}", if first { "" } else { "," })?;
+                    out!("{}\n{text}", if first { "" } else { "," })?;
                 }
                 first = false;
             }
@@ -256,7 +256,7 @@ fn print_audit(
         fleet_runtime::flush_stdout()?;
     }
     if json && !lines {
-        outln!("]")?;
+        outln!("{}]", if first { "" } else { "\n" })?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use fleet_registry::OpenMode;
-use fleet_registry::{RegistryBackup, RegistryDump};
+use fleet_registry::{AuditQuery, RegistryBackup};
 use fleet_runtime::outln;
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 
@@ -40,12 +40,17 @@ pub(crate) enum RegistryCmd {
     },
     /// Remove released, superseded and retired rows last seen before DATE, after writing
     /// them to an export file. Active rows and the lease audit log are never pruned.
+    #[command(group = clap::ArgGroup::new("what").required(true).multiple(true).args(["before", "audit_before"]))]
     Prune {
-        /// An RFC 3339 time, or a date (YYYY-MM-DD, its first instant UTC): rows whose last
-        /// sign of life is before it go.
+        /// An RFC 3339 time, or a date (YYYY-MM-DD, its first instant UTC): terminal worker
+        /// rows whose last sign of life is before it go.
         #[arg(long)]
-        before: String,
-        /// Where the pruned rows are written first (a registry export; it must not exist).
+        before: Option<String>,
+        /// Lease audit entries written before this time go (retention), oldest first.
+        #[arg(long)]
+        audit_before: Option<String>,
+        /// Where what is pruned is written first (a registry export that `registry import`
+        /// reads; it must not exist).
         #[arg(long)]
         export: PathBuf,
         /// Print the outcome as JSON.
@@ -93,29 +98,55 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 )?;
             }
         }
-        RegistryCmd::Prune { before, export, json } => {
-            let before = crate::table::instant("--before", &before)?;
+        RegistryCmd::Prune { before, audit_before, export, json } => {
+            let before = before.map(|t| crate::table::instant("--before", &t)).transpose()?;
+            let audit_before =
+                audit_before.map(|t| crate::table::instant("--audit-before", &t)).transpose()?;
             let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let rows = registry.prunable(before)?;
+            let rows = match before {
+                Some(before) => registry.prunable(before)?,
+                None => Vec::new(),
+            };
+            // Entries written after this moment are never part of this run.
+            let newest = AuditQuery {
+                key: None,
+                since: None,
+                until: None,
+                after: i64::MAX,
+                newest_first: true,
+                limit: 1,
+            };
+            let through = registry.lease_audit_page(&newest)?.first().map_or(0, |e| e.id);
             // Written down, durably, before anything is removed.
-            let dump = RegistryDump { instances: Vec::new(), worker_registrations: rows.clone() };
-            write_new_file(&export, &dump.to_json())?;
+            let exported =
+                write_prune_export(&export, &rows, &mut registry, audit_before.map(|t| (t, through)))?;
             let pruned = registry.prune(&rows)?;
+            let audit_removed = match audit_before {
+                Some(t) if exported > 0 => registry.prune_audit(through, t)?,
+                _ => 0,
+            };
             if json {
                 let report = serde_json::json!({
                     "pruned": pruned,
                     "terminal_rows": rows.len(),
                     "before": before,
+                    "audit_entries_pruned": audit_removed,
+                    "audit_before": audit_before,
                     "export": export.display().to_string(),
                 });
                 outln!("{report}")?;
             } else {
-                outln!(
-                    "pruned {} of {} terminal rows last seen before {before}; they are in {}",
-                    pruned.len(),
-                    rows.len(),
-                    export.display()
-                )?;
+                if let Some(before) = before {
+                    outln!(
+                        "pruned {} of {} terminal rows last seen before {before}",
+                        pruned.len(),
+                        rows.len()
+                    )?;
+                }
+                if let Some(t) = audit_before {
+                    outln!("pruned {audit_removed} audit entries written before {t}")?;
+                }
+                outln!("what was pruned is in {}", export.display())?;
             }
         }
         RegistryCmd::Sweep { json } => {
@@ -137,10 +168,50 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
 /// The largest import read by default (1 GiB: a registry with millions of audit entries).
 const MAX_IMPORT_BYTES: u64 = 1 << 30;
 
-/// Creates `path` (refusing to overwrite) with `text`, synced to disk.
-fn write_new_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
+/// Writes what a prune removes to `path` (created new, synced to disk), as an export
+/// `registry import` reads: the terminal `rows`, and with `audit` (a time and the newest
+/// position this run may touch) every audit entry written before that time, read and
+/// written a page at a time. Returns how many audit entries it wrote.
+fn write_prune_export(
+    path: &std::path::Path,
+    rows: &[fleet_registry::WorkerRow],
+    registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
+    audit: Option<(fleet_identity::Timestamp, i64)>,
+) -> Result<usize, Failure> {
     use std::io::Write;
     let fail = |e: std::io::Error| Failure::usage(format!("cannot write {}: {e}", path.display()));
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(fail)?;
-    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(fail)
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(fail)?;
+    let mut out = std::io::BufWriter::new(file);
+    let rows = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
+    write!(
+        out,
+        "{{\"instances\": [], \"worker_registrations\": {rows}, \"leases\": [], \"lease_audit_log\": ["
+    )
+    .map_err(fail)?;
+    let mut written = 0;
+    if let Some((until, through)) = audit {
+        let mut query = AuditQuery {
+            key: None,
+            since: None,
+            until: Some(until),
+            after: 0,
+            newest_first: false,
+            limit: 1000,
+        };
+        loop {
+            let page = registry.lease_audit_page(&query)?;
+            let page: Vec<_> = page.into_iter().filter(|e| e.id <= through).collect();
+            let Some(last) = page.last() else { break };
+            query.after = last.id;
+            for entry in &page {
+                let text = serde_json::to_string(entry).unwrap_or_default();
+                write!(out, "{}\n{text}", if written == 0 { "" } else { "," }).map_err(fail)?;
+                written += 1;
+            }
+        }
+    }
+    writeln!(out, "]}}").map_err(fail)?;
+    let file = out.into_inner().map_err(|e| fail(e.into_error()))?;
+    file.sync_all().map_err(fail)?;
+    Ok(written)
 }

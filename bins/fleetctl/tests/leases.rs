@@ -624,3 +624,56 @@ fn the_audit_log_is_read_a_page_at_a_time_and_selected_and_followed() {
     let _ = follow.kill();
     let _ = follow.wait();
 }
+
+/// Retention: `registry prune --audit-before` writes the old entries to its export
+/// first, then removes exactly those; the export imports into a fresh registry, and the
+/// log refuses any other delete as before.
+#[test]
+fn audit_retention_exports_then_removes_the_old_entries() {
+    let fleet = Fleet::new();
+    let entries: Vec<serde_json::Value> = (1..=30)
+        .map(|i| {
+            serde_json::json!({
+                "id": i, "event": "acquire", "outcome": "acquired", "reason": null,
+                "lease_key": "workflow:w", "kind": "workflow", "identity": "ops", "binding": null,
+                "connector": null, "fencing_epoch": 1, "correlation_id": null,
+                "at": format!("2026-11-{:02}T00:00:00.000Z", i),
+            })
+        })
+        .collect();
+    let backup = serde_json::json!({"lease_audit_log": entries});
+    let file = fleet.dir.path().join("backup.json");
+    std::fs::write(&file, backup.to_string()).unwrap();
+    assert!(fleet.ctl(&["registry", "import", file.to_str().unwrap()]).status.success());
+    let export = fleet.dir.path().join("pruned.json");
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--audit-before",
+        "2026-11-21",
+        "--export",
+        export.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["audit_entries_pruned"], 20);
+    let left = fleet.ctl(&["lease", "audit", "--json"]);
+    let left: Vec<serde_json::Value> = serde_json::from_slice(&left.stdout).unwrap();
+    assert_eq!(left.first().unwrap()["id"], 21);
+    assert_eq!(left.len(), 10);
+
+    let archive = Fleet::new();
+    let out = archive.ctl(&["registry", "import", export.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let restored = archive.ctl(&["lease", "audit", "--json"]);
+    let restored: Vec<serde_json::Value> = serde_json::from_slice(&restored.stdout).unwrap();
+    assert_eq!(
+        restored.iter().map(|e| e["id"].as_i64().unwrap()).collect::<Vec<_>>(),
+        (1..=20).collect::<Vec<_>>()
+    );
+
+    let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
+    let err = conn.execute("DELETE FROM lease_audit_log", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+}

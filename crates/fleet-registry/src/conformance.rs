@@ -747,6 +747,38 @@ pub fn audit_pages_select_as_the_whole_log_filtered_would<S: Store>(store: S) {
     }
 }
 
+/// Retention removes exactly the audit entries at or below a position written before a
+/// time, and the log stays append-only to everything else afterwards.
+pub fn audit_retention_removes_only_what_it_names<S: Store>(store: S) {
+    use fleet_lease::LeaseKind;
+    let mut registry = Registry::new(store);
+    for i in 0..3 {
+        let key = lkey(&format!("workflow:keep{i}"));
+        registry
+            .acquire_lease(&key, LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx())
+            .expect("store")
+            .expect("acquired");
+    }
+    let whole = registry.lease_audit(None).expect("audit");
+    assert_eq!(whole.len(), 3);
+    // Everything before the third entry's time, up to the second entry's position.
+    let (through, before) = (whole[1].id, whole[2].at.max(whole[1].at));
+    let removed = registry.prune_audit(through, before).expect("prune");
+    let left = registry.lease_audit(None).expect("audit");
+    let expected: Vec<_> = whole.iter().filter(|e| !(e.id <= through && e.at < before)).cloned().collect();
+    assert_eq!(left, expected);
+    assert_eq!(removed, whole.len() - left.len());
+    assert!(removed >= 1, "the first entry at least: {whole:?}");
+    // New entries are appended after the pruned ones, never in their place.
+    let key = lkey("workflow:after");
+    registry
+        .acquire_lease(&key, LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx())
+        .expect("store")
+        .expect("acquired");
+    let after = registry.lease_audit(None).expect("audit");
+    assert!(after.last().expect("an entry").id > whole.last().expect("an entry").id);
+}
+
 /// A lease row set back to an older copy of itself (a restored backup, a hand edit) never
 /// hands out an epoch again: the next tenure goes above every epoch the key ever had.
 pub fn a_lease_set_back_never_repeats_an_epoch<S: Store>(store: S) {
@@ -1210,6 +1242,7 @@ macro_rules! registry_conformance {
                 workflow_leases_protect_their_owners,
                 a_lease_set_back_never_repeats_an_epoch,
                 audit_pages_select_as_the_whole_log_filtered_would,
+                audit_retention_removes_only_what_it_names,
                 initialization_runs_once_per_version,
                 apply_retires_only_what_the_plan_and_the_probe_prove,
                 apply_goes_through_when_only_rows_outside_the_candidates_moved,

@@ -417,6 +417,14 @@ impl<S: Store> Registry<S> {
         self.store_mut().read(|tx| tx.audit(key))
     }
 
+    /// Retention: removes the audit entries at or below position `through` written before
+    /// `before` (the caller exported exactly those first); returns how many went.
+    pub fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {
+        let removed = self.store_mut().write(|tx| tx.prune_audit(through, before))?;
+        tracing::info!(removed, through, before = %before, "pruned the lease audit log");
+        Ok(removed)
+    }
+
     /// One page of the audit entries `query` selects (see [`Tx::audit_page`]).
     pub fn lease_audit_page(&mut self, query: &crate::AuditQuery<'_>) -> Result<Vec<AuditEntry>, StoreError> {
         self.store_mut().read(|tx| tx.audit_page(query))

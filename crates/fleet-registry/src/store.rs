@@ -112,6 +112,13 @@ pub trait Tx {
     fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(self.audit(None)?.into_iter().filter(|e| e.id > after).collect())
     }
+    /// Removes the audit entries at or below position `through` written before `before`
+    /// (what a retention run exported first), and nothing else; returns how many. The
+    /// log refuses every other update and delete. A backend that cannot refuses.
+    fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {
+        let _ = (through, before);
+        Err(StoreError::new(crate::StoreErrorKind::Unavailable, "this store cannot prune its audit log"))
+    }
     /// One page of the audit entries `query` selects, at most `query.limit`: oldest first
     /// after `query.after`, or newest first before it. A backend answers it with one
     /// bounded statement, so a reader pages through a log of any size in flat memory.

@@ -641,6 +641,24 @@ impl Tx for PgTx<'_, '_> {
         self.audit_from(None, after)
     }
 
+    fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {
+        // Inside the write transaction: no other session sees the trigger disabled.
+        self.tx
+            .batch_execute("ALTER TABLE lease_audit_log DISABLE TRIGGER lease_audit_log_is_append_only")
+            .map_err(map_error)?;
+        let removed = self
+            .tx
+            .execute(
+                "DELETE FROM lease_audit_log WHERE id <= $1 AND at < $2",
+                &[&through, &before.to_string()],
+            )
+            .map_err(map_error)?;
+        self.tx
+            .batch_execute("ALTER TABLE lease_audit_log ENABLE TRIGGER lease_audit_log_is_append_only")
+            .map_err(map_error)?;
+        Ok(usize::try_from(removed).unwrap_or(usize::MAX))
+    }
+
     fn audit_page(&mut self, query: &fleet_registry::AuditQuery<'_>) -> Result<Vec<AuditEntry>, StoreError> {
         const COLUMNS: &str = "SELECT id, event, outcome, reason, lease_key, kind, identity, binding, connector, \
             fencing_epoch, correlation_id, at FROM lease_audit_log WHERE ($1::TEXT IS NULL OR lease_key = $1) \

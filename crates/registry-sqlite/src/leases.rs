@@ -198,3 +198,23 @@ pub(crate) fn audit_page(
     })
     .collect()
 }
+
+/// The trigger that keeps the log append-only against deletes, as the schema creates it.
+const NO_DELETE: &str =
+    "CREATE TRIGGER lease_audit_log_is_append_only_delete BEFORE DELETE ON lease_audit_log
+        BEGIN SELECT RAISE(ABORT, 'lease_audit_log is append-only'); END;";
+
+/// Retention inside the caller's write transaction: the delete trigger is dropped, the
+/// exported entries deleted, and the trigger created again before the commit, so no
+/// other writer ever sees the log without it.
+pub(crate) fn prune_audit(conn: &Connection, through: i64, before: Timestamp) -> Result<usize, StoreError> {
+    conn.execute_batch("DROP TRIGGER lease_audit_log_is_append_only_delete").map_err(map_error)?;
+    let removed = conn
+        .execute(
+            "DELETE FROM lease_audit_log WHERE id <= ?1 AND at < ?2",
+            rusqlite::params![through, before.to_string()],
+        )
+        .map_err(map_error)?;
+    conn.execute_batch(NO_DELETE).map_err(map_error)?;
+    Ok(removed)
+}

@@ -547,6 +547,10 @@ impl Tx for SqliteTx<'_> {
     ) -> Result<Vec<fleet_registry::AuditEntry>, StoreError> {
         leases::audit_page(self.conn(), query)
     }
+
+    fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {
+        leases::prune_audit(self.conn(), through, before)
+    }
 }
 
 impl SqliteTx<'_> {
