@@ -28,7 +28,7 @@ use fleet_launch::clients::{self, ClientConfig, EditError, ReadOnlyApproval, Sco
          fleet-launch install --client claude_code      the same for .mcp.json (also: cursor, gemini, vscode)\n  \
          fleet-launch run --client codex -- codex       one session: a fresh, recorded identity\n  \
          fleet-launch config --client vscode            print the entries instead of installing them\n\n{}",
-        fleet_runtime::EXIT_CODES_HELP
+        fleet_runtime::LAUNCHER_EXIT_CODES_HELP
     )
 )]
 struct Cli {

@@ -36,7 +36,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
          Examples:\n  \
          fleet-launch install --client codex && fleet-launch run --client codex -- codex\n  \
          fleet-mcp --namespace reconciler --profiles ~/.config/fleetward/profiles.json\n\n{}",
-        fleet_runtime::EXIT_CODES_HELP
+        fleet_runtime::SERVER_EXIT_CODES_HELP
     )
 )]
 struct Cli {

@@ -472,3 +472,17 @@ fn a_missing_lease_is_exit_1_naming_it() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// Under `--log-format json` every line on stderr is a JSON object, a usage error too.
+#[test]
+fn a_usage_error_under_json_logs_is_one_json_event() {
+    let fleet = Fleet::new();
+    let out = fleet.ctl(&["--log-format", "json", "lease", "acquire", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    let event: serde_json::Value = serde_json::from_str(stderr.trim()).unwrap();
+    assert_eq!(event["level"], "ERROR");
+    assert_eq!(event["fields"]["exit_code"], 2);
+    assert!(event["fields"]["message"].as_str().unwrap().contains("--bogus"), "{event}");
+}

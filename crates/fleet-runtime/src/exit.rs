@@ -125,12 +125,34 @@ pub fn parse_args_with<T: clap::Parser>(
                 let _ = e.print();
                 Failure { code: if e.use_stderr() { 2 } else { 0 }, message: String::new() }
             }
+            // Asked for JSON logs, a usage error is one JSON event like every other line
+            // on stderr: clap's whole message (what was wrong, the usage, a suggestion)
+            // in one field.
+            _ if json_logs_asked() => {
+                init_logging(LogFormat::Json);
+                let text = e.render().to_string();
+                let message =
+                    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+                let program = std::env::args().next().unwrap_or_default();
+                let program = program.rsplit('/').next().unwrap_or_default();
+                tracing::error!(target: "fleet", program, exit_code = 2, "{message}");
+                Failure { code: 2, message: String::new() }
+            }
             _ => {
                 let _ = e.print();
                 Failure { code: 2, message: String::new() }
             }
         }
     })
+}
+
+/// Whether the command line asks for JSON logs (`--log-format json`), read before clap
+/// has parsed it: for the one line a usage error writes.
+#[cfg(feature = "cli")]
+fn json_logs_asked() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().any(|a| a == "--log-format=json")
+        || args.windows(2).any(|w| w[0] == "--log-format" && w[1] == "json")
 }
 
 /// Writes to standard output without ever panicking: the `out!` and `outln!` macros
@@ -195,12 +217,27 @@ pub fn warn(args: fmt::Arguments<'_>) {
     let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
 }
 
-/// The exit codes, for every binary's `--help`.
+/// `fleetctl`'s exit codes, for its `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes:
   0  success
   1  a check ran and said no (an unsafe fleet under --gate, a refused lease, an apply that retired nothing)
   2  bad input or usage
   3  the registry (or an output) could not be used";
+
+/// `fleet-launch`'s exit codes, for its `--help`: `run` becomes the client, whose own
+/// code is the launch's.
+pub const LAUNCHER_EXIT_CODES_HELP: &str = "Exit codes:
+  0  success
+  2  bad input or usage
+  3  the registry (or an output) could not be used
+  run exits with the client's own code (it becomes the client)";
+
+/// `fleet-mcp`'s exit codes, for its `--help`.
+pub const SERVER_EXIT_CODES_HELP: &str = "Exit codes:
+  0  the client ended the session (stdin closed)
+  2  bad input or usage
+  3  the registry or the client's pipes could not be used
+  128+N  stopped by signal N (the registration is released first)";
 
 /// The `--namespace` parser: clap lists the five values in help and errors and suggests
 /// the nearest one for a typo.

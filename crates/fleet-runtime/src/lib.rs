@@ -22,7 +22,10 @@ mod worker;
 mod worker_json;
 
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
-pub use exit::{EXIT_CODES_HELP, Failure, LogFormat, flush_stdout, print_json, warn, write_stdout};
+pub use exit::{
+    EXIT_CODES_HELP, Failure, LAUNCHER_EXIT_CODES_HELP, LogFormat, SERVER_EXIT_CODES_HELP, flush_stdout,
+    print_json, warn, write_stdout,
+};
 #[cfg(feature = "cli")]
 pub use exit::{init_logging, namespace_parser, parse_args, parse_args_with};
 pub use fleet::{
