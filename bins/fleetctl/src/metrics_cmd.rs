@@ -102,6 +102,18 @@ impl DecisionCounts {
         &mut self,
         registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
     ) -> Result<(), Failure> {
+        // The store's own counts, kept as decisions are written: a few rows at any log
+        // length, and never lowered by retention.
+        if let Some(counts) = registry.decision_counts()? {
+            *self = Self::default();
+            for c in counts {
+                *self.decisions.entry((c.event, c.outcome)).or_default() += c.n;
+                if let Some(reason) = c.reason {
+                    *self.denials.entry(reason).or_default() += c.n;
+                }
+            }
+            return Ok(());
+        }
         let from = self.last.as_ref().map_or(0, |e| e.id - 1);
         let mut entries = registry.lease_audit_after(from)?.into_iter();
         if let Some(last) = &self.last

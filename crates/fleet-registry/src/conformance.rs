@@ -747,6 +747,39 @@ pub fn audit_pages_select_as_the_whole_log_filtered_would<S: Store>(store: S) {
     }
 }
 
+/// The store counts every lease decision as it writes it: the counts equal the log's,
+/// grouped by event, outcome and reason, and retention does not lower them.
+pub fn decisions_are_counted_as_they_are_written<S: Store>(store: S) {
+    use fleet_lease::LeaseKind;
+    let mut registry = Registry::new(store);
+    let key = lkey("workflow:counted");
+    let lease =
+        registry.acquire_lease(&key, LeaseKind::Workflow, "wkr-a", SHORT, &[], &ctx()).expect("store");
+    let lease = lease.expect("acquired");
+    let denied =
+        registry.acquire_lease(&key, LeaseKind::Workflow, "wkr-b", SHORT, &[], &ctx()).expect("store");
+    assert!(denied.is_err());
+    registry.renew_lease(&key, &lease.holder(), SHORT, &ctx()).expect("store").expect("renewed");
+    let Some(counts) = registry.decision_counts().expect("counts") else { return };
+    let mut grouped: std::collections::BTreeMap<(String, String, Option<String>), u64> = Default::default();
+    for e in registry.lease_audit(None).expect("audit") {
+        *grouped.entry((e.event, e.outcome, e.reason)).or_default() += 1;
+    }
+    let counted: std::collections::BTreeMap<_, _> =
+        counts.iter().map(|c| ((c.event.clone(), c.outcome.clone(), c.reason.clone()), c.n)).collect();
+    assert_eq!(counted, grouped);
+    let newest = registry.lease_audit(None).expect("audit").last().expect("an entry").clone();
+    registry.prune_audit(newest.id, Timestamp::new(newest.at.get() + time::Duration::SECOND)).expect("prune");
+    let after: std::collections::BTreeMap<_, _> = registry
+        .decision_counts()
+        .expect("counts")
+        .expect("kept")
+        .iter()
+        .map(|c| ((c.event.clone(), c.outcome.clone(), c.reason.clone()), c.n))
+        .collect();
+    assert_eq!(after, counted, "retention does not lower the counts");
+}
+
 /// Retention removes exactly the audit entries at or below a position written before a
 /// time, and the log stays append-only to everything else afterwards.
 pub fn audit_retention_removes_only_what_it_names<S: Store>(store: S) {
@@ -1243,6 +1276,7 @@ macro_rules! registry_conformance {
                 a_lease_set_back_never_repeats_an_epoch,
                 audit_pages_select_as_the_whole_log_filtered_would,
                 audit_retention_removes_only_what_it_names,
+                decisions_are_counted_as_they_are_written,
                 initialization_runs_once_per_version,
                 apply_retires_only_what_the_plan_and_the_probe_prove,
                 apply_goes_through_when_only_rows_outside_the_candidates_moved,

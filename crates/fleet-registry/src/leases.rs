@@ -417,6 +417,12 @@ impl<S: Store> Registry<S> {
         self.store_mut().read(|tx| tx.audit(key))
     }
 
+    /// The lease decisions the store counted as it wrote them, or `None` when it keeps no
+    /// counts (see [`Tx::decision_counts`]).
+    pub fn decision_counts(&mut self) -> Result<Option<Vec<crate::DecisionCount>>, StoreError> {
+        self.store_mut().read(|tx| tx.decision_counts())
+    }
+
     /// Retention: removes the audit entries at or below position `through` written before
     /// `before` (the caller exported exactly those first); returns how many went.
     pub fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {

@@ -42,7 +42,8 @@ pub use retire::{
     RetirementAudit,
 };
 pub use store::{
-    AuditQuery, ChangePosition, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION, Store, Tx, VersionsDigest,
+    AuditQuery, ChangePosition, DecisionCount, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION, Store, Tx,
+    VersionsDigest,
 };
 
 /// The rows the registry stores and the probe values its rules consult, from the data

@@ -25,6 +25,20 @@ pub enum OpenMode {
     MustExist,
 }
 
+/// How many lease decisions of one event, outcome and denial reason the store has
+/// written (see [`Tx::decision_counts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionCount {
+    /// The lifecycle event (`acquire`, `renew`, …).
+    pub event: String,
+    /// The outcome code.
+    pub outcome: String,
+    /// The denial reason, when the decision was a denial.
+    pub reason: Option<String>,
+    /// How many.
+    pub n: u64,
+}
+
 /// Which audit entries a reader wants, one page at a time (see [`Tx::audit_page`]).
 #[derive(Debug, Clone, Copy)]
 pub struct AuditQuery<'a> {
@@ -111,6 +125,12 @@ pub trait Tx {
     /// reader that keeps counts reads on each visit. A backend answers it from its index.
     fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(self.audit(None)?.into_iter().filter(|e| e.id > after).collect())
+    }
+    /// The lease decisions counted as the store wrote them: `(event, outcome, reason, n)`,
+    /// the reason empty for a decision that was not a denial. `None` when the store keeps
+    /// no such counts (then a reader counts the log itself).
+    fn decision_counts(&mut self) -> Result<Option<Vec<DecisionCount>>, StoreError> {
+        Ok(None)
     }
     /// Removes the audit entries at or below position `through` written before `before`
     /// (what a retention run exported first), and nothing else; returns how many. The

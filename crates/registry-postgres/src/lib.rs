@@ -126,11 +126,32 @@ const MIGRATIONS: &[&str] = &[
         WHERE client_instance_id IS NOT NULL AND fencing_epoch > 0
         GROUP BY client_instance_id, namespace;
     INSERT INTO fencing_high_water SELECT 'lease ' || lease_key, fencing_epoch FROM leases;",
+    // 6: the lease decisions counted as they are written (a trigger on the audit log), so
+    // a reader of the counters reads a few rows at any log length, and retention does
+    // not lower them; seeded from the log there is.
+    "CREATE TABLE lease_decision_counts (
+        event TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        n BIGINT NOT NULL CHECK (n >= 0),
+        PRIMARY KEY (event, outcome, reason)
+    );
+    INSERT INTO lease_decision_counts
+        SELECT event, outcome, coalesce(reason, ''), count(*) FROM lease_audit_log GROUP BY 1, 2, 3;
+    CREATE FUNCTION lease_decision_counted() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO lease_decision_counts VALUES (NEW.event, NEW.outcome, coalesce(NEW.reason, ''), 1)
+                ON CONFLICT (event, outcome, reason) DO UPDATE SET n = lease_decision_counts.n + 1;
+            RETURN NULL;
+        END $$;
+    CREATE TRIGGER lease_decision_counted AFTER INSERT ON lease_audit_log
+        FOR EACH ROW EXECUTE FUNCTION lease_decision_counted();",
 ];
 
 /// The schema version this build writes: the registry's data model, the registry's id
-/// (version 4) and the fencing epochs' high-water marks (version 5).
-pub const SCHEMA_VERSION: i64 = 5;
+/// (version 4), the fencing epochs' high-water marks (version 5) and the lease decisions
+/// counted as they are written (version 6).
+pub const SCHEMA_VERSION: i64 = 6;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
@@ -639,6 +660,26 @@ impl Tx for PgTx<'_, '_> {
 
     fn audit_after(&mut self, after: i64) -> Result<Vec<AuditEntry>, StoreError> {
         self.audit_from(None, after)
+    }
+
+    fn decision_counts(&mut self) -> Result<Option<Vec<fleet_registry::DecisionCount>>, StoreError> {
+        let rows = self
+            .tx
+            .query("SELECT event, outcome, reason, n FROM lease_decision_counts", &[])
+            .map_err(map_error)?;
+        Ok(Some(
+            rows.iter()
+                .map(|r| {
+                    let reason: String = r.get(2);
+                    fleet_registry::DecisionCount {
+                        event: r.get(0),
+                        outcome: r.get(1),
+                        reason: (!reason.is_empty()).then_some(reason),
+                        n: u64::try_from(r.get::<_, i64>(3)).unwrap_or(0),
+                    }
+                })
+                .collect(),
+        ))
     }
 
     fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {

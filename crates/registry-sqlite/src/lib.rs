@@ -551,6 +551,25 @@ impl Tx for SqliteTx<'_> {
     fn prune_audit(&mut self, through: i64, before: Timestamp) -> Result<usize, StoreError> {
         leases::prune_audit(self.conn(), through, before)
     }
+
+    fn decision_counts(&mut self) -> Result<Option<Vec<fleet_registry::DecisionCount>>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT event, outcome, reason, n FROM lease_decision_counts")
+            .map_err(map_error)?;
+        let rows = stmt
+            .query_map([], |r| {
+                let reason: String = r.get(2)?;
+                Ok(fleet_registry::DecisionCount {
+                    event: r.get(0)?,
+                    outcome: r.get(1)?,
+                    reason: (!reason.is_empty()).then_some(reason),
+                    n: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                })
+            })
+            .map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error)).collect::<Result<_, _>>().map(Some)
+    }
 }
 
 impl SqliteTx<'_> {

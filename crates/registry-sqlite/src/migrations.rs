@@ -160,6 +160,22 @@ const MIGRATIONS: &[&str] = &[
         WHERE client_instance_id IS NOT NULL AND fencing_epoch > 0
         GROUP BY client_instance_id, namespace;
     INSERT OR IGNORE INTO fencing_high_water SELECT 'lease ' || lease_key, fencing_epoch FROM leases;",
+    // 7: the lease decisions counted as they are written (a trigger on the audit log), so
+    // a reader of the counters reads a few rows at any log length, and retention does
+    // not lower them; seeded from the log there is.
+    "CREATE TABLE lease_decision_counts (
+        event TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        n INTEGER NOT NULL CHECK (n >= 0),
+        PRIMARY KEY (event, outcome, reason)
+    );
+    INSERT INTO lease_decision_counts
+        SELECT event, outcome, coalesce(reason, ''), count(*) FROM lease_audit_log GROUP BY 1, 2, 3;
+    CREATE TRIGGER lease_decision_counted AFTER INSERT ON lease_audit_log BEGIN
+        INSERT INTO lease_decision_counts VALUES (NEW.event, NEW.outcome, coalesce(NEW.reason, ''), 1)
+            ON CONFLICT (event, outcome, reason) DO UPDATE SET n = n + 1;
+    END;",
 ];
 
 /// The history's one row, as migration 4 writes it.
@@ -168,8 +184,9 @@ const HISTORY_ROW: &str =
 
 /// The schema version this build writes: the registry's data model (version 3),
 /// SQLite's own history of changes (version 4), the registry's id (version 5) and the
-/// fencing epochs' high-water marks (version 6).
-pub const SCHEMA_VERSION: i64 = 6;
+/// fencing epochs' high-water marks (version 6), the lease decisions counted as they are
+/// written (version 7).
+pub const SCHEMA_VERSION: i64 = 7;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

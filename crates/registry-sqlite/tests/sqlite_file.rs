@@ -249,7 +249,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     {
-        // Version 3 as it was: the current file without what versions 4 to 6 added.
+        // Version 3 as it was: the current file without what versions 4 to 7 added.
         let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
         store
             .connection()
@@ -266,6 +266,8 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
                  DROP TABLE registry_changes;
                  DROP TABLE registry_identity;
                  DROP TABLE fencing_high_water;
+                 DROP TRIGGER lease_decision_counted;
+                 DROP TABLE lease_decision_counts;
                  PRAGMA user_version = 3;",
             )
             .unwrap();
