@@ -181,7 +181,10 @@ fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &mut LeaseRecord) 
         next.fencing_epoch = FencingEpoch::try_from(floor.saturating_add(1))
             .map_err(|e| StoreError::invalid(e.to_string()))?;
     }
-    tx.raise_high_water(&scope, next.fencing_epoch.get())?;
+    // The mark only rises: a renewal at the epoch it already covers writes nothing there.
+    if next.fencing_epoch.get() > floor {
+        tx.raise_high_water(&scope, next.fencing_epoch.get())?;
+    }
     if tx.put_lease(current, next)? {
         Ok(())
     } else {

@@ -43,6 +43,16 @@ pub struct SqliteStore {
     file: Option<(u64, u64)>,
 }
 
+/// The log kept in place is emptied by the last connection to close it: a file restored
+/// in place of this one must never meet frames of this one's log. Set only now, since a
+/// limit in force while writing truncates the log at every reset, which doubles the
+/// cost of a durable commit.
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        let _ = self.conn.pragma_update(None, "journal_size_limit", 0);
+    }
+}
+
 /// The device and inode `path` names now.
 fn file_identity(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
@@ -209,11 +219,9 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
     enable_wal(conn)?;
     // The `-wal` and `-shm` files stay when the last connection closes, so a user who may
-    // only read the registry can still open it (SQLite cannot create them for that user).
-    // Emptied as they are kept: a file restored in place of this one must never meet frames
-    // of this one's log.
+    // only read the registry can still open it (SQLite cannot create them for that user);
+    // the last to close empties the log (see `Drop`).
     conn.file_control(Some("main"), rusqlite::FileControl::PersistWal(&mut 1))?;
-    conn.pragma_update(None, "journal_size_limit", 0)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
