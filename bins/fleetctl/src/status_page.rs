@@ -28,6 +28,11 @@ fn escape(text: &str) -> String {
     out
 }
 
+/// `n` with its noun, singular or plural.
+fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn state(state: WorkerState) -> &'static str {
     match state {
         WorkerState::Live => "live",
@@ -54,14 +59,14 @@ pub(crate) fn page(snap: &FleetSnapshot<'_>) -> String {
          .stale{{background:#fde2e2}}.historical{{color:#777}}\
          </style></head><body>\n\
          <h1 id=\"verdict\" class=\"{verdict}\">Fleet {verdict}</h1>\n\
-         <p>at {at}: {instances} launches, {live} live workers, {stale} stale, {historical} historical, \
-         {blockers} active blockers. This page reloads every 5 s.</p>\n",
+         <p>at {at}: {instances}, {live}, {stale} stale, {historical} historical, {blockers}. \
+         This page reloads every 5 s.</p>\n",
         at = escape(&snap.snapshot_at.to_string()),
-        instances = c.instance_count,
-        live = c.live_worker_count,
+        instances = counted(c.instance_count, "launch", "launches"),
+        live = counted(c.live_worker_count, "live worker", "live workers"),
         stale = c.stale_worker_count,
         historical = c.historical_row_count,
-        blockers = c.active_blocker_count,
+        blockers = counted(c.active_blocker_count, "active blocker", "active blockers"),
     );
     let blockers: Vec<_> = snap.findings.iter().filter(|f| f.active_blocker).collect();
     if !blockers.is_empty() {
