@@ -375,8 +375,10 @@ pub enum ReadOnlyApproval {
     CodexPerTool,
     /// Claude Code: `permissions.allow` rules in its settings file beside the config.
     ClaudePermissions,
-    /// Gemini CLI runs tools that declare `readOnlyHint` without asking: nothing to write.
-    ReadOnlyHintSuffices,
+    /// Gemini CLI: an `allow` rule per tool in a policy file of the user's policies
+    /// directory. Its default policy asks before any MCP tool, `readOnlyHint` or not,
+    /// and a headless run (`gemini -p`) leaves out every tool that would ask.
+    GeminiPolicy,
     /// Cursor and VS Code keep approvals in their own interface: nothing to write.
     NoSetting,
 }
@@ -386,7 +388,7 @@ pub fn read_only_approval(client: Client) -> ReadOnlyApproval {
     match client {
         Client::Codex => ReadOnlyApproval::CodexPerTool,
         Client::ClaudeCode => ReadOnlyApproval::ClaudePermissions,
-        Client::Gemini => ReadOnlyApproval::ReadOnlyHintSuffices,
+        Client::Gemini => ReadOnlyApproval::GeminiPolicy,
         Client::Cursor | Client::Vscode => ReadOnlyApproval::NoSetting,
     }
 }
@@ -419,6 +421,41 @@ pub fn approve_read_only_codex(existing: &str, path: &Path) -> Result<String, Ed
         }
     }
     Ok(doc.to_string())
+}
+
+/// The policy file `install --client gemini --allow-read-only` writes: in the user's
+/// policies directory, the one Gemini CLI reads in every run (a project's
+/// `.gemini/policies` is not read by a headless run).
+pub fn gemini_policy_path(home: &Path) -> PathBuf {
+    home.join(".gemini/policies/fleetward-read-only.toml")
+}
+
+/// The first line of [`gemini_read_only_policy`]: how `uninstall` knows the file is ours.
+pub const GEMINI_POLICY_HEADER: &str =
+    "# fleetward: the fleet servers' read-only tools run without a prompt.";
+
+/// Gemini CLI policy rules (its policy engine's TOML) that allow each read-only tool of
+/// the five entries, and nothing else.
+pub fn gemini_read_only_policy() -> String {
+    let mut text = format!(
+        "{GEMINI_POLICY_HEADER}\n# Written by `fleet-launch install --client gemini --allow-read-only`; \
+         `fleet-launch uninstall --client gemini` removes it.\n"
+    );
+    for ns in Namespace::ALL {
+        let tools: toml_edit::Array = read_only_tools(ns).iter().copied().collect();
+        let mut rule = toml_edit::Table::new();
+        rule.insert("mcpName", toml_edit::value(entry_name(ns)));
+        rule.insert("toolName", toml_edit::value(tools));
+        rule.insert("decision", toml_edit::value("allow"));
+        rule.insert("priority", toml_edit::value(100));
+        let mut doc = toml_edit::DocumentMut::new();
+        let mut rules = toml_edit::ArrayOfTables::new();
+        rules.push(rule);
+        doc.insert("rule", toml_edit::Item::ArrayOfTables(rules));
+        text.push('\n');
+        text.push_str(&doc.to_string());
+    }
+    text
 }
 
 /// Claude Code's settings file that sits with `config`: `.claude/settings.json` beside a

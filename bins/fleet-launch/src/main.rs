@@ -250,17 +250,20 @@ fn server_command(config: &ConfigArgs) -> (String, Option<String>) {
 fn allow_read_only_tools(client: Client, config: &Path) -> Result<String, Failure> {
     Ok(match clients::read_only_approval(client) {
         ReadOnlyApproval::CodexPerTool => {
-            format!("read-only tools run without approval: approval_mode = \"approve\" per tool in {}", config.display())
+            format!(
+                "read-only tools run without approval: approval_mode = \"approve\" per tool in {}",
+                config.display()
+            )
         }
         ReadOnlyApproval::ClaudePermissions => {
             let settings = clients::claude_settings_path(config);
             edit_config(&settings, |text| clients::allow_read_only_claude(text, &settings))?;
             format!("read-only tools run without approval: permissions.allow rules in {}", settings.display())
         }
-        ReadOnlyApproval::ReadOnlyHintSuffices => {
-            "read-only tools already run without approval: Gemini CLI allows tools that declare readOnlyHint, \
-             as these do; nothing written"
-                .to_owned()
+        ReadOnlyApproval::GeminiPolicy => {
+            let policy = clients::gemini_policy_path(&home_dir()?);
+            edit_config(&policy, |_| Ok(clients::gemini_read_only_policy()))?;
+            format!("read-only tools run without approval: policy rules in {}", policy.display())
         }
         ReadOnlyApproval::NoSetting => format!(
             "{} keeps tool approvals in its own interface: nothing written; approve the read-only tools there",
@@ -310,12 +313,17 @@ fn stays_in_project(path: &Path, project: &Path) -> Result<(), Failure> {
     )))
 }
 
-/// The client's own config file of the scope chosen.
-fn client_config(client: Client, file: &FileArgs) -> Result<PathBuf, Failure> {
-    let home = std::env::var_os("HOME")
+/// The user's home directory (`HOME`).
+fn home_dir() -> Result<PathBuf, Failure> {
+    std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
-        .ok_or_else(|| Failure::usage("HOME is not set; pass --file"))?;
+        .ok_or_else(|| Failure::usage("HOME is not set; pass --file"))
+}
+
+/// The client's own config file of the scope chosen.
+fn client_config(client: Client, file: &FileArgs) -> Result<PathBuf, Failure> {
+    let home = home_dir()?;
     let project =
         std::env::current_dir().map_err(|e| Failure::usage(format!("no current directory: {e}")))?;
     let codex_home = std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
@@ -333,6 +341,22 @@ const MAX_CONFIG_BYTES: u64 = 16 << 20;
 fn write_config(path: &Path, text: &str) -> Result<(), Failure> {
     fleet_runtime::user_file::replace(path, text.as_bytes())
         .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Removes the policy file `install --client gemini --allow-read-only` wrote, if it is
+/// there and still ours; reports whether it was removed.
+fn remove_gemini_policy() -> Result<bool, Failure> {
+    let Ok(home) = home_dir() else { return Ok(false) };
+    let policy = clients::gemini_policy_path(&home);
+    let Ok(text) = fleet_runtime::user_file::read_for_edit(&policy, MAX_CONFIG_BYTES) else {
+        return Ok(false);
+    };
+    if !text.starts_with(clients::GEMINI_POLICY_HEADER) {
+        return Ok(false);
+    }
+    std::fs::remove_file(&policy)
+        .map(|()| true)
+        .map_err(|e| Failure::usage(format!("cannot remove {}: {e}", policy.display())))
 }
 
 /// Applies `edit` to the file; reports whether anything changed.
@@ -408,9 +432,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let path = config_file(client, file)?;
             let changed = edit_config(&path, |text| clients::remove(client, text, &path))?;
             let settings = clients::claude_settings_path(&path);
-            let rules_removed = client == Client::ClaudeCode
-                && settings.exists()
-                && edit_config(&settings, |text| clients::disallow_read_only_claude(text, &settings))?;
+            let rules_removed = match client {
+                Client::ClaudeCode => {
+                    settings.exists()
+                        && edit_config(&settings, |text| clients::disallow_read_only_claude(text, &settings))?
+                }
+                Client::Gemini => remove_gemini_policy()?,
+                _ => false,
+            };
+            let settings =
+                if client == Client::Gemini { clients::gemini_policy_path(&home_dir()?) } else { settings };
             if json {
                 let report = json!({
                     "outcome": if changed { "removed" } else { "absent" },

@@ -434,6 +434,63 @@ fn allow_read_only_approves_only_the_read_only_tools_in_each_clients_own_setting
     assert_eq!(value["permissions"]["allow"], serde_json::json!(["Bash(git status)"]));
 }
 
+/// Gemini CLI 0.61's default policy asks before every MCP tool, `readOnlyHint` or not
+/// (its `policies/*.toml` in the npm package grant MCP tools nothing outside plan
+/// mode), and `gemini -p` leaves out every tool that would ask. So `--allow-read-only`
+/// writes one `allow` rule per read-only tool (`mcpName` and `toolName`, the policy
+/// engine's documented fields) in the user's policies directory, and `uninstall`
+/// removes that file; a file of the same name that is not ours is left alone.
+#[test]
+fn allow_read_only_writes_a_gemini_policy_of_the_read_only_tools_and_uninstall_removes_it() {
+    let root = tempfile::tempdir().unwrap();
+    let (project, home) = (root.path().join("project"), root.path().join("home"));
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let out = install_in_project(&project, &home, "gemini", &["--allow-read-only"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let policy = home.join(".gemini/policies/fleetward-read-only.toml");
+    let doc: toml_edit::DocumentMut = std::fs::read_to_string(&policy).unwrap().parse().expect("valid TOML");
+    let rules = doc["rule"].as_array_of_tables().expect("[[rule]] tables");
+    let mut allowed: Vec<(String, Vec<String>)> = rules
+        .iter()
+        .map(|rule| {
+            assert_eq!(rule["decision"].as_str(), Some("allow"));
+            let tools = rule["toolName"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_owned());
+            (rule["mcpName"].as_str().unwrap().to_owned(), tools.collect())
+        })
+        .collect();
+    allowed.sort();
+    let mut expected: Vec<(String, Vec<String>)> =
+        ["author", "reviewer", "merger", "controller", "reconciler"]
+            .iter()
+            .map(|ns| (format!("gitea-{ns}"), read_only_tools_listed(ns)))
+            .collect();
+    expected.sort();
+    for (_, tools) in allowed.iter_mut() {
+        tools.sort();
+    }
+    assert_eq!(allowed, expected, "exactly the tools each server marks read-only");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(["uninstall", "--client", "gemini"])
+        .env("HOME", &home)
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!policy.exists(), "uninstall removes the policy it wrote");
+
+    std::fs::write(&policy, "# the user's own\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
+        .args(["uninstall", "--client", "gemini"])
+        .env("HOME", &home)
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), "# the user's own\n");
+}
+
 /// `install` and `uninstall` report as JSON with `--json`.
 #[test]
 fn install_and_uninstall_report_as_json() {
