@@ -16,6 +16,7 @@ use fleet_runtime::{AnyStore, Failure, RegistryLocation, open_registry};
 use fleet_runtime::{out, outln};
 use time::Duration;
 
+use crate::output::{self, Format, OutputArgs};
 use crate::table;
 
 #[derive(Debug, clap::Args)]
@@ -112,9 +113,8 @@ pub(crate) enum LeaseCmd {
         /// The lease (default: all).
         #[arg(long)]
         key: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Print the audit log, of one lease or all.
     Audit {
@@ -134,9 +134,10 @@ pub(crate) enum LeaseCmd {
         /// one JSON object per line).
         #[arg(long)]
         follow: bool,
-        /// Print JSON: an array of entries (read and written a page at a time).
-        #[arg(long)]
-        json: bool,
+        /// JSON is an array of entries, YAML a sequence (both read and written a page
+        /// at a time).
+        #[command(flatten)]
+        output: OutputArgs,
     },
 }
 
@@ -200,8 +201,9 @@ fn print_audit(
     mut query: AuditQuery<'_>,
     tail: Option<usize>,
     follow: bool,
-    json: bool,
+    format: Option<Format>,
 ) -> Result<(), Failure> {
+    let json = format == Some(Format::Json);
     if let Some(n) = tail {
         let newest = |registry: &mut Registry<AnyStore>, query: AuditQuery<'_>, limit| {
             registry.lease_audit_page(&AuditQuery { newest_first: true, after: i64::MAX, limit, ..query })
@@ -213,7 +215,7 @@ fn print_audit(
         query.after = last.last().map_or(end, |oldest| oldest.id - 1);
     }
     let lines = json && follow;
-    let (mut first, mut header) = (true, !json);
+    let (mut first, mut header) = (true, matches!(format, None | Some(Format::Wide)));
     if json && !lines {
         out!("[")?;
     }
@@ -222,7 +224,7 @@ fn print_audit(
         if page.is_empty() {
             // An empty log is a table with its header, as any other listing.
             if header {
-                out!("{}", audit_table(&[]))?;
+                out!("{}", audit_table(&[], format))?;
                 fleet_runtime::flush_stdout()?;
                 header = false;
             }
@@ -233,7 +235,13 @@ fn print_audit(
             continue;
         }
         query.after = page.last().map_or(query.after, |e| e.id);
-        if json {
+        if format == Some(Format::Yaml) {
+            output::print_yaml(&page)?;
+            first = false;
+        } else if format == Some(Format::Name) {
+            let ids: Vec<String> = page.iter().map(|e| e.id.to_string()).collect();
+            output::print_names("audit", ids.iter().map(String::as_str))?;
+        } else if json {
             for entry in &page {
                 let text = serde_json::to_string(entry).unwrap_or_default();
                 if lines {
@@ -244,7 +252,7 @@ fn print_audit(
                 first = false;
             }
         } else {
-            let rendered = audit_table(&page);
+            let rendered = audit_table(&page, format);
             let body = if header {
                 rendered.as_str()
             } else {
@@ -258,10 +266,14 @@ fn print_audit(
     if json && !lines {
         outln!("{}]", if first { "" } else { "\n" })?;
     }
+    if format == Some(Format::Yaml) && first {
+        // Nothing was selected: YAML's empty sequence, as JSON prints `[]`.
+        outln!("[]")?;
+    }
     Ok(())
 }
 
-fn audit_table(log: &[fleet_registry::AuditEntry]) -> String {
+fn audit_table(log: &[fleet_registry::AuditEntry], format: Option<Format>) -> String {
     let rows: Vec<Vec<String>> = log
         .iter()
         .map(|e| {
@@ -277,7 +289,12 @@ fn audit_table(log: &[fleet_registry::AuditEntry]) -> String {
             ]
         })
         .collect();
-    table::render(&["ID", "AT", "KEY", "EVENT", "OUTCOME", "REASON", "IDENTITY", "EPOCH"], &rows)
+    let header = ["ID", "AT", "KEY", "EVENT", "OUTCOME", "REASON", "IDENTITY", "EPOCH"];
+    if format == Some(Format::Wide) {
+        table::render_whole(&header, &rows)
+    } else {
+        table::render(&header, &rows)
+    }
 }
 
 /// The TTL `lease` was granted or last renewed with.
@@ -343,8 +360,26 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
     }
 }
 
+const LEASE_HEADER: [&str; 9] =
+    ["KEY", "KIND", "OWNER", "LEASE ID", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"];
+
 fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
-    let rows: Vec<Vec<String>> = leases
+    table::render(&LEASE_HEADER, &lease_cells(leases, now))
+}
+
+/// The table with every value whole, and when each lease expires and was last renewed.
+fn lease_table_wide(leases: &[LeaseRecord], now: Timestamp) -> String {
+    let mut rows = lease_cells(leases, now);
+    for (row, lease) in rows.iter_mut().zip(leases) {
+        row.extend([lease.expires_at.to_string(), lease.heartbeat_at.to_string()]);
+    }
+    let mut header = LEASE_HEADER.to_vec();
+    header.extend(["EXPIRES AT", "RENEWED AT"]);
+    table::render_whole(&header, &rows)
+}
+
+fn lease_cells(leases: &[LeaseRecord], now: Timestamp) -> Vec<Vec<String>> {
+    leases
         .iter()
         .map(|l| {
             let (version, init) = l.init.as_ref().map_or_else(
@@ -366,11 +401,7 @@ fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
                 init,
             ]
         })
-        .collect();
-    table::render(
-        &["KEY", "KIND", "OWNER", "LEASE ID", "EPOCH", "STATE", "EXPIRES", "VERSION", "INIT"],
-        &rows,
-    )
+        .collect()
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode, Failure> {
@@ -452,7 +483,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             };
             report(result, target.json)
         }
-        LeaseCmd::Show { key, json } => {
+        LeaseCmd::Show { key, output } => {
             let mut registry = open_registry(location, OpenMode::MustExist)?;
             let (leases, now) = match key {
                 Some(k) => {
@@ -465,15 +496,19 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
                 }
                 None => registry.leases_now(None)?,
             };
-            if json {
-                let values: Vec<serde_json::Value> = leases.iter().map(|l| lease_json(l, now)).collect();
-                fleet_runtime::print_json(&values)?;
-            } else {
-                out!("{}", lease_table(&leases, now))?;
+            let values = || -> Vec<serde_json::Value> { leases.iter().map(|l| lease_json(l, now)).collect() };
+            match output.format() {
+                None => out!("{}", lease_table(&leases, now))?,
+                Some(Format::Wide) => out!("{}", lease_table_wide(&leases, now))?,
+                Some(Format::Json) => fleet_runtime::print_json(&values())?,
+                Some(Format::Yaml) => output::print_yaml(&values())?,
+                Some(Format::Name) => {
+                    output::print_names("lease", leases.iter().map(|l| l.lease_key.as_str()))?
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
-        LeaseCmd::Audit { key, since, until, tail, follow, json } => {
+        LeaseCmd::Audit { key, since, until, tail, follow, output } => {
             let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
             let since = since.map(|t| table::instant("--since", &t)).transpose()?;
             let until = until.map(|t| table::instant("--until", &t)).transpose()?;
@@ -486,7 +521,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
                 newest_first: false,
                 limit: AUDIT_PAGE,
             };
-            print_audit(&mut registry, query, tail, follow, json)?;
+            print_audit(&mut registry, query, tail, follow, output.format())?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -10,6 +10,7 @@ mod init_cmd;
 mod lease_cmd;
 mod metrics_cmd;
 mod notify;
+mod output;
 mod registry_cmd;
 mod retire_cmd;
 mod snapshot_cmd;

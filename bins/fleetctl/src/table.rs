@@ -91,6 +91,12 @@ pub(crate) fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     render_within(header, rows, width)
 }
 
+/// Renders `rows` under `header` with every value whole, whatever the terminal
+/// (`-o wide`).
+pub(crate) fn render_whole(header: &[&str], rows: &[Vec<String>]) -> String {
+    render_within(header, rows, None)
+}
+
 /// Renders `rows` under `header`, within `width` columns when given (else as wide as
 /// the widest cells).
 fn render_within(header: &[&str], rows: &[Vec<String>], width: Option<u16>) -> String {

@@ -16,6 +16,7 @@ use fleet_runtime::{
 };
 
 use crate::child::HeldChild;
+use crate::output::{self, Format, OutputArgs};
 use crate::table;
 
 #[derive(Debug, Subcommand)]
@@ -46,9 +47,8 @@ pub(crate) enum WorkerCmd {
         /// Only rows of this status.
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["active", "released", "superseded", "retired"]))]
         status: Option<String>,
-        /// Print the rows as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArgs,
     },
 }
 
@@ -62,17 +62,21 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
         WorkerCmd::Run { namespace, ttl, repository, command } => {
             run_worker(location, namespace, ttl, repository, &command)
         }
-        WorkerCmd::List { instance, namespace, status, json } => {
+        WorkerCmd::List { instance, namespace, status, output } => {
             let mut rows = open_registry(location, OpenMode::MustExist)?.workers()?;
             rows.retain(|r| {
                 instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
                     && namespace.is_none_or(|ns| r.namespace == ns)
                     && status.as_deref().is_none_or(|s| r.status.as_str() == s)
             });
-            if json {
-                fleet_runtime::print_json(&rows)?;
-            } else {
-                out!("{}", list_table(&rows, now()))?;
+            match output.format() {
+                None => out!("{}", list_table(&rows, now()))?,
+                Some(Format::Wide) => out!("{}", list_table_wide(&rows, now()))?,
+                Some(Format::Json) => fleet_runtime::print_json(&rows)?,
+                Some(Format::Yaml) => output::print_yaml(&rows)?,
+                Some(Format::Name) => {
+                    output::print_names("worker", sorted(&rows).iter().map(|r| r.worker_identity.as_str()))?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -207,8 +211,8 @@ fn heartbeat_cell(row: &WorkerRow, now: Timestamp) -> String {
     }
 }
 
-pub(crate) fn list_table(rows: &[WorkerRow], now: Timestamp) -> String {
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+/// The rows in the order every listing shows them: by instance, namespace, identity.
+fn sorted(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
     let mut sorted: Vec<&WorkerRow> = rows.iter().collect();
     sorted.sort_by(|a, b| {
         (&a.client_instance_id, a.namespace, &a.worker_identity).cmp(&(
@@ -217,19 +221,46 @@ pub(crate) fn list_table(rows: &[WorkerRow], now: Timestamp) -> String {
             &b.worker_identity,
         ))
     });
-    let cells: Vec<Vec<String>> = sorted
+    sorted
+}
+
+const LIST_HEADER: [&str; 7] = ["INSTANCE", "NAMESPACE", "WORKER", "PID", "STATUS", "OWNERSHIP", "HEARTBEAT"];
+
+fn list_cells(row: &WorkerRow, now: Timestamp) -> Vec<String> {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    vec![
+        opt(row.client_instance_id.clone()),
+        row.namespace.to_string(),
+        row.worker_identity.to_string(),
+        opt(row.pid.map(|p| p.to_string())),
+        row.status.to_string(),
+        opt(row.ownership_state.map(|o| o.to_string())),
+        heartbeat_cell(row, now),
+    ]
+}
+
+pub(crate) fn list_table(rows: &[WorkerRow], now: Timestamp) -> String {
+    let cells: Vec<Vec<String>> = sorted(rows).into_iter().map(|r| list_cells(r, now)).collect();
+    table::render(&LIST_HEADER, &cells)
+}
+
+/// The table with every value whole, and where each worker runs and since when.
+fn list_table_wide(rows: &[WorkerRow], now: Timestamp) -> String {
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let cells: Vec<Vec<String>> = sorted(rows)
         .into_iter()
         .map(|r| {
-            vec![
-                opt(r.client_instance_id.clone()),
-                r.namespace.to_string(),
-                r.worker_identity.to_string(),
-                opt(r.pid.map(|p| p.to_string())),
-                r.status.to_string(),
-                opt(r.ownership_state.map(|o| o.to_string())),
-                heartbeat_cell(r, now),
-            ]
+            let mut cells = list_cells(r, now);
+            cells.extend([
+                opt(r.host_id.as_ref().map(ToString::to_string)),
+                opt(r.generation_id.as_ref().map(ToString::to_string)),
+                opt(r.fencing_epoch.map(|e| e.to_string())),
+                r.registered_at.to_string(),
+            ]);
+            cells
         })
         .collect();
-    table::render(&["INSTANCE", "NAMESPACE", "WORKER", "PID", "STATUS", "OWNERSHIP", "HEARTBEAT"], &cells)
+    let mut header = LIST_HEADER.to_vec();
+    header.extend(["HOST", "GENERATION", "EPOCH", "REGISTERED"]);
+    table::render_whole(&header, &cells)
 }

@@ -62,3 +62,26 @@ fn worker_list_fits_an_80_column_terminal() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(INSTANCE) && !text.contains('…'), "{text}");
 }
+
+/// `-o wide` prints every value whole even on an 80-column terminal, with the columns
+/// the default table leaves out (kubectl's `-o wide`).
+#[test]
+fn wide_output_keeps_every_identity_whole_on_an_80_column_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: script(1) from util-linux is not installed");
+        return;
+    }
+    let fleet = fleet_with_wide_rows();
+    let command = format!("stty rows 24 cols 80; {} worker list -o wide", fleetctl_bin().display());
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("FLEET_REGISTRY", &fleet.registry)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    assert!(!text.contains('…'), "nothing abbreviated: {text}");
+    assert!(text.contains(INSTANCE), "{text}");
+    assert!(text.contains("wkr-controller-0123456789abcdef0123456789abcdef-3"), "{text}");
+    assert!(text.lines().next().is_some_and(|h| h.contains("REGISTERED")), "{text}");
+}

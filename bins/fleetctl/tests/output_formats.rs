@@ -1,0 +1,94 @@
+//! kubectl's `-o json|yaml|wide|name` on every listing command (`worker list`,
+//! `lease show`, `lease audit`): YAML holds exactly what JSON holds, `name` one
+//! `KIND/NAME` per line, `wide` the table with more columns; a format it does not know
+//! is a usage error.
+
+mod common;
+
+use common::{Fleet, assert_usage_error};
+use serde_json::Value;
+
+fn fleet_with_a_lease_and_a_worker() -> Fleet {
+    let fleet = Fleet::new();
+    let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:build", "--owner", "me", "--ttl", "300"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = fleet.mint("codex");
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--", "true"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    fleet
+}
+
+fn stdout(fleet: &Fleet, args: &[&str]) -> String {
+    let out = fleet.ctl(args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn yaml_holds_what_json_holds_on_every_listing() {
+    let fleet = fleet_with_a_lease_and_a_worker();
+    for listing in [&["worker", "list"][..], &["lease", "show"], &["lease", "audit"]] {
+        let json: Value =
+            serde_json::from_str(&stdout(&fleet, &[listing, &["-o", "json"]].concat())).unwrap();
+        let yaml: Value =
+            serde_norway::from_str(&stdout(&fleet, &[listing, &["-o", "yaml"]].concat())).unwrap();
+        assert_eq!(yaml, json, "{listing:?}");
+        assert!(json.as_array().is_some_and(|a| !a.is_empty()), "{listing:?}: {json}");
+        let legacy: Value = serde_json::from_str(&stdout(&fleet, &[listing, &["--json"]].concat())).unwrap();
+        assert_eq!(legacy, json, "--json is -o json");
+    }
+    let none: Value =
+        serde_norway::from_str(&stdout(&fleet, &["lease", "audit", "--key", "workflow:x", "-o", "yaml"]))
+            .unwrap();
+    assert_eq!(none, serde_json::json!([]), "nothing selected is an empty sequence");
+}
+
+#[test]
+fn name_prints_one_kind_and_name_per_line() {
+    let fleet = fleet_with_a_lease_and_a_worker();
+    let workers = fleet.workers();
+    assert_eq!(
+        stdout(&fleet, &["worker", "list", "-o", "name"]),
+        format!("worker/{}\n", workers[0].worker_identity)
+    );
+    assert_eq!(stdout(&fleet, &["lease", "show", "-o", "name"]), "lease/workflow:build\n");
+    let audit: Vec<Value> = serde_json::from_str(&stdout(&fleet, &["lease", "audit", "--json"])).unwrap();
+    let expected: String = audit.iter().map(|e| format!("audit/{}\n", e["id"])).collect();
+    assert_eq!(stdout(&fleet, &["lease", "audit", "-o", "name"]), expected);
+}
+
+#[test]
+fn wide_adds_the_columns_the_table_leaves_out() {
+    let fleet = fleet_with_a_lease_and_a_worker();
+    let workers = stdout(&fleet, &["worker", "list", "-o", "wide"]);
+    let header = workers.lines().next().unwrap();
+    for column in ["WORKER", "HOST", "GENERATION", "EPOCH", "REGISTERED"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = fleet.workers().remove(0);
+    assert!(workers.contains(&row.registered_at.to_string()), "{workers}");
+    let leases = stdout(&fleet, &["lease", "show", "-o", "wide"]);
+    assert!(
+        leases.lines().next().is_some_and(|h| h.contains("EXPIRES AT") && h.contains("RENEWED AT")),
+        "{leases}"
+    );
+    let audit = stdout(&fleet, &["lease", "audit", "-o", "wide"]);
+    assert!(audit.starts_with("ID"), "{audit}");
+}
+
+#[test]
+fn an_unknown_format_is_a_usage_error() {
+    let fleet = fleet_with_a_lease_and_a_worker();
+    for listing in [&["worker", "list"][..], &["lease", "show"], &["lease", "audit"]] {
+        let out = fleet.ctl(&[listing, &["-o", "toml"]].concat());
+        assert_usage_error(&out, "--output");
+        let out = fleet.ctl(&[listing, &["-o", "json", "--json"]].concat());
+        assert_usage_error(&out, "--json");
+    }
+}
