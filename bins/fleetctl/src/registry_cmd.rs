@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use fleet_registry::OpenMode;
-use fleet_registry::{AuditQuery, RegistryBackup};
+use fleet_registry::{AuditQuery, RestoreError};
 use fleet_runtime::outln;
 use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
 
@@ -79,12 +79,26 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             outln!("{}", backup.to_json())?;
         }
         RegistryCmd::Import { file, max_input_bytes, json } => {
-            let value =
-                fleet_runtime::input::read_json(&file, "import file", max_input_bytes, "--max-input-bytes")
-                    .map_err(Failure::usage)?;
-            let backup = RegistryBackup::from_value(value)
-                .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
-            let summary = open_registry(location, OpenMode::CreateIfMissing)?.restore(&backup)?;
+            // Rows are checked and written as the file streams in, in one transaction:
+            // a bad row anywhere, or a file past its limit, leaves the registry as it was.
+            let summary = fleet_runtime::input::read_streamed(
+                &file,
+                "import file",
+                max_input_bytes,
+                "--max-input-bytes",
+                |reader| {
+                    open_registry(location, OpenMode::CreateIfMissing)
+                        .map(|mut r| r.restore_from_reader(reader))
+                },
+            )
+            .map_err(Failure::usage)??
+            .map_err(|e| match e {
+                RestoreError::NotJson(e) => {
+                    Failure::usage(format!("import file {} is not valid JSON: {e}", file.display()))
+                }
+                RestoreError::Input(e) => Failure::usage(format!("{}: {e}", file.display())),
+                RestoreError::Store(e) => Failure::from(e),
+            })?;
             if json {
                 outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
             } else {

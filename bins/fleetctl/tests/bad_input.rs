@@ -123,6 +123,38 @@ fn a_corrupt_import_file_is_refused_whole() {
     assert_one_line_error(&out, 2, "cannot read import file /nonexistent/file.json");
 }
 
+/// An import is written as it streams in, a batch of rows at a time, inside one
+/// transaction: a bad row after whole batches were written, or an audit log out of
+/// order, still leaves the registry exactly as it was.
+#[test]
+fn a_bad_row_after_whole_batches_of_a_streamed_import_writes_nothing() {
+    let (fleet, id) = populated();
+    let before = fleet.export();
+    let row = |i: usize, status: &str| {
+        format!(
+            r#"{{"worker_identity":"w-{i}","namespace":"author","status":"{status}","registered_at":"2026-07-30T12:00:00Z","client_instance_id":"{id}"}}"#
+        )
+    };
+    let mut rows: Vec<String> = (0..25_000).map(|i| row(i, "released")).collect();
+    rows.push(row(25_000, "zombie"));
+    let path = fleet.dir.path().join("late-bad-row.json");
+    std::fs::write(&path, format!(r#"{{"worker_registrations": [{}]}}"#, rows.join(","))).unwrap();
+    let out = fleet.ctl(&["registry", "import", path.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "worker_registrations[25000]");
+    assert_eq!(fleet.export(), before, "the batches written before the bad row are undone");
+
+    let entry = |id: u64| {
+        format!(
+            r#"{{"id":{id},"event":"acquire","outcome":"acquired","reason":null,"lease_key":"workflow:w","kind":"workflow","identity":"me","binding":null,"connector":null,"fencing_epoch":1,"correlation_id":null,"at":"2026-07-30T12:00:00Z"}}"#
+        )
+    };
+    let path = fleet.dir.path().join("unordered-log.json");
+    std::fs::write(&path, format!(r#"{{"lease_audit_log": [{}, {}]}}"#, entry(2), entry(1))).unwrap();
+    let out = fleet.ctl(&["registry", "import", path.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "lease_audit_log[1]: id 1 is not after 2");
+    assert_eq!(fleet.export(), before);
+}
+
 #[test]
 fn an_invalid_client_type_is_refused_by_the_launcher() {
     let fleet = Fleet::new();

@@ -24,7 +24,7 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backup::RegistryBackup;
+pub use backup::{RegistryBackup, RestoreError};
 pub use changes::{RegistryChanges, RegistryRead};
 pub use error::{StoreError, StoreErrorKind, with_causes};
 pub use gateway::ConnectorExecutionContext;

@@ -1,7 +1,6 @@
 //! The registry's rules, written once over [`Store`]: registration (reconnect versus
 //! restart), heartbeats, release, the stale sweep, and import and export.
 
-use std::collections::BTreeSet;
 use std::fmt;
 
 use fleet_identity::{
@@ -450,96 +449,50 @@ impl<S: Store> Registry<S> {
     /// whose log is empty: two histories are never interleaved.
     pub fn restore(&mut self, backup: &crate::RegistryBackup) -> Result<ImportSummary, StoreError> {
         let dump = &backup.registry;
-        let mut seen = BTreeSet::new();
-        for row in &dump.worker_registrations {
-            if !seen.insert(&row.worker_identity) {
-                return Err(StoreError::invalid(format!(
-                    "worker {} appears twice in the import",
-                    row.worker_identity
-                )));
-            }
-        }
-        self.store.write(|tx| {
-            let mut summary = ImportSummary::default();
-            // The ledger read once and compared in memory; the new entries written at once.
-            let held: std::collections::HashMap<ClientInstanceId, InstanceRecord> = if dump.instances.is_empty() {
-                std::collections::HashMap::new()
-            } else {
-                tx.instances()?.into_iter().map(|r| (r.client_instance_id.clone(), r)).collect()
-            };
-            let mut fresh: Vec<InstanceRecord> = Vec::new();
-            let mut fresh_at: std::collections::HashMap<&ClientInstanceId, usize> = std::collections::HashMap::new();
-            for record in &dump.instances {
-                let known = held.get(&record.client_instance_id).or_else(|| {
-                    fresh_at.get(&record.client_instance_id).map(|&i| &fresh[i])
-                });
-                match known {
-                    Some(existing) if existing == record => summary.instances_unchanged += 1,
-                    Some(_) => {
-                        return Err(StoreError::conflict(format!(
-                            "instance {} is already recorded with other details",
-                            record.client_instance_id
-                        )));
-                    }
-                    None => {
-                        fresh_at.insert(&record.client_instance_id, fresh.len());
-                        fresh.push(record.clone());
-                    }
+        self.store
+            .write(|tx| {
+                let mut restorer = crate::backup::Restorer::new(tx);
+                for (i, record) in dump.instances.iter().enumerate() {
+                    restorer.instance(i, record.clone())?;
                 }
-            }
-            tx.insert_instances(&fresh)?;
-            summary.instances += fresh.len();
-            tx.insert_workers(&dump.worker_registrations)?;
-            summary.workers += dump.worker_registrations.len();
-            // Imported epochs count as handed out: later ones go above them.
-            for row in &dump.worker_registrations {
-                if let (Some(instance), Some(epoch @ 1..)) = (row.client_instance_id.as_deref(), row.fencing_epoch) {
-                    tx.raise_high_water(&slot_scope(instance, row.namespace), epoch)?;
+                for row in &dump.worker_registrations {
+                    restorer.worker(row.clone())?;
                 }
-            }
-            for lease in &backup.leases {
-                match tx.lease(&lease.lease_key)? {
-                    Some(held) if held == *lease => {}
-                    Some(_) => {
-                        return Err(StoreError::conflict(format!(
-                            "lease {} is already held with other details",
-                            lease.lease_key
-                        )));
-                    }
-                    None => {
-                        tx.put_lease(None, lease)?;
-                        tx.raise_high_water(&crate::leases::lease_scope(&lease.lease_key), lease.fencing_epoch.get())?;
-                        summary.leases += 1;
-                    }
+                for (i, lease) in backup.leases.iter().enumerate() {
+                    restorer.lease(i, lease.clone())?;
                 }
-            }
-            if !backup.lease_audit_log.is_empty() {
-                if !tx.audit(None)?.is_empty() {
-                    return Err(StoreError::conflict(
-                        "the registry already has a lease audit log; restore a backup's log into a fresh registry",
-                    ));
-                }
-                let mut log = backup.lease_audit_log.clone();
+                let mut log: Vec<&crate::AuditEntry> = backup.lease_audit_log.iter().collect();
                 log.sort_by_key(|e| e.id);
-                for entry in &log {
-                    tx.append_audit(entry)?;
-                    summary.audit_entries += 1;
+                for (i, entry) in log.into_iter().enumerate() {
+                    restorer.audit(i, entry.clone())?;
                 }
-            }
-            Ok(summary)
-        })
-        .inspect(|summary| {
-            tracing::info!(
-                instances = summary.instances,
-                instances_unchanged = summary.instances_unchanged,
-                workers = summary.workers,
-                leases = summary.leases,
-                audit_entries = summary.audit_entries,
-                outcome = "imported",
-                "registry import"
-            );
-        })
+                Ok::<_, crate::RestoreError>(restorer.finish()?)
+            })
+            .map_err(StoreError::from)
+            .inspect(log_import)
     }
+
+    /// [`restore`](Self::restore) of a backup read from `reader` as it streams in: rows
+    /// are checked and written in batches inside one transaction, so memory stays flat
+    /// at any size and a bad row anywhere leaves the registry as it was.
+    pub fn restore_from_reader(
+        &mut self,
+        reader: impl std::io::Read,
+    ) -> Result<ImportSummary, crate::RestoreError> {
+        self.store.write(|tx| crate::backup::Restorer::new(tx).stream(reader)).inspect(log_import)
+    }
+}
+
+fn log_import(summary: &ImportSummary) {
+    tracing::info!(
+        instances = summary.instances,
+        instances_unchanged = summary.instances_unchanged,
+        workers = summary.workers,
+        leases = summary.leases,
+        audit_entries = summary.audit_entries,
+        outcome = "imported",
+        "registry import"
+    );
 }
 
 fn mint_worker_identity(namespace: Namespace) -> Result<WorkerIdentity, StoreError> {

@@ -109,6 +109,11 @@ pub trait Tx {
     fn put_lease(&mut self, expected: Option<&LeaseRecord>, new: &LeaseRecord) -> Result<bool, StoreError>;
     /// Appends to the audit log (the store assigns `id`).
     fn append_audit(&mut self, entry: &AuditEntry) -> Result<(), StoreError>;
+    /// Appends `entries` in their order, as [`append_audit`](Self::append_audit) does
+    /// one by one; a backend whose round trips cost may write them at once.
+    fn append_audits(&mut self, entries: &[AuditEntry]) -> Result<(), StoreError> {
+        entries.iter().try_for_each(|e| self.append_audit(e))
+    }
     /// The audit log, optionally of one lease, in log order.
     fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError>;
     /// Inserts many ledger entries at once, as an import does. Fails as

@@ -13,22 +13,43 @@ use std::path::Path;
 /// When the file cannot be read, is not one JSON document, or is larger than the limit.
 pub fn read_json(path: &Path, what: &str, max_bytes: u64, flag: &str) -> Result<serde_json::Value, String> {
     let shown = format!("{what} {}", path.display());
+    read_streamed(path, what, max_bytes, flag, |reader| {
+        serde_json::from_reader::<_, serde_json::Value>(BufReader::new(reader))
+    })?
+    .map_err(|e| match e.classify() {
+        serde_json::error::Category::Io => format!("cannot read {shown}: {e}"),
+        _ => format!("{shown} is not valid JSON: {e}"),
+    })
+}
+
+/// Hands the file at `path` (`-`: standard input) to `parse` as a stream that ends at
+/// `max_bytes`, and what `parse` made of it, unless the file was larger: then the error
+/// names the limit and `flag`, whatever `parse` said of the cut stream. A caller that
+/// writes as it parses must write in a transaction that `parse` failing undoes.
+///
+/// # Errors
+/// When the file cannot be opened, or is larger than the limit.
+pub fn read_streamed<T>(
+    path: &Path,
+    what: &str,
+    max_bytes: u64,
+    flag: &str,
+    parse: impl FnOnce(&mut dyn Read) -> T,
+) -> Result<T, String> {
+    let shown = format!("{what} {}", path.display());
     let source: Box<dyn Read> = if path.as_os_str() == "-" {
         Box::new(io::stdin().lock())
     } else {
         Box::new(std::fs::File::open(path).map_err(|e| format!("cannot read {shown}: {e}"))?)
     };
     let mut counted = Counted { inner: source.take(max_bytes.saturating_add(1)), read: 0 };
-    let parsed = serde_json::from_reader::<_, serde_json::Value>(BufReader::new(&mut counted));
+    let parsed = parse(&mut counted);
     if counted.read > max_bytes {
         return Err(format!(
             "{shown} is larger than {max_bytes} bytes, this input's limit (raise it with {flag})"
         ));
     }
-    parsed.map_err(|e| match e.classify() {
-        serde_json::error::Category::Io => format!("cannot read {shown}: {e}"),
-        _ => format!("{shown} is not valid JSON: {e}"),
-    })
+    Ok(parsed)
 }
 
 /// A reader that counts the bytes it has passed on.

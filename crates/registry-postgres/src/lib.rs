@@ -654,6 +654,53 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
+    /// Every entry in one statement, one array parameter per column (a restore's batch
+    /// is one round trip); `WITH ORDINALITY` keeps their order, so ids follow it.
+    fn append_audits(&mut self, entries: &[AuditEntry]) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let text =
+            |f: fn(&AuditEntry) -> Option<&str>| -> Vec<Option<&str>> { entries.iter().map(f).collect() };
+        let (events, outcomes, reasons) =
+            (text(|e| Some(&e.event)), text(|e| Some(&e.outcome)), text(|e| e.reason.as_deref()));
+        let (keys, kinds, identities) =
+            (text(|e| Some(&e.lease_key)), text(|e| Some(e.kind.as_str())), text(|e| e.identity.as_deref()));
+        let (bindings, connectors, correlations) = (
+            text(|e| e.binding.as_deref()),
+            text(|e| e.connector.as_deref()),
+            text(|e| e.correlation_id.as_deref()),
+        );
+        let epochs: Vec<Option<i64>> =
+            entries.iter().map(|e| e.fencing_epoch.map(|v| i64::try_from(v).unwrap_or(i64::MAX))).collect();
+        let at: Vec<String> = entries.iter().map(|e| e.at.to_string()).collect();
+        self.tx
+            .execute(
+                "INSERT INTO lease_audit_log (event, outcome, reason, lease_key, kind, identity, binding, \
+                 connector, fencing_epoch, correlation_id, at) \
+                 SELECT event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
+                 correlation_id, at FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
+                 $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::BIGINT[], $10::TEXT[], $11::TEXT[]) WITH ORDINALITY \
+                 AS r(event, outcome, reason, lease_key, kind, identity, binding, connector, fencing_epoch, \
+                 correlation_id, at, n) ORDER BY n",
+                &[
+                    &events,
+                    &outcomes,
+                    &reasons,
+                    &keys,
+                    &kinds,
+                    &identities,
+                    &bindings,
+                    &connectors,
+                    &epochs,
+                    &correlations,
+                    &at,
+                ],
+            )
+            .map_err(map_error)?;
+        Ok(())
+    }
+
     fn audit(&mut self, key: Option<&LeaseKey>) -> Result<Vec<AuditEntry>, StoreError> {
         self.audit_from(key, 0)
     }
