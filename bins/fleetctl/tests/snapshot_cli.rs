@@ -195,6 +195,77 @@ fn watch_redraws_until_interrupted_and_exits_with_the_gate() {
     assert_eq!(out.status.code(), Some(1), "an unreadable registry is not safe");
 }
 
+/// The registry copied back in place (`cp backup registry.sqlite3`: the same inode) with
+/// its `-wal` and `-shm` deleted, then written by other processes: a watcher that kept
+/// its connection would read its own deleted log for ever and never see a commit again
+/// (SQLite's `data_version` does not move for it). It notices the log is not the one at
+/// the path, opens the registry afresh and shows every row written since.
+#[test]
+fn a_watcher_sees_the_registry_copied_back_with_its_log_removed() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let register = || {
+        let out = fleet
+            .fleetctl()
+            .args(["worker", "run", "--namespace", "author", "--", "true"])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    register();
+    let backup = std::fs::read(&fleet.registry).unwrap();
+    let mut watcher = fleet
+        .fleetctl()
+        .args(["snapshot", "--watch", "--interval", "0.2", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
+    let reader = {
+        let (lines, stdout) = (lines.clone(), watcher.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(serde_json::from_str(&line).unwrap_or_default());
+            }
+        })
+    };
+    let rows_shown = |want: u64| {
+        common::wait_for(std::time::Duration::from_secs(10), || {
+            lines
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .take(1)
+                .any(|l| l["counts"]["total_rows"] == want)
+                .then_some(())
+        })
+    };
+    rows_shown(1);
+    std::fs::write(&fleet.registry, &backup).unwrap();
+    for suffix in ["-wal", "-shm"] {
+        let mut log = fleet.registry.clone().into_os_string();
+        log.push(suffix);
+        let _ = std::fs::remove_file(&log);
+    }
+    for _ in 0..3 {
+        register();
+    }
+    let now = u64::try_from(fleet.workers().len()).unwrap();
+    assert!(now >= 3, "the writes after the copy landed: {now} rows");
+    rows_shown(now);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(watcher.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    watcher.wait().unwrap();
+    reader.join().unwrap();
+}
+
 /// Seed 000's orphaned and unowned workers, from live processes. A worker whose launch's
 /// client dies while the worker still runs says so on its next heartbeat: orphaned. A
 /// worker started outside any launch (no launch process in its environment) registers

@@ -42,6 +42,11 @@ pub enum RegistryChanges {
     },
 }
 
+/// The longest a reader follows changes before it reads everything again: whatever a
+/// hand with write access to the store does to fool the proof above, a reader serves it
+/// for at most this long.
+pub const WHOLE_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl<S: Store> Registry<S> {
     /// Reads the registry in one transaction: everything, or, given the mark of an
     /// earlier read of this store (`since`), only what changed after it — when the
@@ -55,8 +60,10 @@ impl<S: Store> Registry<S> {
                 let at = *then.position();
                 // Counters that went back belong to another history (a restored file).
                 let continues = now.worker_removals == at.worker_removals
+                    && now.history == at.history
                     && now.workers >= at.workers
-                    && now.instances >= at.instances;
+                    && now.instances >= at.instances
+                    && then.whole_read_within(WHOLE_READ_EVERY);
                 if continues {
                     let (workers, versions) = if now.workers == at.workers {
                         (Vec::new(), Vec::new())

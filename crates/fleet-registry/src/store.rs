@@ -229,6 +229,8 @@ pub struct ReadMark {
     position: ChangePosition,
     versions: std::collections::HashMap<String, i64>,
     digest: VersionsDigest,
+    /// When the registry was last read whole for this mark.
+    whole_read_at: std::time::Instant,
 }
 
 impl ReadMark {
@@ -238,7 +240,17 @@ impl ReadMark {
         for (_, v) in &versions {
             digest.add(*v);
         }
-        Self { position, versions: versions.into_iter().collect(), digest }
+        Self {
+            position,
+            versions: versions.into_iter().collect(),
+            digest,
+            whole_read_at: std::time::Instant::now(),
+        }
+    }
+
+    /// Whether the registry was read whole for this mark within `limit`.
+    pub(crate) fn whole_read_within(&self, limit: std::time::Duration) -> bool {
+        self.whole_read_at.elapsed() <= limit
     }
 
     /// The store's position at the read.
@@ -285,6 +297,10 @@ pub struct ChangePosition {
     pub worker_removals: i64,
     /// Moves with every ledger entry written or removed.
     pub instances: i64,
+    /// Moves with anything that could rewrite the history itself (SQLite's
+    /// `schema_version`: a trigger dropped or changed): a reader whose position holds
+    /// another value reads everything.
+    pub history: i64,
 }
 
 /// A registry backend.
@@ -355,4 +371,20 @@ pub struct ImportSummary {
     pub leases: usize,
     /// Audit-log entries written.
     pub audit_entries: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_tells_how_long_ago_the_registry_was_read_whole() {
+        let position = ChangePosition { workers: 1, worker_removals: 0, instances: 0, history: 0 };
+        let mark = ReadMark::new(position, vec![("w".into(), 1)]);
+        assert!(mark.whole_read_within(crate::WHOLE_READ_EVERY));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(!mark.whole_read_within(std::time::Duration::from_millis(1)), "older than the limit");
+        let advanced = mark.advance(position, vec![("w".into(), 2)]);
+        assert!(!advanced.whole_read_within(std::time::Duration::from_millis(1)), "following is not reading whole");
+    }
 }

@@ -41,6 +41,11 @@ pub struct SqliteStore {
     /// The file the connection opened (device and inode), to tell when the path has
     /// since been moved away or replaced.
     file: Option<(u64, u64)>,
+    /// The write-ahead log the connection uses (device and inode), once there is one.
+    /// Removed while the connection is open (a file copied back in place with its
+    /// `-wal` and `-shm` deleted), the connection would go on reading its own deleted
+    /// log while writers write another: it would never see a commit again.
+    log: Option<(u64, u64)>,
 }
 
 /// The log kept in place is emptied by the last connection to close it: a file restored
@@ -128,7 +133,7 @@ impl SqliteStore {
             }
         }
         migrations::verify(&conn, path)?;
-        Ok(Self { conn, file: file_identity(path), path: path.to_owned() })
+        Ok(Self { conn, file: file_identity(path), log: None, path: path.to_owned() })
     }
 
     /// Opens a registry this process may read but not write (a file of another user's, a
@@ -173,7 +178,7 @@ impl SqliteStore {
             ));
         }
         migrations::verify(&conn, path)?;
-        Ok(Self { conn, file: file_identity(path), path: path.to_owned() })
+        Ok(Self { conn, file: file_identity(path), log: None, path: path.to_owned() })
     }
 
     /// The database file.
@@ -347,13 +352,19 @@ impl Tx for SqliteTx<'_> {
             .conn
             .prepare_cached(
                 "SELECT (SELECT coalesce(max(change_seq), 0) FROM worker_registrations), \
-                 worker_removals, instances FROM registry_changes",
+                 worker_removals, instances, (SELECT schema_version FROM pragma_schema_version) \
+                 FROM registry_changes",
             )
             .map_err(map_error)?;
         // Without its one row (removed by hand), the history cannot be trusted: every
         // read then reads everything.
         stmt.query_row([], |row| {
-            Ok(ChangePosition { workers: row.get(0)?, worker_removals: row.get(1)?, instances: row.get(2)? })
+            Ok(ChangePosition {
+                workers: row.get(0)?,
+                worker_removals: row.get(1)?,
+                instances: row.get(2)?,
+                history: row.get(3)?,
+            })
         })
         .optional()
         .map_err(map_error)
@@ -587,11 +598,35 @@ impl SqliteTx<'_> {
 }
 
 impl SqliteStore {
+    /// Fails when the write-ahead log this connection uses is no longer the one at its
+    /// path: what it would read or write is no longer the registry.
+    fn check_log(&mut self) -> Result<(), StoreError> {
+        let mut log = self.path.clone().into_os_string();
+        log.push("-wal");
+        let now = file_identity(Path::new(&log));
+        match (self.log, now) {
+            (None, _) => self.log = now,
+            (Some(then), Some(now)) if then == now => {}
+            (Some(_), _) => {
+                return Err(StoreError::new(
+                    StoreErrorKind::Unavailable,
+                    format!(
+                        "the write-ahead log of registry {} was removed or replaced while it was open; \
+                         reopen the registry",
+                        self.path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn run<T, E, F>(&mut self, behavior: TransactionBehavior, f: F) -> Result<T, E>
     where
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
+        self.check_log()?;
         let path = self.path.clone();
         let fail = |e: rusqlite::Error| match disk_trouble(&path) {
             Some(why) => {
@@ -661,6 +696,7 @@ impl Store for SqliteStore {
                 ),
             ));
         }
+        self.check_log()?;
         let others: i64 = self.conn.query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(map_error)?;
         let own = self.conn.total_changes();
         Ok(Some((u128::from(others.cast_unsigned()) << 64) | u128::from(own)))

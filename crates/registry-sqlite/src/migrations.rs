@@ -176,6 +176,26 @@ const MIGRATIONS: &[&str] = &[
         INSERT INTO lease_decision_counts VALUES (NEW.event, NEW.outcome, coalesce(NEW.reason, ''), 1)
             ON CONFLICT (event, outcome, reason) DO UPDATE SET n = n + 1;
     END;",
+    // 8: the history only moves forward, whoever writes. A row's `change_seq` set by a
+    // statement must rise above every row's (as the heartbeat's does): a row written
+    // back to an older version, or two rows' versions swapped, would let a reader keep
+    // serving what it read. The counters never go back and their row stays.
+    "CREATE TRIGGER worker_registrations_change_seq_only_rises
+        BEFORE UPDATE OF change_seq ON worker_registrations
+        WHEN NEW.change_seq IS NOT OLD.change_seq
+         AND NEW.change_seq <= (SELECT max(change_seq) FROM worker_registrations)
+    BEGIN
+        SELECT RAISE(ABORT, 'change_seq only rises: a row written takes a version above every row''s');
+    END;
+    CREATE TRIGGER registry_changes_only_rise BEFORE UPDATE ON registry_changes
+        WHEN NEW.id IS NOT OLD.id OR NEW.worker_removals < OLD.worker_removals OR NEW.instances < OLD.instances
+    BEGIN
+        SELECT RAISE(ABORT, 'the registry''s change counters only rise');
+    END;
+    CREATE TRIGGER registry_changes_stay BEFORE DELETE ON registry_changes
+    BEGIN
+        SELECT RAISE(ABORT, 'the registry''s change counters are kept');
+    END;",
 ];
 
 /// The history's one row, as migration 4 writes it.
@@ -185,8 +205,8 @@ const HISTORY_ROW: &str =
 /// The schema version this build writes: the registry's data model (version 3),
 /// SQLite's own history of changes (version 4), the registry's id (version 5) and the
 /// fencing epochs' high-water marks (version 6), the lease decisions counted as they are
-/// written (version 7).
-pub const SCHEMA_VERSION: i64 = 7;
+/// written (version 7), a history that only moves forward (version 8).
+pub const SCHEMA_VERSION: i64 = 8;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

@@ -249,12 +249,15 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     {
-        // Version 3 as it was: the current file without what versions 4 to 7 added.
+        // Version 3 as it was: the current file without what versions 4 to 8 added.
         let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
         store
             .connection()
             .execute_batch(
-                "DROP TRIGGER worker_registrations_insert_is_a_change;
+                "DROP TRIGGER worker_registrations_change_seq_only_rises;
+                 DROP TRIGGER registry_changes_only_rise;
+                 DROP TRIGGER registry_changes_stay;
+                 DROP TRIGGER worker_registrations_insert_is_a_change;
                  DROP TRIGGER worker_registrations_update_is_a_change;
                  DROP TRIGGER worker_registrations_rename_is_a_removal;
                  DROP TRIGGER worker_registrations_delete_is_a_removal;
@@ -300,31 +303,76 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     assert_eq!((version, rows), (3, 2));
 }
 
-/// A file restored in place from an older copy of itself (SQLite's backup API writes
-/// the pages into the open file) brings back older counters: the reader reads
-/// everything rather than trust what it kept.
+/// The history only moves forward, whoever writes: another SQL client cannot write a
+/// row back to an older version, swap two rows' versions, or set the counters back; the
+/// statement is refused whole. A row written twice so that it would come back to its
+/// old version is read as changed.
 #[test]
-fn counters_that_go_back_make_the_reader_read_everything() {
+fn a_hand_cannot_set_the_history_back() {
+    let (_dir, mut registry, other) = new_registry();
+    insert_row(&other, "wkr-a");
+    insert_row(&other, "wkr-b");
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    let refused = |sql: &str| {
+        let err = other.execute_batch(sql).expect_err(sql);
+        assert!(
+            err.to_string().contains("only rise") || err.to_string().contains("are kept"),
+            "{sql}: {err}"
+        );
+    };
+    refused("UPDATE worker_registrations SET status = 'released', change_seq = change_seq - 70000");
+    refused(
+        "UPDATE worker_registrations SET change_seq = (SELECT max(change_seq) FROM worker_registrations) \
+         + (SELECT min(change_seq) FROM worker_registrations) - change_seq",
+    );
+    refused("UPDATE registry_changes SET instances = instances - 1");
+    refused("UPDATE registry_changes SET worker_removals = worker_removals - 1");
+    refused("DELETE FROM registry_changes");
+    let old: i64 = other
+        .query_row("SELECT change_seq FROM worker_registrations WHERE worker_identity = 'wkr-a'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    other
+        .execute(
+            "UPDATE worker_registrations SET status = 'retired', \
+             change_seq = (SELECT max(change_seq) FROM worker_registrations) + 100 WHERE worker_identity = 'wkr-a'",
+            [],
+        )
+        .unwrap();
+    refused(&format!("UPDATE worker_registrations SET change_seq = {old} WHERE worker_identity = 'wkr-a'"));
+    let (_, rows) = follow(&mut registry, &mut kept, at);
+    assert_eq!(rows, Some(1), "the row written is read");
+}
+
+/// A hand that first drops the guards (schema changes) and then sets the counters back
+/// is not followed: any change of the schema makes the reader read everything.
+#[test]
+fn counters_set_back_with_the_guards_dropped_make_the_reader_read_everything() {
     let (_dir, mut registry, other) = new_registry();
     insert_row(&other, "wkr-a");
     let mut kept = fleet_registry::RegistryDump::default();
     let (at, _) = follow(&mut registry, &mut kept, None);
-    // What the older copy held: the same row, other content, an earlier change.
     other
-        .execute("UPDATE worker_registrations SET status = 'released', change_seq = change_seq - 70000", [])
+        .execute_batch(
+            "DROP TRIGGER worker_registrations_change_seq_only_rises;
+             DROP TRIGGER worker_registrations_update_is_a_change;
+             UPDATE worker_registrations SET status = 'released';",
+        )
         .unwrap();
     let (_, rows) = follow(&mut registry, &mut kept, at);
     assert_eq!(rows, None, "everything read");
 }
 
-/// The history's row removed by hand: nothing can be trusted from it, so every read
-/// reads everything (and still sees every change).
+/// The history's row removed by hand (its guard dropped first): nothing can be trusted
+/// from it, so every read reads everything (and still sees every change).
 #[test]
 fn without_its_history_row_the_reader_reads_everything() {
     let (_dir, mut registry, other) = new_registry();
     insert_row(&other, "wkr-a");
     insert_row(&other, "wkr-b");
-    other.execute("DELETE FROM registry_changes", []).unwrap();
+    other.execute_batch("DROP TRIGGER registry_changes_stay; DELETE FROM registry_changes;").unwrap();
     let mut kept = fleet_registry::RegistryDump::default();
     let (at, _) = follow(&mut registry, &mut kept, None);
     assert_eq!(at, None, "no position");
@@ -367,31 +415,6 @@ fn a_backup_restored_in_place_and_written_again_is_read_whole() {
     assert_eq!(rows, None, "everything read");
     let a = kept.worker_registrations.iter().find(|r| r.worker_identity.as_str() == "wkr-a").unwrap();
     assert_eq!(a.status, fleet_registry::WorkerStatus::Active, "the restored file's row, not the kept one");
-}
-
-/// One row copied back from a backup with its old `change_seq` (an `UPDATE` that sets
-/// the column itself, which the triggers leave alone), while another row holds the
-/// highest version: no counter goes back, yet the reader sees the row.
-#[test]
-fn a_row_copied_back_with_its_old_version_is_seen() {
-    let (_dir, mut registry, other) = new_registry();
-    insert_row(&other, "wkr-a");
-    let old: i64 = other.query_row("SELECT change_seq FROM worker_registrations", [], |r| r.get(0)).unwrap();
-    other
-        .execute("UPDATE worker_registrations SET status = 'retired' WHERE worker_identity = 'wkr-a'", [])
-        .unwrap();
-    insert_row(&other, "wkr-b");
-    let mut kept = fleet_registry::RegistryDump::default();
-    let (at, _) = follow(&mut registry, &mut kept, None);
-    other
-        .execute(
-            "UPDATE worker_registrations SET status = 'active', change_seq = ?1 WHERE worker_identity = 'wkr-a'",
-            [old],
-        )
-        .unwrap();
-    insert_row(&other, "wkr-c");
-    let (_, rows) = follow(&mut registry, &mut kept, at);
-    assert_eq!(rows, None, "everything read");
 }
 
 /// The registry's id is minted once, stored in the file, and the same however the file
