@@ -76,24 +76,23 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     if args.watch {
         return watch(location, manifest.as_ref(), &policy, &args);
     }
-    let mut fleet = Fleet::new(location.clone());
-    let snap = fleet.snapshot(manifest.as_ref(), &policy, args.at.unwrap_or_else(now))?;
-    if let Some(previous) = &previous {
-        let comparison = compare_heartbeats(previous, &LiveHeartbeats::of(&snap));
-        if args.json {
-            fleet_runtime::print_json(&comparison)?;
+    // One read and one answer: nothing is kept for a next snapshot.
+    let at = args.at.unwrap_or_else(now);
+    fleet_runtime::take_snapshot(location, manifest.as_ref(), &policy, at, |snap| {
+        if let Some(previous) = &previous {
+            let comparison = compare_heartbeats(previous, &LiveHeartbeats::of(snap));
+            if args.json {
+                fleet_runtime::print_json(&comparison)?;
+            } else {
+                out!("{}", render_comparison(&comparison))?;
+            }
+        } else if args.json {
+            fleet_runtime::print_json(snap)?;
         } else {
-            out!("{}", render_comparison(&comparison))?;
+            out!("{}", render(snap, colour()))?;
         }
-    } else if args.json {
-        fleet_runtime::print_json(&snap)?;
-    } else {
-        out!("{}", render(&snap, colour()))?;
-    }
-    if args.gate && !snap.live_fleet_safe {
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+        Ok(if args.gate && !snap.live_fleet_safe { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    })?
 }
 
 /// The live workers of an earlier snapshot, from its JSON.

@@ -39,8 +39,18 @@ pub fn take_snapshot<T>(
     at: Timestamp,
     read: impl FnOnce(&FleetSnapshot<'_>) -> T,
 ) -> Result<T, StoreError> {
-    let mut fleet = Fleet::new(location.clone());
-    Ok(read(&fleet.snapshot(manifest, policy, at)?))
+    // One read, nothing kept: no versions for a next read, no verdicts to follow.
+    let dump = open_registry(location, OpenMode::MustExist)?.export()?;
+    let probes = probe_local(&dump.worker_registrations);
+    let taken = snapshot(SnapshotInput {
+        rows: &dump.worker_registrations,
+        ledger: &dump.instances,
+        manifest,
+        probes: &probes,
+        policy,
+        now: at,
+    });
+    Ok(read(&taken))
 }
 
 /// One session over the fleet: the registry it keeps open, the rows it last read and
