@@ -67,3 +67,92 @@ assert "b" not in page.tags, "registry values are text, never markup"
 assert ("<b>planted</b>", None) in page.cells, "the planted value shows as the text it is"
 print(f"status-page: {page.verdict}, the launch's row with 3 live workers, as Chromium built it")
 PY
+
+# Live: the page stays open in Chromium (driven over the DevTools protocol on a pipe,
+# `--remote-debugging-pipe`) while a worker crashes; the blocker must appear on the page
+# with no reload by hand, and the page must log no console error.
+reviewers() { "$bin/fleetctl" worker list -o name --namespace reviewer --status active 2>/dev/null || true; }
+earlier="$(reviewers)"
+GITEA_MCP_CLIENT=codex GITEA_MCP_CLIENT_INSTANCE="$id" \
+    setsid "$bin/fleetctl" worker run --namespace reviewer --ttl 3 -- sleep 120 >/dev/null 2>&1 &
+crashing=$!
+pids+=($!)
+disown "$crashing"  # its death by SIGKILL is the point, not news
+crashing_id=""
+for _ in $(seq 50); do
+    crashing_id="$(comm -13 <(echo "$earlier" | sort) <(reviewers | sort) | sed 's|^worker/||')"
+    [ -n "$crashing_id" ] && break
+    sleep 0.2
+done
+python3 - "$browser" "http://127.0.0.1:$port/" "$crashing" 3 "$crashing_id" <<'PY'
+import json, os, signal, subprocess, sys, time
+browser, url, crashing, ttl, worker = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+import fcntl
+# Chromium reads commands on fd 3 and writes on fd 4; the pipe ends are moved out of the
+# way first, so placing one cannot overwrite the other.
+to_chrome, from_us = os.pipe()
+from_chrome, to_us = os.pipe()
+to_chrome, to_us = (fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (to_chrome, to_us))
+def pipes():
+    os.dup2(to_chrome, 3); os.dup2(to_us, 4)
+chrome = subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                           "about:blank"], pass_fds=(3, 4), preexec_fn=pipes,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+os.close(to_chrome); os.close(to_us)
+inbox, buffer, next_id, errors = [], b"", 0, []
+def send(method, params=None, session=None):
+    global next_id
+    next_id += 1
+    message = {"id": next_id, "method": method, "params": params or {}}
+    if session: message["sessionId"] = session
+    os.write(from_us, json.dumps(message).encode() + b"\0")
+    while True:
+        for m in read():
+            if m.get("id") == next_id:
+                if "error" in m: sys.exit(f"status-page: {method}: {m['error']}")
+                return m.get("result", {})
+def read():
+    global buffer
+    chunk = os.read(from_chrome, 1 << 20)
+    if not chunk: sys.exit("status-page: Chromium went away")
+    buffer += chunk
+    *whole, buffer = buffer.split(b"\0")
+    messages = [json.loads(w) for w in whole if w]
+    for m in messages:  # console errors and uncaught exceptions, from every page load
+        if m.get("method") == "Runtime.exceptionThrown": errors.append(m["params"])
+        if m.get("method") == "Runtime.consoleAPICalled" and m["params"].get("type") == "error": errors.append(m["params"])
+        if m.get("method") == "Log.entryAdded" and m["params"]["entry"].get("level") == "error": errors.append(m["params"]["entry"])
+    return messages
+try:
+    target = send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+        send(domain, session=session)
+    send("Page.navigate", {"url": url}, session=session)
+    def page(expr):
+        return send("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session=session)["result"].get("value")
+    def wait(expr, limit):
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            value = page(expr)
+            if value: return value
+            time.sleep(0.1)
+        return None
+    assert wait("document.getElementById('verdict') && document.readyState === 'complete'", 20), "the page loaded"
+    # This worker runs outside any launch, so it is already a blocker (unowned); its crash
+    # must show as a stale worker.
+    stale = ("[...document.querySelectorAll('#blockers tr')].some(r => r.cells[0].innerText === 'stale_worker'"
+             f" && r.innerText.includes({json.dumps(worker)}))")
+    assert worker and not page(stale), f"{worker} is not stale before the crash"
+    os.killpg(crashing, signal.SIGKILL)
+    crashed_at = time.monotonic()
+    shown = wait(stale, ttl + 10)
+    seen_after = time.monotonic() - crashed_at
+    assert shown, f"no stale_worker blocker for {worker} on the page {seen_after:.1f} s after the crash: {page('document.body.innerText')}"
+    assert seen_after <= ttl + 2.5, f"the blocker showed {seen_after:.1f} s after the crash (TTL {ttl:.0f} s)"
+    assert not errors, f"console errors: {errors}"
+    print(f"status-page: a crashed worker became a blocker on the open page {seen_after:.1f} s after the crash "
+          f"(TTL {ttl:.0f} s), no console error")
+finally:
+    chrome.kill()
+PY

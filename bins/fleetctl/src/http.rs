@@ -39,6 +39,8 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct Request<'a> {
     pub(crate) method: &'a str,
     pub(crate) path: &'a str,
+    /// What follows `?` in the target (empty without one).
+    pub(crate) query: &'a str,
 }
 
 /// An answer: status, content type and body.
@@ -49,12 +51,88 @@ pub(crate) struct Response {
     pub(crate) body: String,
     /// Methods to name in `Allow` (a 405).
     pub(crate) allow: Option<&'static str>,
+    /// Server-sent events to stream instead of a body.
+    pub(crate) events: Option<Events>,
 }
 
 impl Response {
     /// A plain-text answer.
     pub(crate) fn text(status: u16, body: impl Into<String>) -> Self {
-        Self { status, content_type: "text/plain; charset=utf-8", body: body.into(), allow: None }
+        Self {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into(),
+            allow: None,
+            events: None,
+        }
+    }
+}
+
+/// A stream of server-sent events: asked about once a second while the client stays
+/// connected; `Some(data)` is sent as one event.
+pub(crate) struct Events(pub(crate) Box<dyn FnMut() -> Option<String> + Send>);
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Events")
+    }
+}
+
+/// Event streams open at once; each has a thread of its own, so none holds one of the
+/// threads that answer requests. Past this a stream is refused (503) and the client's
+/// `EventSource` tries again.
+const MAX_STREAMS: usize = 8;
+/// How long one stream lasts; the client reconnects (`retry`), which bounds what a
+/// forgotten page holds.
+const STREAM_FOR: Duration = Duration::from_secs(300);
+/// A comment is sent after this long without an event, so a client that went away is
+/// noticed by the failed write.
+const STREAM_QUIET: Duration = Duration::from_secs(15);
+static STREAMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Streams `events` to `stream` on a thread of its own, or refuses when as many streams
+/// as allowed are open.
+fn stream_events(mut stream: TcpStream, mut events: Events) {
+    use std::sync::atomic::Ordering::SeqCst;
+    if STREAMS.fetch_add(1, SeqCst) >= MAX_STREAMS {
+        STREAMS.fetch_sub(1, SeqCst);
+        let _ = stream.write_all(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 5\r\nConnection: close\r\n\r\n",
+        );
+        return;
+    }
+    struct Slot;
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            STREAMS.fetch_sub(1, SeqCst);
+        }
+    }
+    let spawned = std::thread::Builder::new().name("fleetctl-events".into()).spawn(move || {
+        let _slot = Slot;
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n\
+                    Connection: close\r\n\r\nretry: 1000\n\n";
+        if stream.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let (started, mut quiet_since) = (Instant::now(), Instant::now());
+        while started.elapsed() < STREAM_FOR {
+            let written = match (events.0)() {
+                Some(data) => stream.write_all(format!("data: {data}\n\n").as_bytes()),
+                None if quiet_since.elapsed() >= STREAM_QUIET => stream.write_all(b": still here\n\n"),
+                None => {
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            if written.is_err() {
+                return;
+            }
+            quiet_since = Instant::now();
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    if spawned.is_err() {
+        STREAMS.fetch_sub(1, SeqCst);
     }
 }
 
@@ -246,7 +324,7 @@ fn answer(
     if stream.set_nonblocking(false).is_err() || stream.set_write_timeout(Some(CLIENT_TIMEOUT)).is_err() {
         return;
     }
-    let (response, head_only) = match head {
+    let (mut response, head_only) = match head {
         Ok(head) => match parse(&head) {
             Some(request) => (handle(&request), request.method == "HEAD"),
             None => (Response::text(400, "bad request\n"), false),
@@ -254,6 +332,9 @@ fn answer(
         Err(Head::TooLarge) => (Response::text(431, "request head too large\n"), false),
         Err(Head::TimedOut) => (Response::text(408, "request timeout\n"), false),
     };
+    if let Some(events) = response.events.take().filter(|_| !head_only) {
+        return stream_events(stream, events);
+    }
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         response.status,
@@ -286,8 +367,8 @@ fn parse(head: &str) -> Option<Request<'_>> {
     if parts.next().is_some() || !version.starts_with("HTTP/1.") || method.is_empty() {
         return None;
     }
-    let path = target.split('?').next().unwrap_or(target);
-    Some(Request { method, path })
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Some(Request { method, path, query })
 }
 
 #[cfg(test)]

@@ -174,7 +174,7 @@ fn parse_writable_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<Connect
 
 /// Where a lease stands at `now`, as a person should read it: a held lease whose expiry
 /// passed is expired, whatever its stored state says.
-fn standing(lease: &LeaseRecord, now: Timestamp) -> &'static str {
+pub(crate) fn standing(lease: &LeaseRecord, now: Timestamp) -> &'static str {
     match lease.state {
         LeaseState::Released => "released",
         LeaseState::Held if lease.is_live(now) => "held",

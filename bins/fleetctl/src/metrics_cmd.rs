@@ -26,6 +26,10 @@ pub(crate) struct ServeArgs {
     /// Address to listen on. Anything but loopback exposes fleet metadata to the network.
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
+    /// The repository whose retirement the page shows (default: the current
+    /// directory, as `retire plan`).
+    #[arg(long)]
+    repository: Option<String>,
 }
 
 /// A label value escaped as the exposition format requires.
@@ -340,6 +344,8 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
     crate::notify::watch(&crate::http::TURNS);
     let location = location.clone();
     let counts = std::sync::Mutex::new(DecisionCounts::default());
+    // Without a repository the page leaves retirement out.
+    let ctx = fleet_runtime::retirement_context(args.repository.as_deref()).ok();
     let error = crate::http::serve(listener, move |request| {
         use crate::http::Response;
         if !matches!(request.method, "GET" | "HEAD") {
@@ -360,11 +366,27 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                 }
             },
             "/healthz" => Response::text(200, "ok\n"),
-            "/" => match Fleet::new(location.clone()).snapshot(None, &Policy::default(), now()) {
-                Ok(snap) => Response {
-                    content_type: "text/html; charset=utf-8",
-                    ..Response::text(200, crate::status_page::page(&snap))
-                },
+            "/events" => {
+                let Some(since) = request.query.strip_prefix("since=") else {
+                    return Response::text(400, "events need the page's digest: /events?since=DIGEST\n");
+                };
+                let mut shown = since.to_owned();
+                let (location, ctx) = (location.clone(), ctx.clone());
+                let mut fleet = Fleet::new(location);
+                // An event each time what the page shows changes.
+                let next = move || {
+                    let now = crate::status_page::current(&mut fleet, ctx.as_ref()).ok()?;
+                    (now.digest != shown).then(|| {
+                        shown = now.digest;
+                        "changed".to_owned()
+                    })
+                };
+                Response { events: Some(crate::http::Events(Box::new(next))), ..Response::text(200, "") }
+            }
+            "/" => match crate::status_page::current(&mut Fleet::new(location.clone()), ctx.as_ref()) {
+                Ok(page) => {
+                    Response { content_type: "text/html; charset=utf-8", ..Response::text(200, page.html) }
+                }
                 Err(e) => {
                     fleet_runtime::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
                     Response::text(503, "registry unavailable\n")

@@ -1,12 +1,107 @@
 //! The fleet as one page for people (`fleetctl serve`, at `/`): the verdict and its
-//! counts, the active blockers, and one row per launch with the state of its worker in
-//! each namespace. Plain HTML that refreshes itself every few seconds; no script, no
-//! outside resource. Every value from the registry is escaped.
+//! counts, the active blockers, one row per launch with the state of its worker in each
+//! namespace, the leases and their holders, the latest lease decisions and what
+//! retirement would do (candidates, and rows that time alone will make candidates, with
+//! when). The page follows the registry: a few lines of script listen at `/events`
+//! (server-sent events) and reload the page when what it shows changed; without script
+//! it reloads itself every few seconds. No outside resource. Every value from the
+//! registry is escaped.
 
 use std::fmt::Write as _;
 
-use fleet_identity::Namespace;
-use fleet_snapshot::{FleetSnapshot, WorkerState};
+use fleet_identity::{Namespace, Timestamp};
+use fleet_lease::LeaseRecord;
+use fleet_registry::{AuditEntry, AuditQuery, StoreError};
+use fleet_retirement::{Plan, RetirementContext};
+use fleet_runtime::Fleet;
+use fleet_snapshot::{FleetSnapshot, Policy, WorkerState};
+
+/// The latest lease decisions the page shows.
+const RECENT_DECISIONS: usize = 15;
+
+/// What the page shows besides the snapshot.
+pub(crate) struct Extras {
+    /// Every lease, with the time they were read at.
+    pub(crate) leases: (Vec<LeaseRecord>, Timestamp),
+    /// The latest lease decisions, newest first.
+    pub(crate) decisions: Vec<AuditEntry>,
+    /// Retirement's dry run for the repository the server was given (or its directory).
+    pub(crate) plan: Option<Plan>,
+}
+
+/// The page as it stands now, and a digest of what it shows (times as they read aside):
+/// the digest moves exactly when the page would show something else.
+pub(crate) struct Current {
+    pub(crate) html: String,
+    pub(crate) digest: String,
+}
+
+/// Reads what the page shows through `fleet` (a session kept between calls follows the
+/// registry instead of reading it whole) and renders it.
+pub(crate) fn current(fleet: &mut Fleet, ctx: Option<&RetirementContext>) -> Result<Current, StoreError> {
+    let plan = match ctx {
+        Some(ctx) => Some(fleet.plan(ctx)?),
+        None => None,
+    };
+    let newest = AuditQuery {
+        key: None,
+        since: None,
+        until: None,
+        after: i64::MAX,
+        newest_first: true,
+        limit: RECENT_DECISIONS,
+    };
+    let (leases, decisions) = fleet
+        .with_registry(|registry| Ok((registry.leases_now(None)?, registry.lease_audit_page(&newest)?)))?;
+    let extras = Extras { leases, decisions, plan };
+    let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now())?;
+    let digest = digest(&snap, &extras);
+    Ok(Current { html: page(&snap, &extras, &digest), digest })
+}
+
+/// What the page shows, without the times that move on their own.
+fn digest(snap: &FleetSnapshot<'_>, extras: &Extras) -> String {
+    let mut facts = blake3::Hasher::new();
+    let mut fact = |text: &str| {
+        facts.update(text.as_bytes());
+        facts.update(b"\0");
+    };
+    fact(if snap.live_fleet_safe { "safe" } else { "unsafe" });
+    fact(&format!("{:?}", snap.counts));
+    for f in &snap.findings {
+        fact(&format!(
+            "{} {:?} {:?} {:?} {}",
+            f.code.as_str(),
+            f.client_instance_id,
+            f.namespace,
+            f.worker_identities,
+            f.detail
+        ));
+    }
+    for w in &snap.workers {
+        fact(&format!("{} {}", w.row.worker_identity, state(w.state)));
+    }
+    let (leases, now) = &extras.leases;
+    for l in leases {
+        fact(&format!(
+            "{} {} {} {} {}",
+            l.lease_key,
+            l.owner,
+            l.fencing_epoch,
+            crate::lease_cmd::standing(l, *now),
+            l.expires_at
+        ));
+    }
+    for d in &extras.decisions {
+        fact(&d.id.to_string());
+    }
+    if let Some(plan) = &extras.plan {
+        for a in plan.candidates.iter().chain(&plan.preserved) {
+            fact(&format!("{} {} {:?}", a.worker_identity, a.reason_code.as_str(), a.eligible_after));
+        }
+    }
+    facts.finalize().to_hex()[..32].to_owned()
+}
 
 /// The most launches (and blockers) the page lists; the counts cover the rest.
 const MAX_ROWS: usize = 500;
@@ -41,16 +136,16 @@ fn state(state: WorkerState) -> &'static str {
     }
 }
 
-/// The page for `snap`.
-pub(crate) fn page(snap: &FleetSnapshot<'_>) -> String {
+/// The page for `snap` and `extras`, whose digest is `digest`.
+fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
     let verdict = if snap.live_fleet_safe { "SAFE" } else { "UNSAFE" };
     let c = &snap.counts;
     let mut html = String::with_capacity(16 * 1024);
     let _ = write!(
         html,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"5\">\
-         <meta name=\"viewport\" content=\"width=device-width\">\
+         <noscript><meta http-equiv=\"refresh\" content=\"5\"></noscript>\
+         <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"icon\" href=\"data:,\">\
          <title>Fleet {verdict}</title><style>\
          body{{font-family:system-ui,sans-serif;margin:1.5rem}}\
          table{{border-collapse:collapse;margin:0.5rem 0 1.5rem}}\
@@ -60,7 +155,7 @@ pub(crate) fn page(snap: &FleetSnapshot<'_>) -> String {
          </style></head><body>\n\
          <h1 id=\"verdict\" class=\"{verdict}\">Fleet {verdict}</h1>\n\
          <p>at {at}: {instances}, {live}, {stale} stale, {historical} historical, {blockers}. \
-         This page reloads every 5 s.</p>\n",
+         This page follows the registry.</p>\n",
         at = escape(&snap.snapshot_at.to_string()),
         instances = counted(c.instance_count, "launch", "launches"),
         live = counted(c.live_worker_count, "live worker", "live workers"),
@@ -129,8 +224,94 @@ pub(crate) fn page(snap: &FleetSnapshot<'_>) -> String {
             snap.instances.len() - MAX_ROWS
         );
     }
+    leases_section(&mut html, &extras.leases.0, extras.leases.1);
+    decisions_section(&mut html, &extras.decisions);
+    if let Some(plan) = &extras.plan {
+        retirement_section(&mut html, plan);
+    }
+    // Reloads when the server says the page changed; the digest says what it shows.
+    let _ = writeln!(
+        html,
+        "<script>new EventSource(\"/events?since={digest}\").onmessage = () => location.reload();</script>"
+    );
     html.push_str("</body></html>\n");
     html
+}
+
+fn leases_section(html: &mut String, leases: &[LeaseRecord], now: Timestamp) {
+    let _ = writeln!(html, "<h2>Leases</h2>\n<p>{}.</p>", counted(leases.len(), "lease", "leases"));
+    if leases.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<table id=\"leases\"><tr><th>lease</th><th>holder</th><th>epoch</th><th>state</th>\
+         <th>expires</th></tr>\n",
+    );
+    for l in leases.iter().take(MAX_ROWS) {
+        let standing = crate::lease_cmd::standing(l, now);
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{standing}\">{standing}</td><td>{}</td></tr>",
+            escape(l.lease_key.as_str()),
+            escape(&l.owner),
+            l.fencing_epoch,
+            escape(&l.expires_at.to_string()),
+        );
+    }
+    html.push_str("</table>\n");
+}
+
+fn decisions_section(html: &mut String, decisions: &[AuditEntry]) {
+    if decisions.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<h2>Latest lease decisions</h2>\n<table id=\"decisions\"><tr><th>at</th><th>lease</th>\
+         <th>event</th><th>outcome</th><th>reason</th><th>who</th><th>epoch</th></tr>\n",
+    );
+    for d in decisions {
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&d.at.to_string()),
+            escape(&d.lease_key),
+            escape(&d.event),
+            escape(&d.outcome),
+            escape(d.reason.as_deref().unwrap_or("-")),
+            escape(d.identity.as_deref().unwrap_or("-")),
+            d.fencing_epoch.map_or_else(|| "-".to_owned(), |e| e.to_string()),
+        );
+    }
+    html.push_str("</table>\n");
+}
+
+fn retirement_section(html: &mut String, plan: &Plan) {
+    let waiting: Vec<_> = plan.preserved.iter().filter(|a| a.eligible_after.is_some()).collect();
+    let _ = writeln!(
+        html,
+        "<h2>Retirement</h2>\n<p>For {}: {}, {} preserved ({} of them a candidate once \
+         their heartbeat lapses). <code>fleetctl retire plan</code> says why for each.</p>",
+        escape(&plan.canonical_repository),
+        counted(plan.candidate_count, "candidate", "candidates"),
+        plan.preserved_count,
+        waiting.len(),
+    );
+    if plan.candidates.is_empty() && waiting.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<table id=\"retirement\"><tr><th>worker</th><th>verdict</th><th>eligible after</th></tr>\n",
+    );
+    for a in plan.candidates.iter().chain(waiting.iter().copied()).take(MAX_ROWS) {
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(a.worker_identity.as_str()),
+            a.reason_code.as_str(),
+            a.eligible_after.map_or_else(|| "now".to_owned(), |t| escape(&t.to_string())),
+        );
+    }
+    html.push_str("</table>\n");
 }
 
 #[cfg(test)]

@@ -211,7 +211,22 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
     let instance = rows[0].client_instance_id.clone().unwrap();
     assert!(page.contains(&instance), "the launch has its row: {page}");
     assert!(page.contains("<td class=\"live\">live</td>"), "{page}");
-    assert!(!page.contains("<script"), "no script");
+    assert_eq!(page.matches("<script").count(), 1, "one script, the page's own: {page}");
+    assert!(!page.contains(" src="), "nothing loaded from elsewhere");
+    assert!(page.contains("<h2>Leases</h2>") && page.contains("<h2>Retirement</h2>"), "{page}");
+    // The page's event stream: a digest other than the fleet's is news at once.
+    assert!(get("/events").starts_with("HTTP/1.1 400"), "a stream needs the page's digest");
+    let mut stream = std::net::TcpStream::connect(&listen).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(stream, "GET /events?since=0 HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: changed") {
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "the stream ended: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    assert!(String::from_utf8_lossy(&seen).contains("text/event-stream"));
     let scrape = parse(get("/metrics").split_once("\r\n\r\n").unwrap().1);
     for series in [
         "process_resident_memory_bytes",

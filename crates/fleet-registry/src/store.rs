@@ -385,6 +385,9 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert!(!mark.whole_read_within(std::time::Duration::from_millis(1)), "older than the limit");
         let advanced = mark.advance(position, vec![("w".into(), 2)]);
-        assert!(!advanced.whole_read_within(std::time::Duration::from_millis(1)), "following is not reading whole");
+        assert!(
+            !advanced.whole_read_within(std::time::Duration::from_millis(1)),
+            "following is not reading whole"
+        );
     }
 }
