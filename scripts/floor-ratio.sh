@@ -9,8 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-15}"
-cargo build --release -q -p fleetctl -p fleet-snapshot --example synthetic_export \
-    -p registry-sqlite --example read_and_print
+# `--example` alone would build only the examples: the binary is asked for by name.
+cargo build --release -q -p fleetctl --bin fleetctl
+cargo build --release -q -p fleet-snapshot --example synthetic_export -p registry-sqlite --example read_and_print
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export FLEET_REGISTRY="$dir/r100k.sqlite3"

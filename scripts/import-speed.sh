@@ -11,7 +11,9 @@ rows="${1:-10000}"
 rounds="${2:-5}"
 audit="${3:-0}"
 : "${FLEET_TEST_POSTGRES_URL:?set FLEET_TEST_POSTGRES_URL}"
-cargo build --release -q -p fleetctl -p fleet-snapshot --example synthetic_export
+# `--example` alone would build only the example: the binary is asked for by name.
+cargo build --release -q -p fleetctl --bin fleetctl
+cargo build --release -q -p fleet-snapshot --example synthetic_export
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 target/release/examples/synthetic_export "$rows" > "$dir/fleet.json"
