@@ -200,13 +200,19 @@ impl<'t> Restorer<'t> {
     fn flush_workers(&mut self) -> Result<(), StoreError> {
         self.flush_instances()?;
         self.tx.insert_workers(&self.workers)?;
+        // Each slot once, at its highest epoch in the batch.
+        let mut marks: HashMap<String, u64> = HashMap::new();
         for row in &self.workers {
             if let (Some(instance), Some(epoch @ 1..)) =
                 (row.client_instance_id.as_deref(), row.fencing_epoch)
             {
-                self.tx.raise_high_water(&slot_scope(instance, row.namespace), epoch)?;
+                let mark = marks.entry(slot_scope(instance, row.namespace)).or_default();
+                *mark = (*mark).max(epoch);
             }
         }
+        let mut marks: Vec<(String, u64)> = marks.into_iter().collect();
+        marks.sort_unstable();
+        self.tx.raise_high_waters(&marks)?;
         self.summary.workers += self.workers.len();
         self.workers.clear();
         Ok(())

@@ -100,6 +100,11 @@ pub trait Tx {
     fn high_water(&mut self, scope: &str) -> Result<u64, StoreError>;
     /// Raises `scope`'s high-water mark to `epoch` (never lowers it).
     fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError>;
+    /// [`raise_high_water`](Self::raise_high_water) for each scope, each named once; a
+    /// backend whose round trips cost may raise them at once.
+    fn raise_high_waters(&mut self, marks: &[(String, u64)]) -> Result<(), StoreError> {
+        marks.iter().try_for_each(|(scope, epoch)| self.raise_high_water(scope, *epoch))
+    }
     /// One lease.
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError>;
     /// Every lease, optionally of one kind, ordered by key.

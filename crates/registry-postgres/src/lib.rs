@@ -596,6 +596,28 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
+    /// Every mark in one statement (a restore's batch is one round trip, not one per row).
+    fn raise_high_waters(&mut self, marks: &[(String, u64)]) -> Result<(), StoreError> {
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let scopes: Vec<&str> = marks.iter().map(|(scope, _)| scope.as_str()).collect();
+        let epochs = marks
+            .iter()
+            .map(|(_, epoch)| {
+                i64::try_from(*epoch).map_err(|_| StoreError::invalid("a fencing epoch past i64"))
+            })
+            .collect::<Result<Vec<i64>, _>>()?;
+        self.tx
+            .execute(
+                "INSERT INTO fencing_high_water (scope, epoch) SELECT * FROM unnest($1::TEXT[], $2::BIGINT[]) \
+                 ON CONFLICT (scope) DO UPDATE SET epoch = greatest(fencing_high_water.epoch, excluded.epoch)",
+                &[&scopes, &epochs],
+            )
+            .map_err(map_error)?;
+        Ok(())
+    }
+
     fn store_now(&mut self) -> Result<Timestamp, StoreError> {
         let text: String = self
             .tx
