@@ -339,6 +339,20 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
             _ => Failure::store(message),
         }
     })?;
+    // A stop (`systemctl stop`, `docker stop`) is a clean exit. As a container's pid 1 the
+    // kernel delivers SIGTERM only to a process that handles it.
+    let mut stops =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+            .map_err(|e| Failure::store(format!("cannot watch for a stop: {e}")))?;
+    std::thread::Builder::new()
+        .name("fleetctl-stop".into())
+        .spawn(move || {
+            if stops.forever().next().is_some() {
+                let _ = fleet_runtime::flush_stdout();
+                std::process::exit(0);
+            }
+        })
+        .map_err(|e| Failure::store(format!("cannot watch for a stop: {e}")))?;
     fleet_runtime::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
     crate::notify::send("READY=1");
     crate::notify::watch(&crate::http::TURNS);

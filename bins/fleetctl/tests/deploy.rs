@@ -1,0 +1,196 @@
+//! What `deploy/` ships, run as it would be: each container file's entrypoint as pid 1 of
+//! a PID namespace (`unshare -p -f --mount-proc`, as a container runtime starts it, with
+//! `-e` overrides as `docker run -e` gives them) and each systemd unit's `ExecStart`
+//! (systemd.service(5): `%i` is the instance name). The image build itself needs a base
+//! image from a registry, which a test cannot count on; what the image runs is the
+//! binary these tests build.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Fleet, fleetctl_bin, wait_for};
+
+fn deploy(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A container file's exec-form instruction (`ENTRYPOINT ["a", "b"]`), as its words.
+fn instruction(file: &str, name: &str) -> Vec<String> {
+    let line = file.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("no {name}"));
+    serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{name} is not the exec form: {e}"))
+}
+
+/// A unit's `ExecStart`, as its words, for the instance `instance`.
+fn exec_start(unit: &str, instance: &str) -> Vec<String> {
+    let line = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+    line.replace("%i", instance).split_whitespace().map(str::to_owned).collect()
+}
+
+/// Whether this machine lets us make a PID namespace (root, or user namespaces allowed).
+fn pid_namespaces_available() -> bool {
+    Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "--kill-child", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `words` with the program `fleetctl` (bare or by its installed path) as this build's.
+fn this_build(words: &[String]) -> (PathBuf, Vec<String>) {
+    assert!(words[0].ends_with("fleetctl"), "the entry point is fleetctl: {words:?}");
+    (fleetctl_bin(), words[1..].to_vec())
+}
+
+/// A server the test started, killed however the test ends (a panicking test must not
+/// leave it holding the harness's output).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn healthz(port: u16) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET /healthz HTTP/1.0\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+#[test]
+fn the_worker_image_runs_its_command_as_pid_1_and_releases_the_row() {
+    if !pid_namespaces_available() {
+        eprintln!("skipped: this machine cannot create a PID namespace (unshare -p needs root)");
+        return;
+    }
+    let file = deploy("Containerfile.worker");
+    let (program, mut args) = this_build(&instruction(&file, "ENTRYPOINT"));
+    assert_eq!(instruction(&file, "CMD").len(), 1, "the image's command follows the entry point");
+    // The image's command, played by one that says where it runs.
+    args.extend(["sh".into(), "-c".into(), "echo worker pid $$".into()]);
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let out = Command::new("unshare")
+        .args(["-p", "-f", "--mount-proc", "--kill-child", "--"])
+        .arg(program)
+        .args(&args)
+        .env("FLEET_REGISTRY", &fleet.registry)
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("worker pid "), "the command ran: {stdout}");
+    let rows = fleet.workers();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].status, fleet_registry::WorkerStatus::Released, "released when the command ended");
+    let host = fleet_probe::own_pid_namespace().unwrap();
+    assert!(rows[0].pid_namespace.is_some_and(|ns| ns != host), "the row records the container's namespace");
+}
+
+#[test]
+fn the_serve_image_answers_as_pid_1_and_stops_on_sigterm() {
+    if !pid_namespaces_available() {
+        eprintln!("skipped: this machine cannot create a PID namespace (unshare -p needs root)");
+        return;
+    }
+    let file = deploy("Containerfile.serve");
+    let (program, args) = this_build(&instruction(&file, "ENTRYPOINT"));
+    let port = free_port();
+    let args: Vec<String> =
+        args.into_iter().map(|a| if a == "0.0.0.0:9464" { format!("127.0.0.1:{port}") } else { a }).collect();
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let mut unshare = Running(
+        Command::new("unshare")
+            .args(["-p", "-f", "--mount-proc", "--kill-child", "--"])
+            .arg(program)
+            .args(&args)
+            .env("FLEET_REGISTRY", &fleet.registry)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let answer = wait_for(Duration::from_secs(10), || healthz(port));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // `docker stop` sends SIGTERM to pid 1, which the kernel delivers only to a process
+    // that handles it.
+    let mut children = String::new();
+    let parent = unshare.0.id();
+    std::fs::File::open(format!("/proc/{parent}/task/{parent}/children"))
+        .and_then(|mut f| f.read_to_string(&mut children))
+        .unwrap();
+    let pid1: i32 = children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("serve");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid1), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let stopped = wait_for(Duration::from_secs(5), || unshare.0.try_wait().ok().flatten());
+    assert!(stopped.success(), "serve stops cleanly on SIGTERM: {stopped:?}");
+}
+
+#[test]
+fn the_worker_unit_runs_a_worker_and_releases_its_row() {
+    let unit = deploy("fleetctl-worker@.service");
+    let words = exec_start(&unit, "author");
+    let (program, mut args) = this_build(&words);
+    assert_eq!(args.last().map(String::as_str), Some("/opt/fleetward/worker-author"), "{args:?}");
+    args.pop();
+    args.push("true".into());
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let out = Command::new(program)
+        .args(&args)
+        .env("FLEET_REGISTRY", &fleet.registry)
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = fleet.workers();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].namespace, fleet_identity::Namespace::Author);
+    assert_eq!(rows[0].status, fleet_registry::WorkerStatus::Released);
+}
+
+#[test]
+fn the_serve_unit_serves_and_stops_on_sigterm() {
+    let unit = deploy("fleetctl-serve.service");
+    let (program, args) = this_build(&exec_start(&unit, ""));
+    let port = free_port();
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| if a.starts_with("127.0.0.1:") { format!("127.0.0.1:{port}") } else { a })
+        .collect();
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let mut serve = Running(
+        Command::new(program)
+            .args(&args)
+            .env("FLEET_REGISTRY", &fleet.registry)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let answer = wait_for(Duration::from_secs(10), || healthz(port));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(serve.0.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = wait_for(Duration::from_secs(5), || serve.0.try_wait().ok().flatten());
+    assert!(stopped.success(), "systemctl stop is a clean stop: {stopped:?}");
+}
