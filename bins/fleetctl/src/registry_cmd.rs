@@ -81,7 +81,12 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
         RegistryCmd::Import { file, max_input_bytes, json } => {
             // Rows are checked and written as the file streams in, in one transaction:
             // a bad row anywhere, or a file past its limit, leaves the registry as it was.
-            let summary = fleet_runtime::input::read_streamed(
+            // A registry file the import had to create is removed again when it fails.
+            let created = match location {
+                RegistryLocation::Sqlite(path) if !path.exists() => Some(path.clone()),
+                _ => None,
+            };
+            let imported = fleet_runtime::input::read_streamed(
                 &file,
                 "import file",
                 max_input_bytes,
@@ -98,7 +103,15 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 }
                 RestoreError::Input(e) => Failure::usage(format!("{}: {e}", file.display())),
                 RestoreError::Store(e) => Failure::from(e),
-            })?;
+            });
+            if let (Err(_), Some(path)) = (&imported, &created) {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut file = path.clone().into_os_string();
+                    file.push(suffix);
+                    let _ = std::fs::remove_file(file);
+                }
+            }
+            let summary = imported?;
             if json {
                 outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
             } else {

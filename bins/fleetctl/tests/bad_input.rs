@@ -155,6 +155,23 @@ fn a_bad_row_after_whole_batches_of_a_streamed_import_writes_nothing() {
     assert_eq!(fleet.export(), before);
 }
 
+/// A bad import into a registry that does not exist yet leaves no registry behind: the
+/// file the import created to write into is removed with the failed transaction.
+#[test]
+fn a_bad_import_into_a_new_registry_leaves_none() {
+    let fleet = Fleet::new();
+    let path = fleet.dir.path().join("bad.json");
+    std::fs::write(&path, r#"{"worker_registrations": [{"worker_identity": "w", "status": "zombie"}]}"#)
+        .unwrap();
+    assert!(!fleet.registry.exists());
+    let out = fleet.ctl(&["registry", "import", path.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "worker_registrations[0]");
+    assert!(!fleet.registry.exists(), "no registry is left where there was none");
+    let out = fleet.ctl(&["registry", "import", "/dev/zero"]);
+    assert_one_line_error(&out, 2, "not valid JSON");
+    assert!(!fleet.registry.exists());
+}
+
 #[test]
 fn an_invalid_client_type_is_refused_by_the_launcher() {
     let fleet = Fleet::new();
