@@ -143,6 +143,9 @@ check() {
         >"$work/fleet-$client.out" 2>&1) || { cat "$work/fleet-$client.out" >&2; exit 1; }
     touch "$work/release-$client"
     wait "$holder" || { cat "$work/hold-$client.out" >&2; exit 1; }
+    # A client may exit before its servers have finished: each releases its row when its
+    # stdin closes, so the rows settle within moments of the session's end.
+    for _ in $(seq 75); do [ "$(count_active "$registry")" = 0 ] && break; sleep 0.2; done
     python3 - "$client" "$(rows "$registry")" "$(answer "fleet-$client" 0)" "$(answer "fleet-$client" 1)" <<'PY'
 import json, sys
 import os; sys.path.insert(0, os.environ["ROOT_SCRIPTS"])
