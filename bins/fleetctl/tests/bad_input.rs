@@ -8,14 +8,7 @@ use common::{Fleet, assert_one_line_error, assert_usage_error};
 fn populated() -> (Fleet, String) {
     let fleet = Fleet::new();
     let id = fleet.mint("codex");
-    let out = fleet
-        .fleetctl()
-        .args(["worker", "run", "--namespace", "author", "--", "true"])
-        .env("GITEA_MCP_CLIENT", "codex")
-        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    fleet.register_and_release(&id, "author");
     (fleet, id)
 }
 

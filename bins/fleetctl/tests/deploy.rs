@@ -112,13 +112,32 @@ fn the_serve_image_answers_as_pid_1_and_stops_on_sigterm() {
     let port = free_port();
     let args: Vec<String> =
         args.into_iter().map(|a| if a == "0.0.0.0:9464" { format!("127.0.0.1:{port}") } else { a }).collect();
+    let mut command = Command::new("unshare");
+    command.args(["-p", "-f", "--mount-proc", "--kill-child", "--"]).arg(program).args(&args);
+    // `docker stop` sends SIGTERM to pid 1 (unshare's one child), which the kernel
+    // delivers only to a process that handles it.
+    let stopped = serve_then_stop(command, port, |unshare| {
+        let mut children = String::new();
+        let parent = unshare.id();
+        std::fs::File::open(format!("/proc/{parent}/task/{parent}/children"))
+            .and_then(|mut f| f.read_to_string(&mut children))
+            .unwrap();
+        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("serve")
+    });
+    assert!(stopped.success(), "serve stops cleanly on SIGTERM: {stopped:?}");
+}
+
+/// Runs `command` (a `serve` on `port`) on a new registry until `/healthz` answers 200,
+/// then sends SIGTERM to the process `target` names, and returns how it ended.
+fn serve_then_stop(
+    mut command: Command,
+    port: u16,
+    target: impl Fn(&std::process::Child) -> i32,
+) -> std::process::ExitStatus {
     let fleet = Fleet::new();
     assert!(fleet.ctl(&["registry", "init"]).status.success());
-    let mut unshare = Running(
-        Command::new("unshare")
-            .args(["-p", "-f", "--mount-proc", "--kill-child", "--"])
-            .arg(program)
-            .args(&args)
+    let mut serve = Running(
+        command
             .env("FLEET_REGISTRY", &fleet.registry)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -127,17 +146,9 @@ fn the_serve_image_answers_as_pid_1_and_stops_on_sigterm() {
     );
     let answer = wait_for(Duration::from_secs(10), || healthz(port));
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    // `docker stop` sends SIGTERM to pid 1, which the kernel delivers only to a process
-    // that handles it.
-    let mut children = String::new();
-    let parent = unshare.0.id();
-    std::fs::File::open(format!("/proc/{parent}/task/{parent}/children"))
-        .and_then(|mut f| f.read_to_string(&mut children))
-        .unwrap();
-    let pid1: i32 = children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("serve");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid1), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let stopped = wait_for(Duration::from_secs(5), || unshare.0.try_wait().ok().flatten());
-    assert!(stopped.success(), "serve stops cleanly on SIGTERM: {stopped:?}");
+    let pid = nix::unistd::Pid::from_raw(target(&serve.0));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_for(Duration::from_secs(5), || serve.0.try_wait().ok().flatten())
 }
 
 #[test]
@@ -173,24 +184,8 @@ fn the_serve_unit_serves_and_stops_on_sigterm() {
         .into_iter()
         .map(|a| if a.starts_with("127.0.0.1:") { format!("127.0.0.1:{port}") } else { a })
         .collect();
-    let fleet = Fleet::new();
-    assert!(fleet.ctl(&["registry", "init"]).status.success());
-    let mut serve = Running(
-        Command::new(program)
-            .args(&args)
-            .env("FLEET_REGISTRY", &fleet.registry)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let answer = wait_for(Duration::from_secs(10), || healthz(port));
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(serve.0.id()).unwrap()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let stopped = wait_for(Duration::from_secs(5), || serve.0.try_wait().ok().flatten());
+    let mut command = Command::new(program);
+    command.args(&args);
+    let stopped = serve_then_stop(command, port, |serve| i32::try_from(serve.id()).unwrap());
     assert!(stopped.success(), "systemctl stop is a clean stop: {stopped:?}");
 }

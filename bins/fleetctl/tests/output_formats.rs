@@ -12,15 +12,7 @@ fn fleet_with_a_lease_and_a_worker() -> Fleet {
     let fleet = Fleet::new();
     let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:build", "--owner", "me", "--ttl", "300"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let id = fleet.mint("codex");
-    let out = fleet
-        .fleetctl()
-        .args(["worker", "run", "--namespace", "author", "--", "true"])
-        .env("GITEA_MCP_CLIENT", "codex")
-        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    fleet.register_and_release(&fleet.mint("codex"), "author");
     fleet
 }
 

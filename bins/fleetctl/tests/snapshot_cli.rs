@@ -204,16 +204,7 @@ fn watch_redraws_until_interrupted_and_exits_with_the_gate() {
 fn a_watcher_sees_the_registry_copied_back_with_its_log_removed() {
     let fleet = Fleet::new();
     let id = fleet.mint("codex");
-    let register = || {
-        let out = fleet
-            .fleetctl()
-            .args(["worker", "run", "--namespace", "author", "--", "true"])
-            .env("GITEA_MCP_CLIENT", "codex")
-            .env("GITEA_MCP_CLIENT_INSTANCE", &id)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
+    let register = || fleet.register_and_release(&id, "author");
     register();
     let backup = std::fs::read(&fleet.registry).unwrap();
     let mut watcher = fleet

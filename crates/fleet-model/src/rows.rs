@@ -433,6 +433,21 @@ pub struct InstanceRecord {
     pub host_id: Option<HostId>,
 }
 
+impl InstanceRecord {
+    /// An instance ID names the client it was minted for: a ledger entry that says
+    /// otherwise is contradictory evidence, not a record to keep.
+    pub fn check(&self) -> Result<(), String> {
+        let minted_for = self.client_instance_id.client_type();
+        if minted_for == &self.client_type {
+            return Ok(());
+        }
+        Err(format!(
+            "client_type {} contradicts {}, minted for {minted_for}",
+            self.client_type, self.client_instance_id
+        ))
+    }
+}
+
 /// The whole registry as JSON: the ledger and every worker row, keyed by table name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -472,16 +487,8 @@ impl RegistryDump {
         } else {
             Self::from_object(value)?
         };
-        // An instance ID names the client it was minted for: a ledger entry that says
-        // otherwise is contradictory evidence, not a record to keep.
         for (i, record) in dump.instances.iter().enumerate() {
-            let minted_for = record.client_instance_id.client_type();
-            if minted_for != &record.client_type {
-                return Err(DumpError(format!(
-                    "instances[{i}]: client_type {} contradicts {}, minted for {minted_for}",
-                    record.client_type, record.client_instance_id
-                )));
-            }
+            record.check().map_err(|e| DumpError(format!("instances[{i}]: {e}")))?;
         }
         Ok(dump)
     }

@@ -149,16 +149,7 @@ impl<'t> Restorer<'t> {
 
     /// A ledger entry: new, the same as one held (counted unchanged), or a conflict.
     pub(crate) fn instance(&mut self, i: usize, record: InstanceRecord) -> Result<(), RestoreError> {
-        // An instance ID names the client it was minted for: a ledger entry that says
-        // otherwise is contradictory evidence, not a record to keep.
-        let minted_for = record.client_instance_id.client_type();
-        if minted_for != &record.client_type {
-            return Err(DumpError::new(format!(
-                "instances[{i}]: client_type {} contradicts {}, minted for {minted_for}",
-                record.client_type, record.client_instance_id
-            ))
-            .into());
-        }
+        record.check().map_err(|e| DumpError::new(format!("instances[{i}]: {e}")))?;
         if self.held.is_none() {
             let held = self.tx.instances()?.into_iter().map(|r| (r.client_instance_id.clone(), r)).collect();
             self.held = Some(held);

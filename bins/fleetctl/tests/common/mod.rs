@@ -87,6 +87,19 @@ impl Fleet {
         self.fleetctl().args(args).output().expect("run fleetctl")
     }
 
+    /// A codex worker of launch `id` in `namespace` that registers, runs `true` and
+    /// releases its row (`worker run` exits 0).
+    pub fn register_and_release(&self, id: &str, namespace: &str) {
+        let out = self
+            .fleetctl()
+            .args(["worker", "run", "--namespace", namespace, "--", "true"])
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", id)
+            .output()
+            .expect("run fleetctl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// Mints and records an instance, returning its ID.
     pub fn mint(&self, client: &str) -> String {
         let out = self.launcher().args(["mint", "--client", client]).output().expect("mint");
