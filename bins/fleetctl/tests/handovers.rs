@@ -10,8 +10,11 @@
 //!   (a connector resumed after its first run died), the first never ticks again.
 //!
 //! The owner alone is paused, as a debugger or a stalled host pauses it; its keeper
-//! holds the lease's deadline and ends the command on time. Runs on SQLite, and on
-//! PostgreSQL where `FLEET_TEST_POSTGRES_URL` is set. `scripts/handovers.sh` runs the
+//! holds the lease's deadline and ends the command on time. On PostgreSQL each starter
+//! reaches the server through a relay of its own, and a third kind of fault stalls that
+//! relay (every byte in flight waits, both ways) for 0.3–2 s: a network that stalls
+//! mid-renewal or mid-transaction. Runs on SQLite, and on PostgreSQL where
+//! `FLEET_TEST_POSTGRES_URL` is set. `scripts/handovers.sh` runs the
 //! same for longer.
 
 mod common;
@@ -21,7 +24,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fleet, Schema, base_url};
+use common::{Fleet, Schema, StallingProxy, base_url};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -75,7 +78,35 @@ fn check(log: &str) -> usize {
 }
 
 /// Runs `starters` contending starters for `run_for` under random pauses and kills.
-fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, seed: u64) -> (usize, usize) {
+/// Where each starter reaches the registry.
+enum Reach {
+    /// The same location for every starter (a SQLite file).
+    Direct(String),
+    /// A PostgreSQL registry, each starter through a relay of its own that can stall.
+    Relayed(String, Vec<StallingProxy>),
+}
+
+impl Reach {
+    /// The lease's TTL in seconds: 1 s on a local file; 2 s across the relays, where a
+    /// takeover takes several round trips (acquire, grant, validate) that a stall or a
+    /// paused writer's lock can hold up.
+    fn ttl(&self) -> String {
+        match self {
+            Reach::Direct(_) => "1",
+            Reach::Relayed(..) => "2",
+        }
+        .to_owned()
+    }
+
+    fn registry(&self, starter: usize) -> String {
+        match self {
+            Reach::Direct(registry) => registry.clone(),
+            Reach::Relayed(url, proxies) => proxies[starter].url(url),
+        }
+    }
+}
+
+fn contend(fleet: &Fleet, reach: &Reach, starters: usize, run_for: Duration, seed: u64) -> (usize, usize) {
     let policy = policy(fleet.dir.path(), starters);
     let log = fleet.dir.path().join("acts.log");
     std::fs::write(&log, "").unwrap();
@@ -97,9 +128,9 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
                 if slot.is_none() {
                     let child = fleet
                         .fleetctl()
-                        .env("FLEET_REGISTRY", registry)
+                        .env("FLEET_REGISTRY", reach.registry(i))
                         .args(["connector", "run", "--key", KEY, "--owner", &format!("conn-{i}")])
-                        .args(["--scope", "chat.read", "--ttl", "1", "--policy"])
+                        .args(["--scope", "chat.read", "--ttl", &reach.ttl(), "--policy"])
                         .arg(&policy)
                         .args(["--", "sh", "-c", &script])
                         .stdout(Stdio::null())
@@ -126,11 +157,13 @@ fn contend(fleet: &Fleet, registry: &str, starters: usize, run_for: Duration, se
             if let Some((child, _)) = live[victim].as_ref() {
                 let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
                 faults += 1;
+                let pause = Duration::from_millis(300 + rng.next(1700));
                 if rng.next(3) == 0 {
                     let _ = kill(pid, Signal::SIGKILL);
+                } else if let (Reach::Relayed(_, proxies), 0) = (reach, rng.next(2)) {
+                    proxies[victim].stall_for(pause);
                 } else {
                     let _ = kill(pid, Signal::SIGSTOP);
-                    let pause = Duration::from_millis(300 + rng.next(1700));
                     std::thread::spawn(move || {
                         std::thread::sleep(pause);
                         let _ = kill(pid, Signal::SIGCONT);
@@ -171,21 +204,23 @@ fn seed() -> u64 {
 #[test]
 fn paused_and_killed_holders_never_act_on_passed_authority_on_sqlite() {
     let fleet = Fleet::new();
-    let registry = fleet.registry.display().to_string();
-    let (epochs, faults) = contend(&fleet, &registry, 3, run_for(), seed());
+    let reach = Reach::Direct(fleet.registry.display().to_string());
+    let (epochs, faults) = contend(&fleet, &reach, 3, run_for(), seed());
     eprintln!("{epochs} epochs acted under {faults} faults");
     assert!(epochs >= 2, "handovers happened: {epochs} epochs");
 }
 
 #[test]
-fn paused_and_killed_holders_never_act_on_passed_authority_on_postgres() {
+fn paused_killed_and_stalled_holders_never_act_on_passed_authority_on_postgres() {
     let Some(base) = base_url() else {
         eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
         return;
     };
     let schema = Schema::new(&base);
     let fleet = Fleet::new();
-    let (epochs, faults) = contend(&fleet, &schema.url(), 3, run_for(), seed());
+    let proxies = (0..3).map(|_| StallingProxy::to("127.0.0.1:5432")).collect();
+    let reach = Reach::Relayed(schema.url(), proxies);
+    let (epochs, faults) = contend(&fleet, &reach, 3, run_for(), seed());
     eprintln!("{epochs} epochs acted under {faults} faults");
     assert!(epochs >= 2, "handovers happened: {epochs} epochs");
 }

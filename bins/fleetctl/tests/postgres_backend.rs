@@ -666,51 +666,6 @@ fn registries_in_two_schemas_never_wait_on_each_other() {
     held.rollback().unwrap();
 }
 
-/// A TCP relay to the PostgreSQL server that can be told to stop forwarding (both ways)
-/// while keeping every connection open: a network that stalls, not one that refuses.
-struct StallingProxy {
-    port: u16,
-    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl StallingProxy {
-    fn to(server: &str) -> Self {
-        use std::io::{Read, Write};
-        use std::sync::atomic::Ordering;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = std::sync::Arc::clone(&stalled);
-        let server = server.to_owned();
-        std::thread::spawn(move || {
-            for client in listener.incoming().flatten() {
-                let Ok(upstream) = std::net::TcpStream::connect(&server) else { continue };
-                for (mut from, mut to) in
-                    [(client.try_clone().unwrap(), upstream.try_clone().unwrap()), (upstream, client)]
-                {
-                    let flag = std::sync::Arc::clone(&flag);
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16 * 1024];
-                        while let Ok(n @ 1..) = from.read(&mut buf) {
-                            while flag.load(Ordering::SeqCst) {
-                                std::thread::sleep(std::time::Duration::from_millis(20));
-                            }
-                            if to.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                    });
-                }
-            }
-        });
-        Self { port, stalled }
-    }
-
-    fn stall(&self) {
-        self.stalled.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// `initialize --ttl 3` whose renewals stall on a network that stops forwarding: the
 /// command is ended before the lease can lapse (by its keeper, on the deadline of the
 /// last committed renewal), and the owner's renewal gives up within the time the lease
@@ -734,9 +689,8 @@ fn a_stalled_renewal_stops_the_command_before_the_lease_lapses() {
             .unwrap()
             .success()
     );
-    let proxy = StallingProxy::to("127.0.0.1:5432");
-    let through = direct.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
-    assert_ne!(through, direct, "the test server is at 127.0.0.1:5432");
+    let proxy = common::StallingProxy::to("127.0.0.1:5432");
+    let through = proxy.url(&direct);
     let pidfile = fleet.dir.path().join("pid");
     let mut owner = fleet
         .fleetctl()

@@ -209,3 +209,71 @@ impl Drop for Schema {
         }
     }
 }
+
+/// A TCP relay to the PostgreSQL server that can be told to stop forwarding (both ways)
+/// while keeping every connection open: a network that stalls, not one that refuses. A
+/// connection closed at either end is closed at the other (after what waited, when the
+/// stall ends).
+pub struct StallingProxy {
+    pub port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    pub fn to(server: &str) -> Self {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stalled);
+        let server = server.to_owned();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(upstream) = std::net::TcpStream::connect(&server) else { continue };
+                for (mut from, mut to) in
+                    [(client.try_clone().unwrap(), upstream.try_clone().unwrap()), (upstream, client)]
+                {
+                    let flag = std::sync::Arc::clone(&flag);
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from.read(&mut buf) {
+                            while flag.load(Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        // One side closed (a process that ended): the other side learns
+                        // it, as across a network that still carries packets.
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self { port, stalled }
+    }
+
+    /// Stops forwarding: every byte in flight either way waits.
+    pub fn stall(&self) {
+        self.stalled.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Stops forwarding for `pause`, then forwards again what waited (returns at once).
+    pub fn stall_for(&self, pause: Duration) {
+        self.stall();
+        let flag = std::sync::Arc::clone(&self.stalled);
+        std::thread::spawn(move || {
+            std::thread::sleep(pause);
+            flag.store(false, std::sync::atomic::Ordering::SeqCst);
+        });
+    }
+
+    /// `url` (of the server at 127.0.0.1:5432) through this relay.
+    pub fn url(&self, url: &str) -> String {
+        let through = url.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", self.port), 1);
+        assert_ne!(through, url, "the test server is at 127.0.0.1:5432");
+        through
+    }
+}
