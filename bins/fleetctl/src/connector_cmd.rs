@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration as StdDuration, Instant};
 
 use fleet_lease::{
-    ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantIssuer, GrantLimits, Holder, LeaseDenial,
-    LeaseRecord, normalize_scopes,
+    ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantIssuer, GrantLimits, Holder, HolderProcess,
+    LeaseDenial, LeaseRecord, normalize_scopes,
 };
 use fleet_registry::{AuditContext, ConnectorExecutionContext, ConnectorRequest, OpenMode};
 use fleet_runtime::{Failure, RegistryLocation, open_registry};
@@ -58,6 +58,8 @@ struct Binding<'a> {
     policy: Box<dyn ConnectorPolicy>,
     issuer: GrantIssuer,
     audit: AuditContext,
+    /// This process, recorded as the tenure's holder.
+    process: HolderProcess,
 }
 
 impl Binding<'_> {
@@ -73,30 +75,58 @@ impl Binding<'_> {
     }
 
     /// Acquires the binding, taking over a lapsed or released lease at its epoch. A live
-    /// lease this connector itself holds — left by a run of it that ended without
-    /// releasing (a SIGKILL, a crash) — is resumed: renewed at the same epoch, as seed
-    /// 002's reconnect keeps the binding. The earlier run's command tree ended with it.
+    /// lease this connector itself holds — left by a run of it on this host that ended
+    /// without releasing (a SIGKILL, a crash; the host lock proves it gone) — is resumed:
+    /// renewed at the same epoch, as seed 002's reconnect keeps the binding. The earlier
+    /// run's command tree ended with it. One held by a run of it on another host is
+    /// refused, naming that run, until it lapses: nothing here can prove that run gone.
     fn hold(&mut self) -> Result<LeaseRecord, Failure> {
         let (connector, ttl, scopes) = (self.connector, self.ttl, self.scopes.clone());
-        match self.lease(ConnectorRequest::Acquire { connector, scopes: &scopes, ttl })? {
+        let process = self.process.clone();
+        let acquire = ConnectorRequest::Acquire { connector, scopes: &scopes, ttl, process: Some(&process) };
+        match self.lease(acquire)? {
             Ok(lease) => Ok(lease),
             Err(LeaseDenial::LeaseHeld) => {
                 let (current, _) = self.registry.lease(&self.identity.lease_key())?;
-                match current.filter(|c| c.owner == connector) {
-                    Some(mine) => self
-                        .lease(ConnectorRequest::Renew { holder: &mine.holder(), ttl })?
-                        .map_err(|d| refused(&self.identity, d)),
-                    None => Err(refused(&self.identity, LeaseDenial::LeaseHeld)),
+                let Some(mine) = current.filter(|c| c.owner == connector) else {
+                    return Err(refused(&self.identity, LeaseDenial::LeaseHeld));
+                };
+                let resume = ConnectorRequest::Resume { holder: &mine.holder(), ttl, process: &process };
+                match self.lease(resume)? {
+                    Ok(lease) => Ok(lease),
+                    Err(LeaseDenial::LeaseHeld) => Err(self.held_elsewhere()?),
+                    Err(d) => Err(refused(&self.identity, d)),
                 }
             }
             Err(LeaseDenial::TakeoverRequired) => {
                 let (current, _) = self.registry.lease(&self.identity.lease_key())?;
                 let expected_epoch = current.map_or(FencingEpoch::FIRST, |c| c.fencing_epoch);
-                let request = ConnectorRequest::TakeOver { expected_epoch, connector, scopes: &scopes, ttl };
+                let request = ConnectorRequest::TakeOver {
+                    expected_epoch,
+                    connector,
+                    scopes: &scopes,
+                    ttl,
+                    process: Some(&process),
+                };
                 self.lease(request)?.map_err(|d| refused(&self.identity, d))
             }
             Err(d) => Err(refused(&self.identity, d)),
         }
+    }
+
+    /// The refusal of a tenure that a run of this connector on another host holds.
+    fn held_elsewhere(&mut self) -> Result<Failure, Failure> {
+        let key = self.identity.lease_key();
+        let (current, _) = self.registry.lease(&key)?;
+        Ok(match current {
+            Some(LeaseRecord { owner, expires_at, holder_process: Some(process), .. }) => {
+                Failure::refused(format!(
+                    "cannot hold {key}: {owner} already holds it in a live run on another host ({process}); it lapses \
+                 at {expires_at} unless that run renews it"
+                ))
+            }
+            _ => refused(&self.identity, LeaseDenial::LeaseHeld),
+        })
     }
 
     /// Issues a grant on the stored lease and validates it against the store: the
@@ -167,6 +197,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         policy,
         issuer: GrantIssuer::new(fleet_runtime::random_key()?, limits),
         audit,
+        process: fleet_runtime::process::holder_process()
+            .map_err(|e| Failure::store(format!("cannot tell which host this is: {e}")))?,
     };
 
     // One live `connector run` per binding on this host: a second one started beside a

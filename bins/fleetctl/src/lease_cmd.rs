@@ -367,14 +367,16 @@ fn lease_table(leases: &[LeaseRecord], now: Timestamp) -> String {
     table::render(&LEASE_HEADER, &lease_cells(leases, now))
 }
 
-/// The table with every value whole, and when each lease expires and was last renewed.
+/// The table with every value whole, when each lease expires and was last renewed, and
+/// the process that holds it where one does (`connector run`).
 fn lease_table_wide(leases: &[LeaseRecord], now: Timestamp) -> String {
     let mut rows = lease_cells(leases, now);
     for (row, lease) in rows.iter_mut().zip(leases) {
-        row.extend([lease.expires_at.to_string(), lease.heartbeat_at.to_string()]);
+        let process = lease.holder_process.as_ref().map_or_else(|| "-".to_owned(), ToString::to_string);
+        row.extend([lease.expires_at.to_string(), lease.heartbeat_at.to_string(), process]);
     }
     let mut header = LEASE_HEADER.to_vec();
-    header.extend(["EXPIRES AT", "RENEWED AT"]);
+    header.extend(["EXPIRES AT", "RENEWED AT", "PROCESS"]);
     table::render_whole(&header, &rows)
 }
 
@@ -415,7 +417,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
             let result = match &connector {
                 Some(id) => {
-                    let request = ConnectorRequest::Acquire { connector: &owner, scopes: &scopes, ttl };
+                    let request =
+                        ConnectorRequest::Acquire { connector: &owner, scopes: &scopes, ttl, process: None };
                     registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
                 }
                 None => registry.acquire_lease(&key, kind, &owner, ttl, &scopes, &ctx)?,
@@ -476,6 +479,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
                         connector: &owner,
                         scopes: &scopes,
                         ttl,
+                        process: None,
                     };
                     registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
                 }

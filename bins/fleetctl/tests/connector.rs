@@ -271,3 +271,62 @@ fn a_second_run_of_a_live_holder_is_refused_naming_it() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(ran.exists(), "a restart after the first died resumes");
 }
+
+/// A run of the same connector on another host, started while the first lives, is
+/// refused (exit 1, naming the live run's pid and host) instead of resuming the first's
+/// tenure beside it: the host lock cannot see across hosts, so the lease row records the
+/// process that holds the tenure. Once the first is gone (SIGKILL, its lease still live)
+/// the other host is still refused — nothing there can prove the first gone — while a
+/// restart on the first's own host resumes at the same epoch. The other host is played
+/// as `hostile.rs` plays one (a machine id of its own in a mount namespace).
+#[test]
+fn a_run_of_a_live_holder_on_another_host_is_refused_naming_it() {
+    if !common::mount_namespaces_available() {
+        eprintln!("skipped: another host is played in a mount namespace, which needs root here");
+        return;
+    }
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let args = ["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "30"];
+    let ran = fleet.dir.path().join("ran");
+    let record = format!("echo $FLEET_CONNECTOR_FENCING_EPOCH >> {}", ran.display());
+    let mut first = fleet
+        .fleetctl()
+        .args(args)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", &format!("{record}; exec sleep 60")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(10), || std::fs::read_to_string(&ran).ok().filter(|r| !r.is_empty()));
+    let elsewhere = || {
+        fleet
+            .fleetctl_on_another_host()
+            .args(args)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["--", "sh", "-c", &record])
+            .output()
+            .unwrap()
+    };
+    let this_host = std::fs::read_to_string("/etc/machine-id").unwrap();
+    let out = elsewhere();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("pid {} on host {}", first.id(), this_host.trim())), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+
+    kill(Pid::from_raw(i32::try_from(first.id()).unwrap()), Signal::SIGKILL).unwrap();
+    let _ = first.wait();
+    let out = elsewhere();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().trim(), "1", "only the first run's command ran");
+
+    let out =
+        fleet.fleetctl().args(args).arg("--policy").arg(&policy).args(["--", "sh", "-c", &record]).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "1\n1\n", "resumed on its own host at the same epoch");
+}

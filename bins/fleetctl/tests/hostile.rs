@@ -145,11 +145,6 @@ fn faketime() -> Option<std::path::PathBuf> {
     path.exists().then_some(path)
 }
 
-/// Whether this process may make a mount namespace (`unshare -m`, root).
-fn mount_namespaces_available() -> bool {
-    Command::new("unshare").args(["-m", "true"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
 /// A worker of another host whose clock is an hour ahead, and one an hour behind, among
 /// healthy workers with a 2 s TTL (a sweep every tick): in neither case is a healthy
 /// worker ever marked stale, and the skewed worker itself is what the snapshot reports.
@@ -165,7 +160,7 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
         );
         return;
     };
-    if !mount_namespaces_available() {
+    if !common::mount_namespaces_available() {
         eprintln!("skipped: another host is played in a mount namespace, which needs root here");
         return;
     }
@@ -176,15 +171,8 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
         let worker = |namespace: &str, skew: Option<&str>| {
             let mut cmd = match skew {
                 Some(skew) => {
-                    let machine_id = fleet.dir.path().join("other-host-machine-id");
-                    std::fs::write(&machine_id, "0123456789abcdef0123456789abcdef\n").unwrap();
-                    let mut cmd = Command::new("unshare");
-                    cmd.args(["-m", "--", "sh", "-c", "mount --bind \"$0\" /etc/machine-id && exec \"$@\""])
-                        .arg(&machine_id)
-                        .arg(&faketime)
-                        .args(["-f", skew])
-                        .arg(fleetctl_bin())
-                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                    let mut cmd = common::on_another_host(fleet.dir.path(), &faketime);
+                    cmd.args(["-f", skew]).arg(fleetctl_bin()).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
                     cmd.stderr(std::fs::File::create(&said).unwrap());
                     cmd
                 }

@@ -284,6 +284,7 @@ fn a_lease_acquired_during_apply_rolls_the_whole_transaction_back() {
                     lease_id: fleet_lease::LeaseId::new("lease-sneaky").unwrap(),
                     ttl: time::Duration::seconds(60),
                     scopes: Vec::new(),
+                    process: None,
                 };
                 let key = fleet_lease::LeaseKey::new("workflow:sneaky").unwrap();
                 let now = tx.store_now()?;

@@ -8,8 +8,8 @@ use time::Duration;
 
 use crate::grant::{ConnectorIdentity, ConnectorPolicy, GrantLimits, PolicyDecision};
 use crate::lease::{
-    FencingEpoch, Holder, LeaseDenial, LeaseKind, LeaseOutcome, LeaseRecord, Tenure, decide_acquire,
-    decide_release, decide_renew, decide_takeover,
+    FencingEpoch, Holder, HolderProcess, LeaseDenial, LeaseKind, LeaseOutcome, LeaseRecord, Tenure,
+    decide_acquire, decide_release, decide_renew, decide_resume, decide_takeover,
 };
 
 /// An operation on a connector lease.
@@ -19,6 +19,9 @@ pub enum ConnectorOp<'a> {
     Acquire(&'a Tenure),
     /// The holder extends its lease by `ttl` from now.
     Renew(&'a Holder, Duration),
+    /// A new process of the holder carries on its tenure (see
+    /// [`decide_resume`](crate::decide_resume)), renewing it by `ttl` from now.
+    Resume(&'a Holder, Duration, &'a HolderProcess),
     /// The holder gives the lease up.
     Release(&'a Holder),
     /// A new tenure takes over a lapsed or released lease at the epoch it saw.
@@ -30,7 +33,7 @@ impl ConnectorOp<'_> {
     pub fn event(&self) -> &'static str {
         match self {
             ConnectorOp::Acquire(_) => "acquire",
-            ConnectorOp::Renew(..) => "renew",
+            ConnectorOp::Renew(..) | ConnectorOp::Resume(..) => "renew",
             ConnectorOp::Release(_) => "release",
             ConnectorOp::TakeOver(..) => "takeover",
         }
@@ -40,7 +43,7 @@ impl ConnectorOp<'_> {
     pub fn connector(&self) -> &str {
         match self {
             ConnectorOp::Acquire(t) | ConnectorOp::TakeOver(_, t) => &t.owner,
-            ConnectorOp::Renew(h, _) | ConnectorOp::Release(h) => &h.owner,
+            ConnectorOp::Renew(h, _) | ConnectorOp::Resume(h, ..) | ConnectorOp::Release(h) => &h.owner,
         }
     }
 }
@@ -62,7 +65,7 @@ pub fn decide_connector(
     let held_scopes = current.map_or(&[][..], |c| c.scopes.as_slice());
     let (scopes, ttl) = match op {
         ConnectorOp::Acquire(t) | ConnectorOp::TakeOver(_, t) => (t.scopes.as_slice(), Some(t.ttl)),
-        ConnectorOp::Renew(_, ttl) => (held_scopes, Some(ttl)),
+        ConnectorOp::Renew(_, ttl) | ConnectorOp::Resume(_, ttl, _) => (held_scopes, Some(ttl)),
         ConnectorOp::Release(_) => (held_scopes, None),
     };
     if let Some(ttl) = ttl
@@ -78,6 +81,9 @@ pub fn decide_connector(
         ConnectorOp::Acquire(tenure) => decide_acquire(current, &key, LeaseKind::Connector, tenure, now),
         ConnectorOp::Renew(holder, ttl) => {
             decide_renew(current, holder, ttl, now).map(|r| (LeaseOutcome::Renewed, r))
+        }
+        ConnectorOp::Resume(holder, ttl, process) => {
+            decide_resume(current, holder, ttl, process, now).map(|r| (LeaseOutcome::Renewed, r))
         }
         ConnectorOp::Release(holder) => {
             decide_release(current, holder, now).map(|r| (LeaseOutcome::Released, r))

@@ -60,6 +60,9 @@ pub fn bound_detail(detail: &str) -> String {
 
 /// What a starter should do.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// Decided once per start, never held in numbers: boxing the record would only cost its
+// callers a dereference.
+#[allow(clippy::large_enum_variant)]
 pub enum InitDecision {
     /// The target version is durably ready: report ready, run nothing.
     Ready,
@@ -159,6 +162,7 @@ mod tests {
             lease_id: LeaseId::new(format!("l-{owner}")).unwrap(),
             ttl: Duration::seconds(10),
             scopes: vec![],
+            process: None,
         }
     }
 

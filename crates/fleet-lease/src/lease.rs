@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use fleet_identity::{IdentityError, Timestamp};
+use fleet_identity::{BootId, HostId, IdentityError, Pid, Timestamp};
 use serde::{Deserialize, Serialize};
 use time::Duration;
 
@@ -216,7 +216,7 @@ impl LeaseState {
 
 /// The columns of `leases`, in the order every backend stores and reads them (the
 /// field names of [`LeaseRecord`], with `init` spread over three columns).
-pub const LEASE_COLUMNS: [&str; 15] = [
+pub const LEASE_COLUMNS: [&str; 16] = [
     "lease_key",
     "kind",
     "owner",
@@ -232,6 +232,7 @@ pub const LEASE_COLUMNS: [&str; 15] = [
     "target_version",
     "init_status",
     "failure_detail",
+    "holder_process",
 ];
 
 /// One lease row.
@@ -254,6 +255,29 @@ pub struct LeaseRecord {
     pub scopes: Vec<String>,
     /// Initialization state (initialization leases).
     pub init: Option<crate::init::InitState>,
+    /// The process that holds the tenure on the owner's behalf, where one does
+    /// (`connector run`): a second process of the same owner on another host must not
+    /// resume the tenure beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_process: Option<HolderProcess>,
+}
+
+/// The process that holds a tenure: which host, which boot of it, which pid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolderProcess {
+    /// The host (its machine id).
+    pub host_id: HostId,
+    /// The boot of that host.
+    pub boot_id: BootId,
+    /// The process.
+    pub pid: Pid,
+}
+
+impl fmt::Display for HolderProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} on host {}", self.pid, self.host_id)
+    }
 }
 
 impl LeaseRecord {
@@ -428,6 +452,8 @@ pub struct Tenure {
     pub ttl: Duration,
     /// Scopes, normalized.
     pub scopes: Vec<String>,
+    /// The process that will hold it, where one does.
+    pub process: Option<HolderProcess>,
 }
 
 fn fresh(
@@ -451,6 +477,7 @@ fn fresh(
         updated_at: now,
         scopes: tenure.scopes.clone(),
         init: None,
+        holder_process: tenure.process.clone(),
     }
 }
 
@@ -543,6 +570,27 @@ pub fn decide_renew(
     Ok(next)
 }
 
+/// Resumption: a new process of the current, live holder carries on the tenure of one
+/// that is gone, renewing it at the same epoch and recording itself as the holding
+/// process. Only a process of the host the tenure's process ran on may (there the caller
+/// proves the former one gone: no live process holds the host's lock); a tenure held
+/// from another host is `lease_held` until it lapses, since nothing here can prove that
+/// process gone. A tenure that records no process (acquired by hand) may be resumed.
+pub fn decide_resume(
+    current: Option<&LeaseRecord>,
+    holder: &Holder,
+    ttl: Duration,
+    process: &HolderProcess,
+    now: Timestamp,
+) -> Result<LeaseRecord, LeaseDenial> {
+    let mut next = decide_renew(current, holder, ttl, now)?;
+    if next.holder_process.as_ref().is_some_and(|p| p.host_id != process.host_id) {
+        return Err(LeaseDenial::LeaseHeld);
+    }
+    next.holder_process = Some(process.clone());
+    Ok(next)
+}
+
 /// Release: the current holder gives the lease up. The epoch stays, so the next
 /// tenure gets a higher one.
 pub fn decide_release(
@@ -597,6 +645,7 @@ mod tests {
             lease_id: LeaseId::new(id).unwrap(),
             ttl: Duration::seconds(10),
             scopes: vec![],
+            process: None,
         }
     }
 
@@ -694,6 +743,7 @@ mod tests {
             lease_id: LeaseId::new(format!("lease-{owner}")).unwrap(),
             ttl: Duration::seconds(10),
             scopes: Vec::new(),
+            process: None,
         };
         let (_, mut held) = decide_acquire(None, &key, LeaseKind::Workflow, &tenure("a"), at(0)).unwrap();
         held.fencing_epoch = max;

@@ -25,7 +25,7 @@ pub use init::{
     decide_init_start,
 };
 pub use lease::{
-    AcquireMode, FencingEpoch, Holder, LEASE_COLUMNS, LeaseDenial, LeaseId, LeaseKey, LeaseKind,
-    LeaseOutcome, LeaseRecord, LeaseState, Tenure, check_holder, decide_acquire, decide_release,
-    decide_renew, decide_takeover,
+    AcquireMode, FencingEpoch, Holder, HolderProcess, LEASE_COLUMNS, LeaseDenial, LeaseId, LeaseKey,
+    LeaseKind, LeaseOutcome, LeaseRecord, LeaseState, Tenure, check_holder, decide_acquire, decide_release,
+    decide_renew, decide_resume, decide_takeover,
 };

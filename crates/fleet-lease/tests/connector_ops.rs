@@ -104,6 +104,7 @@ fn tenure(who: usize, ttl_s: i64, n: usize) -> Tenure {
         lease_id: LeaseId::new(format!("lease-{n}")).unwrap(),
         ttl: Duration::seconds(ttl_s),
         scopes: vec!["chat.read".into()],
+        process: None,
     }
 }
 

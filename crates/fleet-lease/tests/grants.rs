@@ -49,6 +49,7 @@ fn lease() -> LeaseRecord {
         lease_id: LeaseId::new("lease-1").unwrap(),
         ttl: Duration::seconds(60),
         scopes: scopes(&["chat.read", "chat.write"]),
+        process: None,
     };
     decide_acquire(None, &who().lease_key(), LeaseKind::Connector, &tenure, at(0)).unwrap().1
 }
@@ -138,6 +139,7 @@ fn a_stale_epoch_after_takeover_is_refused() {
         lease_id: LeaseId::new("lease-2").unwrap(),
         ttl: Duration::seconds(60),
         scopes: l.scopes.clone(),
+        process: None,
     };
     let taken = decide_takeover(Some(&lapsed), FencingEpoch::FIRST, &tenure, at(3)).unwrap();
     assert_eq!(check(Some(&taken), &who(), &["chat.read"], at(4)), Err(GrantDenial::StaleEpoch));

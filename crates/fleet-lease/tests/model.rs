@@ -64,6 +64,7 @@ fn tenure(owner: usize, n: usize) -> Tenure {
         lease_id: LeaseId::new(format!("lease-{n}")).unwrap(),
         ttl: Duration::seconds(TTL_S),
         scopes: Vec::new(),
+        process: None,
     }
 }
 

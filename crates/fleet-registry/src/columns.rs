@@ -165,6 +165,10 @@ pub fn read_lease(row: &(impl RowColumns + ?Sized)) -> Result<LeaseRecord, Store
         updated_at: r.required(10)?,
         scopes,
         init,
+        holder_process: match r.raw_str(15)? {
+            Some(text) => Some(serde_json::from_str(text).map_err(|e| r.corrupt(15, e))?),
+            None => None,
+        },
     })
 }
 
@@ -192,6 +196,7 @@ pub fn lease_cells(lease: &LeaseRecord) -> [Cell; LEASE_COLUMNS.len()] {
         integer(init.map(|i| i64::try_from(i.target_version).unwrap_or(i64::MAX))),
         text(init.map(|i| i.status.as_str())),
         text(init.and_then(|i| i.failure_detail.as_ref())),
+        text(lease.holder_process.as_ref().and_then(|p| serde_json::to_string(p).ok())),
     ]
 }
 

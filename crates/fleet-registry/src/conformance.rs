@@ -318,7 +318,13 @@ pub fn export_and_import_round_trip<S: Store>(source: S, target: S) {
     registry.init_finish(&init, &run.holder(), Ok(())).expect("store").expect("ready");
     let identity = fleet_lease::ConnectorIdentity::new("acme", "agent", "slack").expect("valid");
     let scopes = vec!["chat.read".to_owned()];
-    let acquire = crate::ConnectorRequest::Acquire { connector: "conn-a", scopes: &scopes, ttl: SHORT };
+    let holding = holder_process("0123456789abcdef0123456789abcdef", 4242);
+    let acquire = crate::ConnectorRequest::Acquire {
+        connector: "conn-a",
+        scopes: &scopes,
+        ttl: SHORT,
+        process: Some(&holding),
+    };
     registry
         .connector_lease(&identity, acquire, fleet_lease::GrantLimits::default(), &AllowAll, &ctx())
         .expect("store")
@@ -341,6 +347,7 @@ pub fn export_and_import_round_trip<S: Store>(source: S, target: S) {
     let restored = copy.backup().expect("backup");
     assert_eq!(restored.registry, dump);
     assert_eq!(restored.leases, backup.leases, "every init version and binding survives");
+    assert!(restored.leases.iter().any(|l| l.holder_process.as_ref() == Some(&holding)), "and who holds it");
     let without_ids = |log: &[crate::AuditEntry]| -> Vec<crate::AuditEntry> {
         log.iter().map(|e| crate::AuditEntry { id: 0, ..e.clone() }).collect()
     };
@@ -590,9 +597,14 @@ pub fn connector_leases_are_insert_only_and_fenced<S: Store>(store: S) {
     let op = |registry: &mut Registry<S>, request: Req<'_>| {
         registry.connector_lease(&identity, request, limits, &AllowAll, &ctx()).expect("store")
     };
-    let acquire = |connector| Req::Acquire { connector, scopes: &scopes, ttl: SHORT };
-    let take_over =
-        |expected_epoch, connector| Req::TakeOver { expected_epoch, connector, scopes: &scopes, ttl: SHORT };
+    let acquire = |connector| Req::Acquire { connector, scopes: &scopes, ttl: SHORT, process: None };
+    let take_over = |expected_epoch, connector| Req::TakeOver {
+        expected_epoch,
+        connector,
+        scopes: &scopes,
+        ttl: SHORT,
+        process: None,
+    };
     let first = op(&mut registry, acquire("conn-a")).expect("acquired");
     assert_eq!(first.fencing_epoch, FencingEpoch::FIRST);
     assert_eq!(op(&mut registry, acquire("conn-b")).unwrap_err(), LeaseDenial::LeaseHeld);
@@ -627,6 +639,7 @@ pub fn connector_leases_are_insert_only_and_fenced<S: Store>(store: S) {
         connector: "conn-e",
         scopes: &scopes,
         ttl: time::Duration::hours(1),
+        process: None,
     };
     assert_eq!(op(&mut registry, long).unwrap_err(), LeaseDenial::TtlExceedsCap);
 
@@ -652,6 +665,50 @@ pub fn connector_leases_are_insert_only_and_fenced<S: Store>(store: S) {
         ]
     );
     assert!(log.iter().all(|e| e.correlation_id.as_deref() == Some("corr-1")));
+}
+
+/// A process holding a tenure, of the host `host` (32 hex digits).
+fn holder_process(host: &str, pid: i64) -> fleet_lease::HolderProcess {
+    fleet_lease::HolderProcess {
+        host_id: HostId::new(host).expect("valid"),
+        boot_id: BootId::new("11111111-2222-3333-4444-555555555555").expect("valid"),
+        pid: Pid::new(pid).expect("valid"),
+    }
+}
+
+/// A tenure records the process that holds it; a new process of the same connector
+/// carries it on (same epoch) only from the host that process ran on, in the same
+/// transaction that reads it: from another host it is `lease_held`.
+pub fn a_tenure_is_resumed_only_on_its_holders_host<S: Store>(store: S) {
+    use crate::ConnectorRequest as Req;
+    use fleet_lease::{GrantLimits, LeaseDenial};
+    let mut registry = Registry::new(store);
+    let identity = fleet_lease::ConnectorIdentity::new("acme", "agent", "slack").expect("valid");
+    let scopes = vec!["chat.read".to_owned()];
+    let op = |registry: &mut Registry<S>, request: Req<'_>| {
+        registry
+            .connector_lease(&identity, request, GrantLimits::default(), &AllowAll, &ctx())
+            .expect("store")
+    };
+    let here = holder_process("0123456789abcdef0123456789abcdef", 100);
+    let there = holder_process("fedcba9876543210fedcba9876543210", 100);
+    let restarted = holder_process("0123456789abcdef0123456789abcdef", 200);
+    let first = op(
+        &mut registry,
+        Req::Acquire { connector: "conn-a", scopes: &scopes, ttl: SHORT, process: Some(&here) },
+    )
+    .expect("acquired");
+    assert_eq!(first.holder_process.as_ref(), Some(&here));
+    let holder = first.holder();
+    let resume = |process| Req::Resume { holder: &holder, ttl: SHORT, process };
+    assert_eq!(op(&mut registry, resume(&there)).unwrap_err(), LeaseDenial::LeaseHeld);
+    let resumed = op(&mut registry, resume(&restarted)).expect("resumed on its own host");
+    assert_eq!(
+        (resumed.fencing_epoch, resumed.holder_process.as_ref()),
+        (first.fencing_epoch, Some(&restarted))
+    );
+    let (stored, _) = registry.lease(&identity.lease_key()).expect("store");
+    assert_eq!(stored.and_then(|l| l.holder_process), Some(restarted));
 }
 
 /// Workflow leases: renewal keeps them, a lapse lets another owner in at a higher epoch,
@@ -901,6 +958,7 @@ impl crate::BeforeWrite for LeaseBeforeWrite {
             lease_id: fleet_lease::LeaseId::new("lease-sneaky").expect("valid"),
             ttl: time::Duration::seconds(60),
             scopes: Vec::new(),
+            process: None,
         };
         let key = lkey("workflow:sneaky");
         let now = tx.store_now()?;
@@ -923,7 +981,12 @@ pub fn grants_are_issued_and_validated_against_the_stored_lease<S: Store>(store:
     let scopes = vec!["chat.secret-scope".to_owned()];
     let limits = GrantLimits::default();
     let issuer = GrantIssuer::new([7; 32], limits);
-    let acquire = Req::Acquire { connector: "conn-a", scopes: &scopes, ttl: time::Duration::seconds(60) };
+    let acquire = Req::Acquire {
+        connector: "conn-a",
+        scopes: &scopes,
+        ttl: time::Duration::seconds(60),
+        process: None,
+    };
     let lease = registry
         .connector_lease(&identity, acquire, limits, &AllowAll, &ctx())
         .expect("store")
@@ -954,6 +1017,7 @@ pub fn grants_are_issued_and_validated_against_the_stored_lease<S: Store>(store:
         connector: "conn-b",
         scopes: &scopes,
         ttl: SHORT,
+        process: None,
     };
     registry.connector_lease(&identity, take, limits, &AllowAll, &ctx()).expect("store").expect("taken");
     let stale = registry.validate_grant(&issuer, &grant, &identity, &scopes, &ctx()).expect("store");
@@ -1272,6 +1336,7 @@ macro_rules! registry_conformance {
                 a_failed_import_writes_nothing,
                 a_failed_write_rolls_back,
                 connector_leases_are_insert_only_and_fenced,
+                a_tenure_is_resumed_only_on_its_holders_host,
                 workflow_leases_protect_their_owners,
                 a_lease_set_back_never_repeats_an_epoch,
                 audit_pages_select_as_the_whole_log_filtered_would,

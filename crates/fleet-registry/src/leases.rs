@@ -6,9 +6,10 @@ use std::collections::BTreeSet;
 
 use fleet_identity::Timestamp;
 use fleet_lease::{
-    ConnectorIdentity, ConnectorOp, ConnectorPolicy, FencingEpoch, GrantLimits, Holder, InitDecision,
-    LeaseDenial, LeaseId, LeaseKey, LeaseKind, LeaseOutcome, LeaseRecord, Tenure, decide_acquire,
-    decide_connector, decide_init_finish, decide_init_start, decide_release, decide_renew, decide_takeover,
+    ConnectorIdentity, ConnectorOp, ConnectorPolicy, FencingEpoch, GrantLimits, Holder, HolderProcess,
+    InitDecision, LeaseDenial, LeaseId, LeaseKey, LeaseKind, LeaseOutcome, LeaseRecord, Tenure,
+    decide_acquire, decide_connector, decide_init_finish, decide_init_start, decide_release, decide_renew,
+    decide_takeover,
 };
 use serde::{Deserialize, Serialize};
 use time::Duration;
@@ -203,6 +204,8 @@ pub enum ConnectorRequest<'a> {
         scopes: &'a [String],
         /// How long.
         ttl: Duration,
+        /// The process that will hold it, where one does.
+        process: Option<&'a HolderProcess>,
     },
     /// The holder extends its lease.
     Renew {
@@ -210,6 +213,16 @@ pub enum ConnectorRequest<'a> {
         holder: &'a Holder,
         /// How long from now.
         ttl: Duration,
+    },
+    /// A new process of the holder carries on its tenure: a renewal that records the
+    /// process (see `fleet_lease::decide_resume`).
+    Resume {
+        /// The current tenure.
+        holder: &'a Holder,
+        /// How long from now.
+        ttl: Duration,
+        /// The process that holds it from now on.
+        process: &'a HolderProcess,
     },
     /// The holder gives its lease up.
     Release {
@@ -226,6 +239,8 @@ pub enum ConnectorRequest<'a> {
         scopes: &'a [String],
         /// How long.
         ttl: Duration,
+        /// The process that will hold it, where one does.
+        process: Option<&'a HolderProcess>,
     },
 }
 
@@ -247,7 +262,8 @@ impl<S: Store> Registry<S> {
     ) -> Result<LeaseResult, StoreError> {
         valid_owner(owner)?;
         let lease_id = new_lease_id()?;
-        let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
+        let tenure =
+            Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec(), process: None };
         self.lease_step(key, kind, owner, "acquire", ctx, |current, now| {
             no_policy_for_connectors(current, kind)?;
             decide_acquire(current, key, kind, &tenure, now)
@@ -271,20 +287,15 @@ impl<S: Store> Registry<S> {
         {
             valid_owner(connector)?;
         }
-        let fresh_tenure =
-            |connector: &str, ttl: Duration, scopes: &[String]| -> Result<Tenure, StoreError> {
-                Ok(Tenure {
-                    owner: connector.to_owned(),
-                    lease_id: new_lease_id()?,
-                    ttl,
-                    scopes: scopes.to_vec(),
-                })
-            };
         let tenure = match op {
-            ConnectorRequest::Acquire { connector, scopes, ttl }
-            | ConnectorRequest::TakeOver { connector, scopes, ttl, .. } => {
-                Some(fresh_tenure(connector, ttl, scopes)?)
-            }
+            ConnectorRequest::Acquire { connector, scopes, ttl, process }
+            | ConnectorRequest::TakeOver { connector, scopes, ttl, process, .. } => Some(Tenure {
+                owner: connector.to_owned(),
+                lease_id: new_lease_id()?,
+                ttl,
+                scopes: scopes.to_vec(),
+                process: process.cloned(),
+            }),
             _ => None,
         };
         let op = match (op, tenure.as_ref()) {
@@ -293,6 +304,9 @@ impl<S: Store> Registry<S> {
                 ConnectorOp::TakeOver(expected_epoch, t)
             }
             (ConnectorRequest::Renew { holder, ttl }, _) => ConnectorOp::Renew(holder, ttl),
+            (ConnectorRequest::Resume { holder, ttl, process }, _) => {
+                ConnectorOp::Resume(holder, ttl, process)
+            }
             (ConnectorRequest::Release { holder }, _) => ConnectorOp::Release(holder),
             _ => return Err(StoreError::invalid("a connector acquisition or takeover needs a tenure")),
         };
@@ -342,7 +356,8 @@ impl<S: Store> Registry<S> {
         let lease_id = new_lease_id()?;
         self.lease_step(key, LeaseKind::Workflow, owner, "takeover", ctx, |current, now| {
             no_policy_for_connectors(current, LeaseKind::Workflow)?;
-            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec() };
+            let tenure =
+                Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: scopes.to_vec(), process: None };
             decide_takeover(current, expected_epoch, &tenure, now).map(|r| (LeaseOutcome::TakenOver, r))
         })
     }
@@ -462,7 +477,7 @@ impl<S: Store> Registry<S> {
         self.store_mut().write_durable(|tx| {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
-            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: Vec::new() };
+            let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: Vec::new(), process: None };
             let mut decision = decide_init_start(current.as_ref(), key, target_version, &tenure, now);
             if let InitDecision::Run(record) = &mut decision {
                 swap(tx, current.as_ref(), record)?;

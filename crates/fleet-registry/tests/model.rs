@@ -293,6 +293,7 @@ impl BeforeWrite for LeaseInside {
             lease_id: fleet_lease::LeaseId::new(format!("lease-inside-{}", self.1)).unwrap(),
             ttl: time::Duration::seconds(60),
             scopes: Vec::new(),
+            process: None,
         };
         let current = tx.lease(&lease_key(self.1))?;
         if let Ok((_, lease)) = fleet_lease::decide_acquire(

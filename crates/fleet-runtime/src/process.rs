@@ -20,3 +20,10 @@ pub fn boot_clock() -> std::time::Duration {
         Err(_) => std::time::Duration::MAX,
     }
 }
+
+/// This process as the holder of a tenure: this host, this boot of it, this pid.
+pub fn holder_process() -> Result<fleet_lease::HolderProcess, ProbeError> {
+    let pid = fleet_identity::Pid::new(i64::from(std::process::id()))
+        .map_err(|e| ProbeError::Invalid { path: "getpid()".to_owned(), detail: e.to_string() })?;
+    Ok(fleet_lease::HolderProcess { host_id: host_id()?, boot_id: fleet_probe::boot_id()?, pid })
+}

@@ -161,12 +161,16 @@ const MIGRATIONS: &[&str] = &[
         END $$;
     CREATE TRIGGER lease_decisions_counted AFTER INSERT ON lease_audit_log
         REFERENCING NEW TABLE AS appended FOR EACH STATEMENT EXECUTE FUNCTION lease_decisions_counted();",
+    // 8: the process that holds a tenure (`connector run`), so that a run of the same
+    // connector on another host never resumes a tenure a live run holds.
+    "ALTER TABLE leases ADD COLUMN holder_process TEXT;",
 ];
 
 /// The schema version this build writes: the registry's data model, the registry's id
 /// (version 4), the fencing epochs' high-water marks (version 5), the lease decisions
-/// counted as they are written (version 6), once per statement (version 7).
-pub const SCHEMA_VERSION: i64 = 7;
+/// counted as they are written (version 6), once per statement (version 7), the process
+/// that holds a tenure (version 8).
+pub const SCHEMA_VERSION: i64 = 8;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

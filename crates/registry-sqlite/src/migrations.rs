@@ -196,6 +196,9 @@ const MIGRATIONS: &[&str] = &[
     BEGIN
         SELECT RAISE(ABORT, 'the registry''s change counters are kept');
     END;",
+    // 9: the process that holds a tenure (`connector run`), so that a run of the same
+    // connector on another host never resumes a tenure a live run holds.
+    "ALTER TABLE leases ADD COLUMN holder_process TEXT;",
 ];
 
 /// The history's one row, as migration 4 writes it.
@@ -205,8 +208,9 @@ const HISTORY_ROW: &str =
 /// The schema version this build writes: the registry's data model (version 3),
 /// SQLite's own history of changes (version 4), the registry's id (version 5) and the
 /// fencing epochs' high-water marks (version 6), the lease decisions counted as they are
-/// written (version 7), a history that only moves forward (version 8).
-pub const SCHEMA_VERSION: i64 = 8;
+/// written (version 7), a history that only moves forward (version 8), the process that
+/// holds a tenure (version 9).
+pub const SCHEMA_VERSION: i64 = 9;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

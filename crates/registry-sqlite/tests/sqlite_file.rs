@@ -134,8 +134,12 @@ fn the_audit_log_is_append_only_and_never_holds_scopes() {
         binding: Some("acme/agent/binding".into()),
     };
     let limits = fleet_lease::GrantLimits::default();
-    let acquire =
-        ConnectorRequest::Acquire { connector: "conn", scopes: &scopes, ttl: time::Duration::seconds(30) };
+    let acquire = ConnectorRequest::Acquire {
+        connector: "conn",
+        scopes: &scopes,
+        ttl: time::Duration::seconds(30),
+        process: None,
+    };
     let lease = registry
         .connector_lease(&identity, acquire, limits, &fleet_registry::conformance::AllowAll, &ctx)
         .unwrap()
@@ -249,7 +253,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     {
-        // Version 3 as it was: the current file without what versions 4 to 8 added.
+        // Version 3 as it was: the current file without what versions 4 to 9 added.
         let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
         store
             .connection()
@@ -271,6 +275,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
                  DROP TABLE fencing_high_water;
                  DROP TRIGGER lease_decision_counted;
                  DROP TABLE lease_decision_counts;
+                 ALTER TABLE leases DROP COLUMN holder_process;
                  PRAGMA user_version = 3;",
             )
             .unwrap();

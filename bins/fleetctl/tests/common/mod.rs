@@ -45,7 +45,10 @@ impl Fleet {
     }
 
     fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
+        self.with_registry(Command::new(program))
+    }
+
+    fn with_registry(&self, mut cmd: Command) -> Command {
         cmd.env("FLEET_REGISTRY", &self.registry).current_dir(self.dir.path());
         for var in INSTANCE_VARS {
             cmd.env_remove(var);
@@ -58,6 +61,11 @@ impl Fleet {
 
     pub fn fleetctl(&self) -> Command {
         self.command(&fleetctl_bin())
+    }
+
+    /// `fleetctl` run as on another host (see [`on_another_host`]).
+    pub fn fleetctl_on_another_host(&self) -> Command {
+        self.with_registry(on_another_host(self.dir.path(), &fleetctl_bin()))
     }
 
     pub fn launcher(&self) -> Command {
@@ -276,4 +284,29 @@ impl StallingProxy {
         assert_ne!(through, url, "the test server is at 127.0.0.1:5432");
         through
     }
+}
+
+/// Whether this process may make a mount namespace (`unshare -m`; root here).
+pub fn mount_namespaces_available() -> bool {
+    Command::new("unshare")
+        .args(["-m", "true"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A command that runs `program` (its arguments follow) as on another host: in a mount
+/// namespace of its own in which a machine id of its own is bind-mounted over
+/// `/etc/machine-id`, where the probe reads the host id (unshare(1), mount(8)), with a
+/// runtime directory of its own (another host's `/run/user`). Processes of one kernel
+/// still share its clock and its pids: only the host's identity is played.
+pub fn on_another_host(dir: &Path, program: &Path) -> Command {
+    let machine_id = dir.join("other-host-machine-id");
+    std::fs::write(&machine_id, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--", "sh", "-c", "mount --bind \"$0\" /etc/machine-id && exec \"$@\""])
+        .arg(&machine_id)
+        .arg(program)
+        .env("XDG_RUNTIME_DIR", dir.join("other-host-run"));
+    cmd
 }
