@@ -12,12 +12,11 @@ use fleet_registry::{
 };
 use fleet_retirement::{Plan, RetirementContext};
 use fleet_snapshot::{
-    FindingCode, FleetSnapshot, GateReason, Manifest, Policy, ProbeResults, SnapshotInput, TokenRows,
-    mutation_gate, snapshot,
+    FindingCode, FleetSnapshot, GateReason, Judgement, Manifest, MovedHeartbeats, Policy, ProbeResults,
+    SnapshotInput, mutation_gate, snapshot,
 };
 
 use crate::exit::Failure;
-use crate::judged::{Judged, MovedHeartbeats};
 use crate::location::{AnyStore, RegistryLocation, open_registry};
 use crate::stable::StableRuntime;
 use crate::worker::now;
@@ -84,10 +83,19 @@ pub struct Fleet {
     judged: Option<Judged>,
     /// The number the next snapshot that judges anew takes.
     next_number: u64,
-    /// The rows' share of the consistency token, for the generation it was made of.
-    token_rows: Option<(u64, TokenRows)>,
     /// Each worker's JSON, for the rows in `last`.
     json: WorkerJson,
+}
+
+/// The judgement of the last snapshot a [`Fleet`] classified, and what it follows.
+#[derive(Debug)]
+struct Judged {
+    /// The snapshot's number (see [`Taken`]).
+    number: u64,
+    /// The rows' generation it stands for: the one it was taken of, or a later one in
+    /// which only heartbeats of live workers moved (and it followed them).
+    generation: u64,
+    judgement: Judgement,
 }
 
 /// The rows a [`Fleet`] last read, and where the store stood then.
@@ -158,7 +166,6 @@ impl Fleet {
             generation: 0,
             judged: None,
             next_number: 0,
-            token_rows: None,
             json: WorkerJson::default(),
         }
     }
@@ -224,27 +231,17 @@ impl Fleet {
             mark: None,
             dump: RegistryDump::default(),
         });
-        // Only what is kept of the last judgement is brought along a heartbeat: without
-        // it, the rows are not compared.
-        let follows = self.judged.as_ref().is_some_and(|j| j.generation == self.generation)
-            || self.token_rows.as_ref().is_some_and(|(made, _)| *made == self.generation);
-        let beats = if follows { read.changes.heartbeats_only(&last.dump) } else { None };
+        // Only a judgement that stands for the rows as they were is brought along a
+        // heartbeat: without one, the rows are not compared.
+        let current = self.judged.as_mut().filter(|j| j.generation == self.generation);
+        let beats = if current.is_some() { read.changes.heartbeats_only(&last.dump) } else { None };
         let origins = read.changes.apply(&mut last.dump);
         self.json.follow(&origins);
-        let generation = self.generation + 1;
-        if let Some(places) = beats {
-            let rows = &last.dump.worker_registrations;
-            if let Some(judged) = self.judged.as_mut().filter(|j| j.generation == self.generation) {
-                judged.follow(&places, rows, generation);
-            }
-            if let Some((made, token_rows)) =
-                self.token_rows.as_mut().filter(|(made, _)| *made == self.generation)
-            {
-                token_rows.update(rows, &places);
-                *made = generation;
-            }
+        self.generation += 1;
+        if let (Some(judged), Some(places)) = (current, beats) {
+            judged.judgement.follow(&last.dump.worker_registrations, &places);
+            judged.generation = self.generation;
         }
-        self.generation = generation;
         (last.marker, last.mark) = (marker, read.mark);
         Ok(())
     }
@@ -294,15 +291,10 @@ impl Fleet {
     ) -> Result<Taken<'_>, StoreError> {
         let probes = self.read_and_probe()?;
         if let Some(number) = self.unchanged(&probes, manifest, policy, at) {
-            let generation = self.generation;
-            let dump = &self.last.as_ref().ok_or_else(not_read)?.dump;
-            let token_rows = match &self.token_rows {
-                Some((made, rows)) if *made == generation => rows,
-                _ => &self.token_rows.insert((generation, TokenRows::of(&dump.worker_registrations))).1,
-            };
-            let consistency_token = token_rows.token_at(at);
-            let judged = self.judged.as_ref().ok_or_else(not_read)?;
-            let moved = judged.moved(&dump.worker_registrations);
+            let rows = &self.last.as_ref().ok_or_else(not_read)?.dump.worker_registrations;
+            let judgement = &mut self.judged.as_mut().ok_or_else(not_read)?.judgement;
+            let consistency_token = judgement.token_at(rows, at);
+            let moved = judgement.moved(rows);
             return Ok(Taken::Unchanged { number, snapshot_at: at, consistency_token, moved });
         }
         let (number, snapshot) = self.classify(probes, manifest, policy, at)?;
@@ -318,8 +310,8 @@ impl Fleet {
         policy: &Policy,
         at: Timestamp,
     ) -> Option<u64> {
-        let judged = self.judged.as_ref()?;
-        judged.stands(self.generation, probes, manifest.is_some(), policy, at).then_some(judged.number)
+        let judged = self.judged.as_ref().filter(|j| j.generation == self.generation)?;
+        judged.judgement.stands(probes, manifest.is_some(), policy, at).then_some(judged.number)
     }
 
     /// Brings the rows up to date and probes those this machine can speak for.
@@ -365,9 +357,10 @@ impl Fleet {
                 let number = self.next_number;
                 self.next_number += 1;
                 // A manifest's verdicts are not kept: the next snapshot classifies again.
-                self.judged = manifest.is_none().then(|| {
-                    let rows = &dump.worker_registrations;
-                    Judged::new(number, self.generation, &snapshot, rows, probes, policy, at)
+                self.judged = manifest.is_none().then(|| Judged {
+                    number,
+                    generation: self.generation,
+                    judgement: Judgement::of(&snapshot, &dump.worker_registrations, probes, policy),
                 });
                 number
             }

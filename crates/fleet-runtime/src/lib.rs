@@ -12,7 +12,6 @@ mod exit;
 mod fleet;
 mod init;
 pub mod input;
-mod judged;
 mod launch;
 mod location;
 pub mod process;
@@ -32,8 +31,8 @@ pub use fleet::{
     Fleet, JsonSnapshot, Taken, WorkerMayNotMutate, probe_local, retirement_audit, retirement_context,
     take_snapshot,
 };
+pub use fleet_snapshot::MovedHeartbeats;
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
-pub use judged::MovedHeartbeats;
 pub use launch::{
     Launch, LaunchProcess, Lineage, LineageError, check_launch_lineage, check_slot_unheld, claim_of,
     launch_process_value, random_key,

@@ -39,6 +39,7 @@ mod classify;
 mod findings;
 mod gate;
 mod heartbeats;
+mod judgement;
 mod keys;
 mod manifest;
 
@@ -48,6 +49,7 @@ pub use classify::{
 pub use findings::{Evidence, Finding, FindingCode};
 pub use gate::{GateReason, GateVerdict, mutation_gate};
 pub use heartbeats::{HeartbeatComparison, LiveHeartbeats, compare_heartbeats, compare_snapshot_heartbeats};
+pub use judgement::{Judgement, MovedHeartbeats};
 pub use manifest::{Manifest, ManifestError, ManifestInstance};
 
 /// The snapshot of a fleet, as `fleetctl snapshot --json` and the MCP tool print it.

@@ -454,28 +454,33 @@ fn reference(
     }
 }
 
-/// The consistency token: a digest of `now` and, row by row in snapshot order, the
-/// identity, instance, status, heartbeat, fencing epoch (in decimal) and generation,
-/// each with its length before it (absent: a length of all ones).
+/// The consistency token: a digest of `now` and of each chunk of 64 rows in snapshot
+/// order (the last one shorter), a chunk being the digest of its rows' identity,
+/// instance, status, heartbeat, fencing epoch (in decimal) and generation, each with
+/// its length before it (absent: a length of all ones).
 fn token(rows: &[&WorkerRow]) -> String {
     let mut hasher = blake3::Hasher::new();
     hasher.update(now().to_string().as_bytes());
-    let mut field = |value: Option<String>| match value {
-        Some(v) => {
-            hasher.update(&(v.len() as u64).to_le_bytes());
-            hasher.update(v.as_bytes());
+    for chunk in rows.chunks(64) {
+        let mut digest = blake3::Hasher::new();
+        let mut field = |value: Option<String>| match value {
+            Some(v) => {
+                digest.update(&(v.len() as u64).to_le_bytes());
+                digest.update(v.as_bytes());
+            }
+            None => {
+                digest.update(&u64::MAX.to_le_bytes());
+            }
+        };
+        for row in chunk {
+            field(Some(row.worker_identity.to_string()));
+            field(row.client_instance_id.clone());
+            field(Some(row.status.as_str().to_owned()));
+            field(row.last_heartbeat_at.clone());
+            field(row.fencing_epoch.map(|e| e.to_string()));
+            field(row.generation_id.as_ref().map(|g| g.as_str().to_owned()));
         }
-        None => {
-            hasher.update(&u64::MAX.to_le_bytes());
-        }
-    };
-    for row in rows {
-        field(Some(row.worker_identity.to_string()));
-        field(row.client_instance_id.clone());
-        field(Some(row.status.as_str().to_owned()));
-        field(row.last_heartbeat_at.clone());
-        field(row.fencing_epoch.map(|e| e.to_string()));
-        field(row.generation_id.as_ref().map(|g| g.as_str().to_owned()));
+        hasher.update(digest.finalize().as_bytes());
     }
     format!("b3:{}", &hasher.finalize().to_hex().as_str()[..32])
 }

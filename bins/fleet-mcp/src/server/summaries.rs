@@ -12,7 +12,10 @@ pub(super) struct KeptSummary {
     pub(super) number: u64,
     pub(super) page: SnapshotPage,
     pub(super) body: Value,
+    /// The live heartbeats as of the last answer from it, and how many changes of the
+    /// fleet's judgement they follow: the next answer moves only those moved since.
     pub(super) heartbeats: LiveHeartbeats,
+    pub(super) follows: u64,
 }
 
 /// The live heartbeats of the snapshots last answered, by consistency token, newest last.
@@ -48,11 +51,14 @@ impl FleetServer {
             }
         };
         let kept = {
-            let kept = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let same = kept.as_ref().filter(|k| k.number == number && k.page == page);
+            let mut kept = self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let same = kept.as_mut().filter(|k| k.number == number && k.page == page);
             same.map(|k| {
-                let beats = moved.views().filter_map(|v| Some((v.worker_identity().as_str(), v.heartbeat?)));
-                (k.body.clone(), k.heartbeats.moved_at(snapshot_at, beats))
+                let since = moved.since(k.follows);
+                let beats = since.views().filter_map(|v| Some((v.worker_identity().as_str(), v.heartbeat?)));
+                k.heartbeats = k.heartbeats.moved_at(snapshot_at, beats);
+                k.follows = moved.follows();
+                (k.body.clone(), k.heartbeats.clone())
             })
         };
         if let Some((mut body, heartbeats)) = kept {
@@ -92,8 +98,13 @@ impl FleetServer {
         let snap = &taken.snapshot;
         let mut body = page.body(snap, own).map_err(internal)?;
         let heartbeats = LiveHeartbeats::of(snap);
-        *self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(KeptSummary { number, page, body: body.clone(), heartbeats: heartbeats.clone() });
+        *self.summary.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(KeptSummary {
+            number,
+            page,
+            body: body.clone(),
+            heartbeats: heartbeats.clone(),
+            follows: 0,
+        });
         if let Some(token) = compare_to {
             body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
         }
