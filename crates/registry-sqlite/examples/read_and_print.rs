@@ -2,9 +2,11 @@
 //! row with bare rusqlite into memory, and print them as JSON with serde_json.
 //! `fleetctl snapshot --json` and `fleetctl retire plan --json` must do at least this
 //! much (they judge the fleet as a whole, so they hold every row), and their times and
-//! peak memory are reported as ratios to this program's (docs/PERFORMANCE.md).
+//! peak memory are reported as ratios to this program's (docs/PERFORMANCE.md). With
+//! `--decode-only` it reads and decodes every row and prints nothing: the lower floor,
+//! what any reader of the rows pays before it judges or writes anything.
 //!
-//! `cargo run --release -p registry-sqlite --example read_and_print -- registry.sqlite3`
+//! `cargo run --release -p registry-sqlite --example read_and_print -- [--decode-only] registry.sqlite3`
 
 use std::io::Write as _;
 
@@ -52,10 +54,20 @@ impl serde::Serialize for Table {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).ok_or("usage: read_and_print REGISTRY_FILE")?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let decode_only = args.iter().any(|a| a == "--decode-only");
+    let path = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .ok_or("usage: read_and_print [--decode-only] REGISTRY_FILE")?;
     let conn = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let instances = read(&conn, "SELECT * FROM instances ORDER BY client_instance_id")?;
     let workers = read(&conn, "SELECT * FROM worker_registrations ORDER BY worker_identity")?;
+    if decode_only {
+        // Kept alive to here, so their reading is not optimised away.
+        std::hint::black_box((&instances.rows, &workers.rows));
+        return Ok(());
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut s = serde_json::Serializer::pretty(&mut out);
     let mut map = s.serialize_map(Some(2))?;
