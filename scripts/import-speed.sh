@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `fleetctl registry import` of ROWS worker rows (and AUDIT lease audit entries) into a
-# fresh SQLite file and a fresh PostgreSQL schema, alternating round by round; prints
-# each backend's median time and peak memory and the ratio of PostgreSQL's time to
-# SQLite's. Needs FLEET_TEST_POSTGRES_URL. Not part of CI.
+# fresh SQLite file and a fresh PostgreSQL schema, alternating round by round, then
+# `fleetctl snapshot --json` of each (three times a round); prints each backend's median
+# time and peak memory and the ratio of PostgreSQL's time to SQLite's, for the import
+# and for the snapshot. Needs FLEET_TEST_POSTGRES_URL. Not part of CI.
 #
 #   scripts/import-speed.sh [ROWS] [ROUNDS] [AUDIT]     (default 10000, 5, 0)
 set -euo pipefail
@@ -41,6 +42,7 @@ rows, rounds, work, audit = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int
 base = os.environ["FLEET_TEST_POSTGRES_URL"]
 times = {"sqlite": [], "postgres": []}
 peaks = {"sqlite": [], "postgres": []}
+snapshots = {"sqlite": [], "postgres": []}
 for r in range(rounds):
     schema = f"import_speed_{os.getpid()}_{r}"
     quiet = dict(os.environ, PGOPTIONS="-c client_min_messages=warning")
@@ -55,8 +57,19 @@ for r in range(rounds):
                                os.path.join(work, "fleet.json")], env=env, check=True, capture_output=True, text=True)
         times[backend].append(time.perf_counter() - start)
         peaks[backend].append(int(done.stderr.strip().splitlines()[-1]) / 1024)
+    for _ in range(3):
+        for backend, location in (("sqlite", os.path.join(work, f"r{r}.sqlite3")),
+                                  ("postgres", f"{base}{sep}options=-csearch_path%3D{schema}")):
+            env = dict(os.environ, FLEET_REGISTRY=location)
+            start = time.perf_counter()
+            subprocess.run(["target/release/fleetctl", "snapshot", "--json"], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            snapshots[backend].append(time.perf_counter() - start)
     subprocess.run(["psql", base, "-qc", f"DROP SCHEMA {schema} CASCADE"], check=True, env=quiet)
 sqlite, postgres = statistics.median(times["sqlite"]), statistics.median(times["postgres"])
 print(f"{rows} rows, {audit} audit entries: SQLite {sqlite * 1000:.0f} ms ({max(peaks['sqlite']):.0f} MB), "
       f"PostgreSQL {postgres * 1000:.0f} ms ({max(peaks['postgres']):.0f} MB), {postgres / sqlite:.2f}x")
+sqlite, postgres = statistics.median(snapshots["sqlite"]), statistics.median(snapshots["postgres"])
+print(f"snapshot --json of {rows} rows: SQLite {sqlite * 1000:.0f} ms, PostgreSQL {postgres * 1000:.0f} ms, "
+      f"{postgres / sqlite:.2f}x")
 PY

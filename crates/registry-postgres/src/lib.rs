@@ -259,14 +259,35 @@ pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
 const DEFAULT_TIMEOUTS: [(&str, &str); 3] =
     [("lock_timeout", "10s"), ("statement_timeout", "60s"), ("idle_in_transaction_session_timeout", "5s")];
 
-fn set_default_timeouts(client: &mut Client) -> Result<(), StoreError> {
-    for (setting, value) in DEFAULT_TIMEOUTS {
-        let current: String = client.query_one(&format!("SHOW {setting}"), &[]).map_err(map_error)?.get(0);
-        if current == "0" {
-            client.batch_execute(&format!("SET {setting} = '{value}'")).map_err(map_error)?;
+/// Sets each of [`DEFAULT_TIMEOUTS`] the session has not set (at 0) in two round trips
+/// (one to read them, one to set those unset), and returns the `statement_timeout` in
+/// effect, as `SHOW` prints it.
+fn set_default_timeouts(client: &mut Client) -> Result<String, StoreError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'), \
+             current_setting('idle_in_transaction_session_timeout')",
+            &[],
+        )
+        .map_err(map_error)?;
+    let mut statement_timeout = String::new();
+    let mut sets = String::new();
+    for (i, (setting, value)) in DEFAULT_TIMEOUTS.into_iter().enumerate() {
+        let current: String = row.get(i);
+        let effective = if current == "0" {
+            sets.push_str(&format!("SET {setting} = '{value}';"));
+            value.to_owned()
+        } else {
+            current
+        };
+        if setting == "statement_timeout" {
+            statement_timeout = effective;
         }
     }
-    Ok(())
+    if !sets.is_empty() {
+        client.batch_execute(&sets).map_err(map_error)?;
+    }
+    Ok(statement_timeout)
 }
 
 /// How long connecting may take, TLS and the server's startup answer included, unless
@@ -305,9 +326,7 @@ fn connect_within(
             )
         }
     })?;
-    set_default_timeouts(&mut client)?;
-    let statement_timeout: String =
-        client.query_one("SHOW statement_timeout", &[]).map_err(map_error)?.get(0);
+    let statement_timeout = set_default_timeouts(&mut client)?;
     client.set_deadline(answer_deadline(&statement_timeout));
     Ok(client)
 }
@@ -430,11 +449,19 @@ struct PgTx<'a, 'b> {
 
 impl Tx for PgTx<'_, '_> {
     fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM worker_registrations ORDER BY worker_identity COLLATE \"C\"",
-            *rows::LIST
-        );
-        self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_worker).collect()
+        // In identity order, by the bytes: sorted here, where it costs a millisecond at
+        // 10 000 rows. The server sorted by a collation no index has, on disk past its
+        // `work_mem` (23 ms of a 24 ms query at 10 000 rows).
+        let sql = format!("SELECT {} FROM worker_registrations", *rows::LIST);
+        let mut workers: Vec<WorkerRow> = self
+            .tx
+            .query(&sql, &[])
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_worker)
+            .collect::<Result<_, _>>()?;
+        workers.sort_unstable_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+        Ok(workers)
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {
@@ -531,11 +558,17 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM instances ORDER BY client_instance_id COLLATE \"C\"",
-            *rows::INSTANCE_LIST
-        );
-        self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_instance).collect()
+        // Sorted here, as the workers are.
+        let sql = format!("SELECT {} FROM instances", *rows::INSTANCE_LIST);
+        let mut instances: Vec<InstanceRecord> = self
+            .tx
+            .query(&sql, &[])
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_instance)
+            .collect::<Result<_, _>>()?;
+        instances.sort_unstable_by(|a, b| a.client_instance_id.as_str().cmp(b.client_instance_id.as_str()));
+        Ok(instances)
     }
 
     fn instance(&mut self, id: &ClientInstanceId) -> Result<Option<InstanceRecord>, StoreError> {
