@@ -60,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .find(|a| !a.starts_with("--"))
         .ok_or("usage: read_and_print [--decode-only] REGISTRY_FILE")?;
-    let conn = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let instances = read(&conn, "SELECT * FROM instances ORDER BY client_instance_id")?;
     let workers = read(&conn, "SELECT * FROM worker_registrations ORDER BY worker_identity")?;
     if decode_only {
