@@ -4,11 +4,14 @@
 //! server process that stops answering while its host's kernel still acknowledges the
 //! bytes (stopped with SIGSTOP, wedged in I/O) holds the caller forever, and neither TCP
 //! keepalives nor `tcp_user_timeout` notice, since the peer's kernel answers them. This
-//! client drives `tokio-postgres` on a runtime of its own, as `postgres` does, and
-//! bounds each wait with a timer. A connection whose server missed a deadline is never
-//! used again: the answer may still arrive, and the next statement would read it.
+//! client drives `tokio-postgres` on a runtime of its own, as `postgres` does — the
+//! connection polled in the same task as the request, so an answer wakes nothing else —
+//! and bounds each wait with a timer. A connection whose server missed a deadline is
+//! never used again: the answer may still arrive, and the next statement would read it.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
@@ -44,9 +47,19 @@ impl From<tokio_postgres::Error> for Error {
     }
 }
 
-/// Runs `work` on `runtime`, giving up after `deadline`.
+/// The connection's side of the wire: the future that moves its messages, until it ends.
+type Driver = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
+
+/// The runtime and the connection it drives.
+struct Wire {
+    runtime: Runtime,
+    connection: Option<Driver>,
+}
+
+/// Runs `work` on the wire's runtime, polling the connection in the same task, and
+/// gives up after `deadline`.
 fn within<T>(
-    runtime: &Runtime,
+    wire: &mut Wire,
     deadline: Duration,
     abandoned: &mut bool,
     work: impl Future<Output = Result<T, tokio_postgres::Error>>,
@@ -54,7 +67,26 @@ fn within<T>(
     if *abandoned {
         return Err(Error::Abandoned);
     }
-    match runtime.block_on(async { tokio::time::timeout(deadline, work).await }) {
+    let Wire { runtime, connection } = wire;
+    let answer = runtime.block_on(async {
+        let mut work = std::pin::pin!(tokio::time::timeout(deadline, work));
+        std::future::poll_fn(|cx| {
+            // The request is queued first, the connection then sends it and reads the
+            // answer, and the request takes it. A connection that ended (the server
+            // went) leaves the request to fail on its closed channel.
+            if let Poll::Ready(answer) = work.as_mut().poll(cx) {
+                return Poll::Ready(answer);
+            }
+            if let Some(driver) = connection.as_mut()
+                && driver.as_mut().poll(cx).is_ready()
+            {
+                *connection = None;
+            }
+            work.as_mut().poll(cx)
+        })
+        .await
+    });
+    match answer {
         Ok(answer) => answer.map_err(Error::Pg),
         Err(_) => {
             *abandoned = true;
@@ -65,7 +97,7 @@ fn within<T>(
 
 /// A connection, its runtime and the deadline of each round trip.
 pub(crate) struct Client {
-    runtime: Runtime,
+    wire: Wire,
     client: tokio_postgres::Client,
     deadline: Duration,
     abandoned: bool,
@@ -87,12 +119,13 @@ impl Client {
     {
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
+        let mut wire = Wire { runtime, connection: None };
         let mut abandoned = false;
-        let (client, connection) = within(&runtime, deadline, &mut abandoned, config.connect(tls))?;
+        let (client, connection) = within(&mut wire, deadline, &mut abandoned, config.connect(tls))?;
         // The connection's messages move only while this thread waits in `block_on`,
         // which is whenever the client waits for an answer.
-        runtime.spawn(connection);
-        Ok(Self { runtime, client, deadline, abandoned })
+        wire.connection = Some(Box::pin(connection));
+        Ok(Self { wire, client, deadline, abandoned })
     }
 
     /// The deadline of each round trip.
@@ -109,7 +142,7 @@ impl Client {
         sql: &S,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Row, Error> {
-        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.query_one(sql, params))
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.query_one(sql, params))
     }
 
     pub(crate) fn query_opt<S: ToStatement + ?Sized>(
@@ -117,7 +150,7 @@ impl Client {
         sql: &S,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>, Error> {
-        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.query_opt(sql, params))
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.query_opt(sql, params))
     }
 
     pub(crate) fn execute<S: ToStatement + ?Sized>(
@@ -125,15 +158,15 @@ impl Client {
         sql: &S,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, Error> {
-        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.execute(sql, params))
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.execute(sql, params))
     }
 
     pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.batch_execute(sql))
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.batch_execute(sql))
     }
 
     pub(crate) fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
-        within(&self.runtime, self.deadline, &mut self.abandoned, self.client.prepare(sql))
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.prepare(sql))
     }
 
     /// Begins a transaction at `isolation`, read-only when asked.
@@ -142,10 +175,10 @@ impl Client {
         isolation: IsolationLevel,
         read_only: bool,
     ) -> Result<Transaction<'_>, Error> {
-        let Self { runtime, client, deadline, abandoned } = self;
+        let Self { wire, client, deadline, abandoned } = self;
         let start = client.build_transaction().isolation_level(isolation).read_only(read_only).start();
-        let tx = within(runtime, *deadline, abandoned, start)?;
-        Ok(Transaction { runtime, tx: Some(tx), deadline: *deadline, abandoned })
+        let tx = within(wire, *deadline, abandoned, start)?;
+        Ok(Transaction { wire, tx: Some(tx), deadline: *deadline, abandoned })
     }
 }
 
@@ -153,7 +186,7 @@ impl Client {
 /// and there (the connection moves only while this thread waits on it, so a rollback
 /// left queued would keep the transaction, and any lock it holds, open on the server).
 pub(crate) struct Transaction<'a> {
-    runtime: &'a Runtime,
+    wire: &'a mut Wire,
     /// Taken by `commit`.
     tx: Option<tokio_postgres::Transaction<'a>>,
     deadline: Duration,
@@ -199,7 +232,7 @@ impl<'a> Transaction<'a> {
 
     pub(crate) fn commit(mut self) -> Result<(), Error> {
         let tx = self.tx.take().ok_or(Error::Abandoned)?;
-        within(self.runtime, self.deadline, self.abandoned, tx.commit())
+        within(self.wire, self.deadline, self.abandoned, tx.commit())
     }
 
     /// Runs one round trip of the open transaction within the deadline.
@@ -210,9 +243,9 @@ impl<'a> Transaction<'a> {
     where
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let Self { runtime, tx, deadline, abandoned } = self;
+        let Self { wire, tx, deadline, abandoned } = self;
         let tx = tx.as_ref().ok_or(Error::Abandoned)?;
-        within(runtime, *deadline, abandoned, work(tx))
+        within(wire, *deadline, abandoned, work(tx))
     }
 }
 
@@ -221,7 +254,7 @@ impl Drop for Transaction<'_> {
         if let Some(tx) = self.tx.take() {
             // A failed rollback leaves the connection abandoned or closed; the server
             // ends the transaction when the connection goes.
-            let _ = within(self.runtime, self.deadline, self.abandoned, tx.rollback());
+            let _ = within(self.wire, self.deadline, self.abandoned, tx.rollback());
         }
     }
 }
