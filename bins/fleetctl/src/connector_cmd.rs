@@ -205,8 +205,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     // live first is refused, never resumed into the same tenure.
     let registry_id = binding.registry.registry_id()?;
     let lease_key = binding.identity.lease_key().to_string();
-    let _host_lock =
-        crate::tenure::HostLock::take(&registry_id, &lease_key, &args.owner).map_err(Failure::refused)?;
+    let _host_lock = fleet_runtime::tenure::HostLock::take(&registry_id, &lease_key, &args.owner)
+        .map_err(Failure::refused)?;
     let window = fleet_lease::ActWindow::for_ttl(binding.ttl.unsigned_abs());
     let sent = fleet_runtime::process::boot_clock();
     let mut lease = binding.hold()?;
@@ -215,8 +215,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     // A former holder paused past its lease may still have its command's tree running
     // here: nothing of it may run beside this tenure. Any tree of this same epoch is a
     // leftover of a run that is gone (the host lock says no live one holds it).
-    let tenure = crate::tenure::Tenure::new(&registry_id, &lease_key, context.fencing_epoch.get());
-    let left = tenure.end_former_trees(crate::tenure::SameEpoch::Leftover);
+    let tenure = fleet_runtime::tenure::Tenure::new(&registry_id, &lease_key, context.fencing_epoch.get());
+    let left = tenure.end_former_trees(fleet_runtime::tenure::SameEpoch::Leftover);
     if !matches!(left, Ok(0)) {
         let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
         return Err(Failure::refused(match left {
@@ -230,7 +230,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         .map_err(|e| Failure::store(format!("cannot create a private directory for the context: {e}")))?;
     let context_file = dir.path().join("context.json");
     publish(&context, &context_file)?;
-    let mut kept = crate::child::LeasedCommand::new(program, rest, act_until, window.grace)
+    let mut kept = fleet_runtime::keeper::LeasedCommand::new(program, rest, act_until, window.grace)
         .map_err(|e| Failure::store(format!("cannot start the command's keeper: {e}")))?;
     let command = kept.command();
     // The command acts only through its context: it is not handed the registry, whose
@@ -248,7 +248,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     tenure.mark(command);
     // A stop asked of this process (SIGTERM, SIGINT, SIGHUP) ends the command's tree
     // gracefully and releases the lease; watched from before the command starts.
-    let asked = crate::child::watch_stop_signals(None)
+    let asked = fleet_runtime::keeper::watch_stop_signals(None)
         .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
     let lapsed = || {
         Failure::refused(format!(
@@ -269,7 +269,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         match child.try_wait() {
             // The keeper ended the command at the deadline: its authority lapsed.
             Ok(Some(status))
-                if status.code() == Some(i32::from(crate::child::LAPSED))
+                if status.code() == Some(i32::from(fleet_runtime::keeper::LAPSED))
                     && fleet_runtime::process::boot_clock() >= act_until =>
             {
                 break Err(lapsed());
@@ -279,13 +279,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             Err(e) => break Err(Failure::store(format!("cannot wait for the command: {e}"))),
         }
         if asked.load(Ordering::SeqCst) != 0 {
-            match crate::child::stop_kept(&mut child) {
+            match fleet_runtime::keeper::stop_kept(&mut child) {
                 Some(status) => break Ok(status),
                 None => break Err(Failure::store("cannot wait for the stopped command")),
             }
         }
         if fleet_runtime::process::boot_clock() >= act_until {
-            crate::child::stop_kept(&mut child);
+            fleet_runtime::keeper::stop_kept(&mut child);
             break Err(lapsed());
         }
         if Instant::now() < next {
@@ -298,7 +298,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         match load_policy(Some(&args.policy)) {
             Ok(policy) => binding.policy = policy,
             Err(e) => {
-                crate::child::stop_kept(&mut child);
+                fleet_runtime::keeper::stop_kept(&mut child);
                 break Err(e);
             }
         }
@@ -329,13 +329,13 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
                 act_until = act_until.max(sent.saturating_add(window.act));
                 line.extend(act_until);
                 if let Err(e) = publish(&context, &context_file) {
-                    crate::child::stop_kept(&mut child);
+                    fleet_runtime::keeper::stop_kept(&mut child);
                     break Err(e);
                 }
             }
             Err(e) => {
                 // The authority is gone: the command must not act on it a moment longer.
-                crate::child::stop_kept(&mut child);
+                fleet_runtime::keeper::stop_kept(&mut child);
                 break Err(e);
             }
         }

@@ -53,7 +53,7 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         // runs a second copy beside a first that outlived its authority. The command is
         // told its fencing token, to fence its own writes where no local mechanism reaches.
         let holder = cancel.holder();
-        let tenure = crate::tenure::Tenure::new(
+        let tenure = fleet_runtime::tenure::Tenure::new(
             cancel.registry_id(),
             &format!("init:{}", args.key),
             holder.fencing_epoch.get(),
@@ -61,14 +61,17 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
         // A former owner paused past its lease may still have its tree running here:
         // nothing of it may run beside this tenure. A newer tenure's tree means this
         // one has passed: nothing of it is touched.
-        let left = tenure.end_former_trees(crate::tenure::SameEpoch::Untouched).map_err(|s| s.to_string())?;
+        let left = tenure
+            .end_former_trees(fleet_runtime::tenure::SameEpoch::Untouched)
+            .map_err(|s| s.to_string())?;
         if left > 0 {
             return Err(format!(
                 "{left} processes of a former owner's run would not end; not running beside them"
             ));
         }
-        let mut kept = crate::child::LeasedCommand::new(program, rest, cancel.act_until(), cancel.grace())
-            .map_err(|e| format!("cannot start the keeper: {e}"))?;
+        let mut kept =
+            fleet_runtime::keeper::LeasedCommand::new(program, rest, cancel.act_until(), cancel.grace())
+                .map_err(|e| format!("cannot start the keeper: {e}"))?;
         let command = kept.command();
         command
             .env("FLEET_INIT_KEY", &args.key)
@@ -85,7 +88,7 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
             kept.spawn().map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
         loop {
             if cancel.cancelled() {
-                crate::child::stop_kept(&mut child);
+                fleet_runtime::keeper::stop_kept(&mut child);
                 return Err("cancelled: the initialization lease was lost".into());
             }
             line.extend(cancel.act_until());

@@ -1,7 +1,6 @@
 //! `fleetctl`: the operator's tool. Thin by design: parse arguments, open the registry,
 //! call a library, print a table or JSON.
 
-mod child;
 mod connector_cmd;
 mod demo;
 mod examples;
@@ -16,7 +15,6 @@ mod retire_cmd;
 mod snapshot_cmd;
 mod status_page;
 mod table;
-mod tenure;
 mod worker_cmd;
 
 use std::process::ExitCode;
@@ -141,10 +139,13 @@ fn command_with_examples(cmd: clap::Command) -> clap::Command {
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     // The internal commands run inside a child's environment and need no registry.
     match &cli.command {
-        Cmd::Gate { owner_pid, command } => return Ok(child::gate(*owner_pid, command)),
+        Cmd::Gate { owner_pid, command } => return Ok(fleet_runtime::keeper::gate(*owner_pid, command)),
         Cmd::Keep { owner_pid, lease_fd, grace_ms, command } => {
             let lease = lease_fd.zip(grace_ms.map(std::time::Duration::from_millis));
-            return Ok(child::keep(child::KeepOptions { owner: *owner_pid, lease }, command));
+            return Ok(fleet_runtime::keeper::keep(
+                fleet_runtime::keeper::KeepOptions { owner: *owner_pid, lease },
+                command,
+            ));
         }
         _ => {}
     }

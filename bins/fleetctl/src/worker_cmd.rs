@@ -15,9 +15,9 @@ use fleet_runtime::{
     Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
 };
 
-use crate::child::HeldChild;
 use crate::output::{self, Format, OutputArgs};
 use crate::table;
+use fleet_runtime::keeper::HeldChild;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum WorkerCmd {
@@ -102,7 +102,7 @@ fn run_worker(
     };
     let repository = Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::usage("no worker command"))?;
-    crate::child::check_executable(program).map_err(Failure::usage)?;
+    fleet_runtime::keeper::check_executable(program).map_err(Failure::usage)?;
 
     // The worker process is created held: registered first, then let run, so it never
     // runs unregistered; and it dies with this supervisor.
@@ -112,7 +112,7 @@ fn run_worker(
     // Watched from before the registration, so a stop asked for at any moment reaches
     // the worker (or its gate) and counts as asked for.
     // Forwarded to the worker (or its gate) and noted as asked for.
-    let asked = match crate::child::watch_stop_signals(Some(child_pid)) {
+    let asked = match fleet_runtime::keeper::watch_stop_signals(Some(child_pid)) {
         Ok(asked) => asked,
         Err(e) => {
             held.abort();
@@ -156,7 +156,7 @@ fn run_worker(
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if session.registration_lost() => {
-                crate::child::stop_kept(&mut child);
+                fleet_runtime::keeper::stop_kept(&mut child);
                 let worker = session.row().worker_identity.clone();
                 session.abandon();
                 return Err(Failure::refused(format!(

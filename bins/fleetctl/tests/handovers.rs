@@ -77,6 +77,13 @@ fn check(log: &str) -> usize {
     pids.len()
 }
 
+/// How many epochs have acted so far (lines of the log still being written may be cut).
+fn epochs_acted(log: &str) -> usize {
+    let epochs: std::collections::BTreeSet<&str> =
+        log.lines().filter_map(|l| l.strip_prefix("tick ")?.split_whitespace().next()).collect();
+    epochs.len()
+}
+
 /// Runs `starters` contending starters for `run_for` under random pauses and kills.
 /// Where each starter reaches the registry.
 enum Reach {
@@ -116,10 +123,15 @@ fn contend(fleet: &Fleet, reach: &Reach, starters: usize, run_for: Duration, see
     );
     // Each starter's `connector run`, and when it started.
     let mut live: Vec<Option<(Child, Instant)>> = (0..starters).map(|_| None).collect();
-    let stop_at = Instant::now() + run_for;
+    let started = Instant::now();
     let mut rng = Rng(seed | 1);
     let mut faults = 0;
-    while Instant::now() < stop_at {
+    // At least `run_for`; on a machine too busy for a handover in that time, on until
+    // two epochs have acted (a run that saw one proves nothing), for at most six times
+    // as long.
+    while started.elapsed() < run_for
+        || (started.elapsed() < run_for * 6 && epochs_acted(&std::fs::read_to_string(&log).unwrap()) < 2)
+    {
         {
             for (i, slot) in live.iter_mut().enumerate() {
                 if slot.as_mut().is_some_and(|(c, _)| c.try_wait().ok().flatten().is_some()) {

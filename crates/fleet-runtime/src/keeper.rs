@@ -58,22 +58,23 @@ const GATE_FD: i32 = 3;
 const NOT_STARTED: u8 = 125;
 
 /// How long a stopped command's processes get between `SIGTERM` and `SIGKILL`.
-pub(crate) const GRACE: Duration = Duration::from_secs(2);
+pub const GRACE: Duration = Duration::from_secs(2);
 
 /// A command run under a keeper (`fleetctl __keep`) that ends with this thread and takes
 /// the command's whole process tree with it, and that holds a lease: the keeper ends the
 /// command's tree by itself when the deadline its owner last sent passes, so a command
 /// never outlives its lease, even while its owner is paused or its renewals stall.
-pub(crate) struct LeasedCommand {
+#[allow(missing_debug_implementations)] // holds a `Command`, whose Debug prints its whole environment
+pub struct LeasedCommand {
     command: Command,
     reader: OwnedFd,
     line: LeaseLine,
 }
 
 /// The owner's end of a keeper's lease line: each message is the time (on
-/// [`fleet_runtime::process::boot_clock`]) until which the command may act.
+/// [`crate::process::boot_clock`]) until which the command may act.
 #[derive(Debug)]
-pub(crate) struct LeaseLine {
+pub struct LeaseLine {
     writer: PipeWriter,
     sent: Duration,
 }
@@ -82,7 +83,7 @@ impl LeaseLine {
     /// Lets the command act until `until` on the boot clock; an earlier time than one
     /// already sent changes nothing. A keeper that is paused and does not read is not
     /// waited for: the line never blocks its owner.
-    pub(crate) fn extend(&mut self, until: Duration) {
+    pub fn extend(&mut self, until: Duration) {
         if until <= self.sent {
             return;
         }
@@ -96,7 +97,7 @@ impl LeaseLine {
 impl LeasedCommand {
     /// `program` kept, acting until `until` on the boot clock unless extended, and
     /// given `grace` between its stop signal and `SIGKILL` when the deadline passes.
-    pub(crate) fn new(
+    pub fn new(
         program: &OsStr,
         args: &[OsString],
         until: Duration,
@@ -126,12 +127,12 @@ impl LeasedCommand {
     }
 
     /// The command, to add its environment.
-    pub(crate) fn command(&mut self) -> &mut Command {
+    pub fn command(&mut self) -> &mut Command {
         &mut self.command
     }
 
     /// Starts the keeper; the line extends its deadline.
-    pub(crate) fn spawn(mut self) -> std::io::Result<(Child, LeaseLine)> {
+    pub fn spawn(mut self) -> std::io::Result<(Child, LeaseLine)> {
         let child = self.command.spawn()?;
         drop(self.reader);
         Ok((child, self.line))
@@ -160,7 +161,7 @@ const LEASE_FD: i32 = 3;
 
 /// Exit status of a keeper that ended its command because the lease deadline passed
 /// without a renewal: the command's authority lapsed.
-pub(crate) const LAPSED: u8 = 124;
+pub const LAPSED: u8 = 124;
 
 /// The signals that ask a kept command to stop.
 fn stop_signals() -> nix::sys::signal::SigSet {
@@ -183,7 +184,7 @@ fn hold_stop_signals() -> std::io::Result<()> {
 
 /// Stops a kept command: `SIGTERM` to its keeper, which ends the whole tree within its
 /// grace (at most [`GRACE`]); a keeper that has not ended well after that is killed.
-pub(crate) fn stop_kept(child: &mut Child) -> Option<std::process::ExitStatus> {
+pub fn stop_kept(child: &mut Child) -> Option<std::process::ExitStatus> {
     if let Ok(pid) = i32::try_from(child.id()) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
     }
@@ -200,20 +201,20 @@ pub(crate) fn stop_kept(child: &mut Child) -> Option<std::process::ExitStatus> {
 
 /// How a keeper runs: who its owner is, and the lease it holds, if any.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct KeepOptions {
+pub struct KeepOptions {
     /// The owner's pid, as the owner saw itself: the keeper's parent must still be it.
     /// In a container whose pid 1 is the owner, that is 1.
-    pub(crate) owner: i32,
+    pub owner: i32,
     /// The descriptor the owner sends lease deadlines on, and the grace the command gets
     /// when one passes.
-    pub(crate) lease: Option<(i32, Duration)>,
+    pub lease: Option<(i32, Duration)>,
 }
 
 /// `fleetctl __keep --owner-pid P [--lease-fd 3 --grace-ms G] -- CMD…`: runs `CMD` as a
 /// child subreaper's child, ends every descendant when told to stop, when `CMD` ends, or
 /// (holding a lease) when the owner's last deadline passes, and exits as `CMD` did
 /// ([`LAPSED`] for a passed deadline).
-pub(crate) fn keep(options: KeepOptions, command: &[OsString]) -> ExitCode {
+pub fn keep(options: KeepOptions, command: &[OsString]) -> ExitCode {
     let Some((program, args)) = command.split_first() else { return ExitCode::from(NOT_STARTED) };
     // The owner may have died before the death signal was armed: then this process was
     // adopted, and its parent is no longer the owner.
@@ -258,7 +259,7 @@ pub(crate) fn keep(options: KeepOptions, command: &[OsString]) -> ExitCode {
     let child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            fleet_runtime::warn(format_args!("fleetctl: cannot run {}: {e}", program.to_string_lossy()));
+            crate::warn(format_args!("fleetctl: cannot run {}: {e}", program.to_string_lossy()));
             return ExitCode::from(127);
         }
     };
@@ -317,7 +318,7 @@ impl Deadline {
     /// Whether the command must be ended now: no deadline sent is still ahead.
     fn passed(&mut self) -> bool {
         self.drain();
-        fleet_runtime::process::boot_clock() >= self.until
+        crate::process::boot_clock() >= self.until
     }
 }
 
@@ -325,7 +326,7 @@ impl Deadline {
 /// inside a signal handler): each is noted as the last stop asked for (0: none yet) and,
 /// given `forward_to`, passed on to that process. Once watched, these signals no longer
 /// end this process by themselves: the caller acts on the note.
-pub(crate) fn watch_stop_signals(forward_to: Option<i32>) -> std::io::Result<Arc<AtomicI32>> {
+pub fn watch_stop_signals(forward_to: Option<i32>) -> std::io::Result<Arc<AtomicI32>> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     let asked = Arc::new(AtomicI32::new(0));
@@ -430,14 +431,14 @@ fn descendants(root: nix::unistd::Pid) -> Vec<nix::unistd::Pid> {
 
 /// A child that has been created but holds before running its command.
 #[derive(Debug)]
-pub(crate) struct HeldChild {
+pub struct HeldChild {
     child: Child,
     gate: PipeWriter,
 }
 
 impl HeldChild {
     /// Creates the child, dying with this thread, held before `program` runs.
-    pub(crate) fn spawn(program: &OsString, args: &[OsString]) -> std::io::Result<Self> {
+    pub fn spawn(program: &OsString, args: &[OsString]) -> std::io::Result<Self> {
         let (reader, gate) = std::io::pipe()?;
         let reader: OwnedFd = reader.into();
         let raw = reader.as_raw_fd();
@@ -459,18 +460,18 @@ impl HeldChild {
     }
 
     /// The child's pid, the same before and after its command starts.
-    pub(crate) fn id(&self) -> u32 {
+    pub fn id(&self) -> u32 {
         self.child.id()
     }
 
     /// Lets the command run.
-    pub(crate) fn release(mut self) -> std::io::Result<Child> {
+    pub fn release(mut self) -> std::io::Result<Child> {
         self.gate.write_all(b"g")?;
         Ok(self.child)
     }
 
     /// Ends the child without its command ever running.
-    pub(crate) fn abort(mut self) {
+    pub fn abort(mut self) {
         drop(self.gate);
         let _ = self.child.wait();
     }
@@ -478,7 +479,7 @@ impl HeldChild {
 
 /// `fleetctl __gate -- CMD…`: waits for the go-ahead on the gate descriptor, then keeps
 /// `CMD` (see [`keep`]). Without the go-ahead it exits with status 125 and runs nothing.
-pub(crate) fn gate(owner: i32, command: &[OsString]) -> ExitCode {
+pub fn gate(owner: i32, command: &[OsString]) -> ExitCode {
     // SAFETY: descriptor 3 was placed here by `HeldChild::spawn` for this process alone.
     let mut gate = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(GATE_FD) });
     let mut go = [0u8; 1];
@@ -493,7 +494,7 @@ pub(crate) fn gate(owner: i32, command: &[OsString]) -> ExitCode {
 /// Whether `program` names a file this process may execute, found as `execvp` finds it
 /// (a name with a slash as given, else the first match on `PATH`): checked before any
 /// registry row is written for it, so a command that cannot run is refused up front.
-pub(crate) fn check_executable(program: &OsStr) -> Result<(), String> {
+pub fn check_executable(program: &OsStr) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
     let runnable = |path: &Path| {
@@ -518,7 +519,7 @@ pub(crate) fn check_executable(program: &OsStr) -> Result<(), String> {
 
 /// Whether process `pid` exists and has not ended (a zombie has: it only waits to be
 /// reaped by its parent).
-pub(crate) fn running(pid: u32) -> bool {
+pub fn running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
     let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
     !matches!(state, Some("Z" | "X") | None)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::child::{GRACE, running};
+use crate::keeper::{GRACE, running};
 
 /// The variables that mark a kept command's tree with the lease it runs under: which
 /// lease of which registry, and at which fencing epoch.
@@ -19,16 +19,18 @@ const TENURE_EPOCH: &str = "FLEET_TENURE_EPOCH";
 /// One tenure of a lease: the registry (by its id, never by how its location is
 /// spelled), the lease key, and the fencing epoch granted.
 #[derive(Debug, Clone)]
-pub(crate) struct Tenure {
+pub struct Tenure {
     lease: String,
     epoch: u64,
 }
 
 /// A process of a newer tenure of the same lease: this one has been superseded.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Superseded {
-    pub(crate) epoch: u64,
-    pub(crate) pid: i32,
+pub struct Superseded {
+    /// The newer epoch.
+    pub epoch: u64,
+    /// A process running under it.
+    pub pid: i32,
 }
 
 impl std::fmt::Display for Superseded {
@@ -42,12 +44,13 @@ impl std::fmt::Display for Superseded {
 }
 
 impl Tenure {
-    pub(crate) fn new(registry: &fleet_registry::RegistryId, lease_key: &str, epoch: u64) -> Self {
+    /// The tenure at `epoch` of lease `lease_key` in the registry whose id is `registry`.
+    pub fn new(registry: &fleet_registry::RegistryId, lease_key: &str, epoch: u64) -> Self {
         Self { lease: format!("{registry} {lease_key}"), epoch }
     }
 
     /// Marks `cmd`'s tree as running under this tenure.
-    pub(crate) fn mark(&self, cmd: &mut Command) {
+    pub fn mark(&self, cmd: &mut Command) {
         cmd.env(TENURE, &self.lease).env(TENURE_EPOCH, self.epoch.to_string());
     }
 
@@ -88,7 +91,7 @@ impl Tenure {
     /// ended only when `same_epoch` says they are leftovers (the caller proved that their
     /// owner is gone). Returns once none is left, or after a few seconds with how many
     /// remain.
-    pub(crate) fn end_former_trees(&self, same_epoch: SameEpoch) -> Result<usize, Superseded> {
+    pub fn end_former_trees(&self, same_epoch: SameEpoch) -> Result<usize, Superseded> {
         let deadline = Instant::now() + GRACE + Duration::from_secs(5);
         loop {
             let marked = self.marked();
@@ -115,7 +118,7 @@ impl Tenure {
 
 /// What processes marked with a tenure's own epoch are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SameEpoch {
+pub enum SameEpoch {
     /// Left by an owner of this tenure that is gone (a resumed lease): ended.
     Leftover,
     /// Nothing of this epoch can be running yet (a freshly granted epoch): kept.
@@ -127,18 +130,14 @@ pub(crate) enum SameEpoch {
 /// lease (the kernel lets go of it however the process ends). The file records who holds
 /// it, for the refusal to name.
 #[derive(Debug)]
-pub(crate) struct HostLock {
+pub struct HostLock {
     _file: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl HostLock {
     /// Takes the lock of `owner`'s hold on `lease_key` in `registry`, or says which live
     /// process holds it. Another owner (a takeover) is not stopped by it.
-    pub(crate) fn take(
-        registry: &fleet_registry::RegistryId,
-        lease_key: &str,
-        owner: &str,
-    ) -> Result<Self, String> {
+    pub fn take(registry: &fleet_registry::RegistryId, lease_key: &str, owner: &str) -> Result<Self, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir = lock_dir().map_err(|e| format!("cannot make a directory for tenure locks: {e}"))?;
         let name = blake3::hash(format!("{registry} {lease_key} {owner}").as_bytes()).to_hex();
@@ -154,7 +153,7 @@ impl HostLock {
             .map_err(|e| format!("cannot open the tenure lock {}: {e}", path.display()))?;
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
             Ok(mut file) => {
-                let host = fleet_runtime::process::host_id().map(|h| h.to_string()).unwrap_or_default();
+                let host = crate::process::host_id().map(|h| h.to_string()).unwrap_or_default();
                 let _ = file.set_len(0);
                 let _ = std::io::Seek::rewind(&mut *file);
                 let _ = write!(*file, "pid {} on host {host}", std::process::id());
