@@ -9,8 +9,11 @@
 //! limit: the same threads heartbeating as fast as they can).
 //!
 //! ```sh
-//! cargo run --release -p fleet-runtime --example capacity -- REGISTRY WORKERS [SECONDS THREADS TTL]
+//! cargo run --release -p fleet-runtime --example capacity -- REGISTRY WORKERS [SECONDS THREADS TTL FIRST]
 //! ```
+//! FIRST numbers this process's workers from there (default 0), so that several
+//! processes, each with workers of its own, carry one fleet between them, as the hosts of
+//! a fleet do.
 //! REGISTRY is a SQLite path (created) or a postgres:// URL (an empty schema).
 
 use std::sync::Mutex;
@@ -54,12 +57,13 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Registers `workers` workers of `workers / 5` launches on a host of no one's.
-fn register(location: &RegistryLocation, workers: usize, ttl: u32) -> Vec<WorkerCredential> {
+/// Registers `workers` workers (numbered from `first`) of `workers / 5` launches on a
+/// host of no one's.
+fn register(location: &RegistryLocation, first: usize, workers: usize, ttl: u32) -> Vec<WorkerCredential> {
     let mut registry = open_registry(location, OpenMode::CreateIfMissing).expect("registry");
     let host = fleet_identity::HostId::new("0123456789abcdef0123456789abcdef").expect("host");
     let boot = fleet_identity::BootId::new("11111111-2222-3333-4444-555555555555").expect("boot");
-    (0..workers)
+    (first..first + workers)
         .map(|i| {
             let instance =
                 ClientInstanceId::parse(&format!("inst-codex-20260730T120000Z-{:012x}", i / 5)).expect("id");
@@ -101,7 +105,7 @@ fn register(location: &RegistryLocation, workers: usize, ttl: u32) -> Vec<Worker
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(target) = args.get(1) else {
-        eprintln!("usage: capacity REGISTRY WORKERS [SECONDS THREADS TTL]");
+        eprintln!("usage: capacity REGISTRY WORKERS [SECONDS THREADS TTL FIRST]");
         std::process::exit(2);
     };
     let location = RegistryLocation::resolve(Some(target)).expect("location");
@@ -109,8 +113,9 @@ fn main() {
     let seconds: u64 = arg(&args, 3, 60);
     let threads: usize = arg(&args, 4, 8);
     let ttl: u32 = arg(&args, 5, 30);
+    let first: usize = arg(&args, 6, 0);
     let started = Instant::now();
-    let credentials = register(&location, workers, ttl);
+    let credentials = register(&location, first, workers, ttl);
     eprintln!("registered {workers} workers in {:.1} s", started.elapsed().as_secs_f64());
 
     // The floor: the same threads heartbeating their workers as fast as they can.
