@@ -13,7 +13,9 @@
 //! ```
 //! FIRST numbers this process's workers from there (default 0), so that several
 //! processes, each with workers of its own, carry one fleet between them, as the hosts of
-//! a fleet do.
+//! a fleet do. With `CAPACITY_START_FILE` set, a process waits after registering until
+//! that file exists: registering a large fleet takes longer than a TTL, so the processes
+//! start their clocks together once every worker is registered.
 //! REGISTRY is a SQLite path (created) or a postgres:// URL (an empty schema).
 
 use std::sync::Mutex;
@@ -117,6 +119,11 @@ fn main() {
     let started = Instant::now();
     let credentials = register(&location, first, workers, ttl);
     eprintln!("registered {workers} workers in {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(start) = std::env::var_os("CAPACITY_START_FILE") {
+        while !std::path::Path::new(&start).exists() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 
     // The floor: the same threads heartbeating their workers as fast as they can.
     let floor_beats = AtomicUsize::new(0);
