@@ -111,15 +111,7 @@ struct World {
 
 impl World {
     fn snapshot_json(&self) -> Value {
-        let snap = snapshot(SnapshotInput {
-            rows: &self.rows,
-            ledger: &self.ledger,
-            manifest: None,
-            probes: &self.probes,
-            policy: &Policy::default(),
-            now: at(self.now),
-        });
-        serde_json::to_value(&snap).unwrap()
+        self.judge().1
     }
 
     fn judge(&self) -> (Judgement, Value) {
