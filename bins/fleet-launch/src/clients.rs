@@ -358,14 +358,8 @@ fn remove_json(client: Client, existing: &str, path: &Path) -> Result<String, Ed
 /// The tools each namespace's server lists that only read (`readOnlyHint: true`): the
 /// runtime context everywhere, the snapshot and the plan for the fleet roles. What
 /// `install --allow-read-only` lets run without a prompt; never a tool that writes.
-pub fn read_only_tools(namespace: Namespace) -> &'static [&'static str] {
-    const CONTEXT: &str = "gitea_get_runtime_context";
-    match namespace {
-        Namespace::Controller | Namespace::Reconciler => {
-            &[CONTEXT, "gitea_snapshot_instance_fleet", "gitea_plan_stale_worker_retirement"]
-        }
-        _ => &[CONTEXT],
-    }
+pub fn read_only_tools(namespace: Namespace) -> impl Iterator<Item = &'static str> {
+    fleet_runtime::McpTool::listed(namespace).filter(|t| t.read_only()).map(fleet_runtime::McpTool::as_str)
 }
 
 /// What `install --allow-read-only` does for each client, by its own settings.
@@ -442,7 +436,7 @@ pub fn gemini_read_only_policy() -> String {
          `fleet-launch uninstall --client gemini` removes it.\n"
     );
     for ns in Namespace::ALL {
-        let tools: toml_edit::Array = read_only_tools(ns).iter().copied().collect();
+        let tools: toml_edit::Array = read_only_tools(ns).collect();
         let mut rule = toml_edit::Table::new();
         rule.insert("mcpName", toml_edit::value(entry_name(ns)));
         rule.insert("toolName", toml_edit::value(tools));
@@ -505,7 +499,7 @@ pub fn disallow_read_only_claude(existing: &str, path: &Path) -> Result<String, 
     let top = json_object(&root, path)?;
     let ours: Vec<String> = Namespace::ALL
         .into_iter()
-        .flat_map(|ns| read_only_tools(ns).iter().map(move |tool| claude_rule(ns, tool)))
+        .flat_map(|ns| read_only_tools(ns).map(move |tool| claude_rule(ns, tool)))
         .collect();
     if let Some(allow) = top.object_value("permissions").and_then(|p| p.array_value("allow")) {
         for element in allow.elements() {

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use clap::{Parser, Subcommand};
+use fleet_cli::Failure;
+use fleet_cli::{out, outln};
 use fleet_identity::{ClientType, FleetRunId, SessionId};
-use fleet_runtime::{Failure, Launch, RegistryLocation, vars};
-use fleet_runtime::{out, outln};
+use fleet_runtime::{Launch, RegistryLocation, vars};
 use serde_json::json;
 
 use fleet_runtime::AgentClient as Client;
@@ -28,14 +29,14 @@ use fleet_launch::clients::{self, ClientConfig, EditError, ReadOnlyApproval, Sco
          fleet-launch install --client claude_code      the same for .mcp.json (also: cursor, gemini, vscode)\n  \
          fleet-launch run --client codex -- codex       one session: a fresh, recorded identity\n  \
          fleet-launch config --client vscode            print the entries instead of installing them\n\n{}",
-        fleet_runtime::LAUNCHER_EXIT_CODES_HELP
+        fleet_cli::LAUNCHER_EXIT_CODES_HELP
     )
 )]
 struct Cli {
     /// How log events are written to stderr; RUST_LOG chooses which (default warn,
     /// info shows every mutation and refusal).
-    #[arg(long, global = true, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
-    log_format: fleet_runtime::LogFormat,
+    #[arg(long, global = true, value_enum, default_value_t = fleet_cli::LogFormat::Human)]
+    log_format: fleet_cli::LogFormat,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     #[arg(long, global = true, env = "FLEET_REGISTRY", hide_env_values = true)]
     registry: Option<String>,
@@ -59,7 +60,7 @@ struct LaunchArgs {
 #[derive(Debug, clap::Args)]
 struct ConfigArgs {
     /// The agent client whose config format to write.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = fleet_cli::agent_client_parser())]
     client: Client,
     /// The MCP server each entry starts (default: fleet-mcp beside this binary).
     #[arg(long)]
@@ -116,7 +117,7 @@ enum Cmd {
     /// Remove the five server entries from the client's config file, and nothing else.
     Uninstall {
         /// The agent client whose config file to edit.
-        #[arg(long, value_enum)]
+        #[arg(long, value_parser = fleet_cli::agent_client_parser())]
         client: Client,
         #[command(flatten)]
         file: FileArgs,
@@ -127,7 +128,7 @@ enum Cmd {
     /// Print shell completions for fleet-launch.
     Completions {
         /// The shell.
-        shell: fleet_runtime::cli::Shell,
+        shell: fleet_cli::manuals::Shell,
     },
     /// Print fleet-launch's manual page (roff), or with --dir write one page per
     /// subcommand into DIR.
@@ -175,7 +176,7 @@ fleet-launch run --client claude_code -- claude -p \"check the fleet\"",
 
 /// fleet-launch's command with an example in every subcommand's help.
 fn command_with_examples(cmd: clap::Command) -> clap::Command {
-    fleet_runtime::cli::with_examples(cmd, EXAMPLES)
+    fleet_cli::manuals::with_examples(cmd, EXAMPLES)
 }
 
 fn parse_client(s: &str) -> Result<ClientType, String> {
@@ -189,9 +190,9 @@ fn parse_session(s: &str) -> Result<SessionId, String> {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args_with::<Cli>(command_with_examples)
+    match fleet_cli::parse_args_with::<Cli>(command_with_examples)
         .and_then(run)
-        .and_then(|done| fleet_runtime::flush_stdout().map(|()| done))
+        .and_then(|done| fleet_cli::flush_stdout().map(|()| done))
     {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report("fleet-launch"),
@@ -375,7 +376,7 @@ fn edit_config(path: &Path, edit: impl FnOnce(&str) -> Result<String, EditError>
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
-    fleet_runtime::init_logging(cli.log_format);
+    fleet_cli::init_logging(cli.log_format);
     let registry = cli.registry.as_deref();
     match cli.command {
         Cmd::Mint { launch, json } => {
@@ -391,7 +392,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Config { config } => {
             let (command, warning) = server_command(&config);
             if let Some(warning) = warning {
-                fleet_runtime::warn(format_args!("fleet-launch: note: {warning}"));
+                fleet_cli::warn(format_args!("fleet-launch: note: {warning}"));
             }
             out!("{}", clients::render(config.client, &command))?;
             Ok(())
@@ -401,7 +402,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let path = config_file(client, file)?;
             let (command, warning) = server_command(&config);
             if let Some(warning) = warning {
-                fleet_runtime::warn(format_args!("fleet-launch: note: {warning}"));
+                fleet_cli::warn(format_args!("fleet-launch: note: {warning}"));
             }
             let codex_approvals = allow_read_only && client == Client::Codex;
             let changed = edit_config(&path, |text| {
@@ -460,18 +461,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Completions { shell } => {
             let command = command_with_examples(<Cli as clap::CommandFactory>::command());
-            out!("{}", fleet_runtime::cli::completions(command, shell))?;
+            out!("{}", fleet_cli::manuals::completions(command, shell))?;
             Ok(())
         }
         Cmd::Man { dir } => {
             let command = command_with_examples(<Cli as clap::CommandFactory>::command());
             match dir {
                 Some(dir) => {
-                    for page in fleet_runtime::cli::write_manuals(command, &dir)? {
+                    for page in fleet_cli::manuals::write_manuals(command, &dir)? {
                         outln!("{}", page.display())?;
                     }
                 }
-                None => out!("{}", fleet_runtime::cli::manual(command)?)?,
+                None => out!("{}", fleet_cli::manuals::manual(command)?)?,
             }
             Ok(())
         }
@@ -499,7 +500,7 @@ mod tests {
 
     #[test]
     fn every_subcommand_has_an_example() {
-        for path in fleet_runtime::cli::leaf_paths(&super::Cli::command()) {
+        for path in fleet_cli::manuals::leaf_paths(&super::Cli::command()) {
             assert!(super::EXAMPLES.iter().any(|(p, _)| *p == path), "no example for `fleet-launch {path}`");
         }
     }

@@ -2,86 +2,44 @@
 //! denials (which have enums of their own): one name for each, so a code can be neither
 //! misspelt nor left out of the documentation.
 
-/// Why a tool call was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The profile does not hold the capability the tool needs.
-    PermissionDenied,
-    /// The role may not use fleet-wide tools.
-    RoleDenied,
-    /// The profile is for another role than this server's namespace.
-    RoleMismatch,
-    /// The profile could not be read or found.
-    ProfileUnresolvable,
-    /// The capability was withdrawn during the call.
-    PermissionRevoked,
-    /// An argument is missing, of the wrong type or out of range (`detail.field` names it).
-    InvalidArguments,
-    /// The expected manifest is not valid.
-    InvalidManifest,
-    /// The registry cannot be read or written.
-    RegistryUnavailable,
-    /// This server has no registration, and will have none.
-    WorkerNotRegistered,
-    /// This server's registration is still under way (the registry's writers are
-    /// stalled or it is unreachable): reads are served, acting as the worker waits.
-    RegistrationPending,
-    /// This worker's mutation gate is closed (`detail.reasons` says why).
-    MutationGateClosed,
-    /// This worker's instance runs more than one worker in a namespace.
-    CohortNotUnique,
-    /// The binary this server runs from was replaced or changed on disk.
-    RuntimeUnstable,
-    /// The active workflow leases could not be read.
-    LeaseEnumerationFailed,
-    /// The answer would be larger than the server may send (`detail.size`,
-    /// `detail.limit`): narrow it, or read it with `fleetctl`.
-    AnswerTooLarge,
-    /// The server failed to write its own answer.
-    InternalError,
-}
-
-impl Refusal {
-    /// Every code, in the order the documentation lists them.
-    pub const ALL: [Refusal; 16] = [
-        Refusal::PermissionDenied,
-        Refusal::RoleDenied,
-        Refusal::RoleMismatch,
-        Refusal::ProfileUnresolvable,
-        Refusal::PermissionRevoked,
-        Refusal::InvalidArguments,
-        Refusal::InvalidManifest,
-        Refusal::RegistryUnavailable,
-        Refusal::WorkerNotRegistered,
-        Refusal::RegistrationPending,
-        Refusal::MutationGateClosed,
-        Refusal::CohortNotUnique,
-        Refusal::RuntimeUnstable,
-        Refusal::LeaseEnumerationFailed,
-        Refusal::AnswerTooLarge,
-        Refusal::InternalError,
-    ];
-
-    /// The code as the answer's `error` spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::PermissionDenied => "permission_denied",
-            Refusal::RoleDenied => "role_denied",
-            Refusal::RoleMismatch => "role_mismatch",
-            Refusal::ProfileUnresolvable => "profile_unresolvable",
-            Refusal::PermissionRevoked => "permission_revoked",
-            Refusal::InvalidArguments => "invalid_arguments",
-            Refusal::InvalidManifest => "invalid_manifest",
-            Refusal::RegistryUnavailable => "registry_unavailable",
-            Refusal::WorkerNotRegistered => "worker_not_registered",
-            Refusal::RegistrationPending => "registration_pending",
-            Refusal::MutationGateClosed => "mutation_gate_closed",
-            Refusal::CohortNotUnique => "cohort_not_unique",
-            Refusal::RuntimeUnstable => "runtime_unstable",
-            Refusal::LeaseEnumerationFailed => "lease_enumeration_failed",
-            Refusal::AnswerTooLarge => "answer_too_large",
-            Refusal::InternalError => "internal_error",
-        }
+fleet_identity::outward_codes! {
+    /// Why a tool call was refused.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Refusal ("refusal") {
+        /// The profile does not hold the capability the tool needs.
+        PermissionDenied = "permission_denied",
+        /// The role may not use fleet-wide tools.
+        RoleDenied = "role_denied",
+        /// The profile is for another role than this server's namespace.
+        RoleMismatch = "role_mismatch",
+        /// The profile could not be read or found.
+        ProfileUnresolvable = "profile_unresolvable",
+        /// The capability was withdrawn during the call.
+        PermissionRevoked = "permission_revoked",
+        /// An argument is missing, of the wrong type or out of range (`detail.field` names it).
+        InvalidArguments = "invalid_arguments",
+        /// The expected manifest is not valid.
+        InvalidManifest = "invalid_manifest",
+        /// The registry cannot be read or written.
+        RegistryUnavailable = "registry_unavailable",
+        /// This server has no registration, and will have none.
+        WorkerNotRegistered = "worker_not_registered",
+        /// This server's registration is still under way (the registry's writers are
+        /// stalled or it is unreachable): reads are served, acting as the worker waits.
+        RegistrationPending = "registration_pending",
+        /// This worker's mutation gate is closed (`detail.reasons` says why).
+        MutationGateClosed = "mutation_gate_closed",
+        /// This worker's instance runs more than one worker in a namespace.
+        CohortNotUnique = "cohort_not_unique",
+        /// The binary this server runs from was replaced or changed on disk.
+        RuntimeUnstable = "runtime_unstable",
+        /// The active workflow leases could not be read.
+        LeaseEnumerationFailed = "lease_enumeration_failed",
+        /// The answer would be larger than the server may send (`detail.size`,
+        /// `detail.limit`): narrow it, or read it with `fleetctl`.
+        AnswerTooLarge = "answer_too_large",
+        /// The server failed to write its own answer.
+        InternalError = "internal_error",
     }
 }
 
@@ -100,5 +58,48 @@ mod tests {
                 code.as_str()
             );
         }
+    }
+}
+
+/// Every code a tool call is refused with: the server's own, an apply outcome that
+/// retired nothing, a lease denial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalCode {
+    /// The server's own refusal.
+    Server(Refusal),
+    /// An apply that was refused (`registry_revision_moved`, `candidate_set_moved`, …).
+    Apply(fleet_registry::ApplyOutcome),
+    /// A lease operation the registry denied.
+    Lease(fleet_lease::LeaseDenial),
+}
+
+impl RefusalCode {
+    /// The code as the answer's `error` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCode::Server(code) => code.as_str(),
+            RefusalCode::Apply(outcome) => outcome.as_str(),
+            RefusalCode::Lease(denial) => denial.as_str(),
+        }
+    }
+}
+
+fleet_identity::outward_codes!(impl RefusalCode);
+
+impl From<Refusal> for RefusalCode {
+    fn from(code: Refusal) -> Self {
+        RefusalCode::Server(code)
+    }
+}
+
+impl From<fleet_registry::ApplyOutcome> for RefusalCode {
+    fn from(outcome: fleet_registry::ApplyOutcome) -> Self {
+        RefusalCode::Apply(outcome)
+    }
+}
+
+impl From<fleet_lease::LeaseDenial> for RefusalCode {
+    fn from(denial: fleet_lease::LeaseDenial) -> Self {
+        RefusalCode::Lease(denial)
     }
 }

@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
+use fleet_cli::Failure;
 use fleet_identity::{Namespace, Repository};
 use fleet_registry::{HeartbeatTtl, Revisions};
 use fleet_runtime::{
-    AgentClient, EnvError, Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, vars,
+    AgentClient, EnvError, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, vars,
 };
 use rmcp::ServiceExt;
 
@@ -36,16 +37,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
          Examples:\n  \
          fleet-launch install --client codex && fleet-launch run --client codex -- codex\n  \
          fleet-mcp --namespace reconciler --profiles ~/.config/fleetward/profiles.json\n\n{}",
-        fleet_runtime::SERVER_EXIT_CODES_HELP
+        fleet_cli::SERVER_EXIT_CODES_HELP
     )
 )]
 struct Cli {
     /// How log events are written to stderr; RUST_LOG chooses which (default warn,
     /// info shows every mutation and refusal).
-    #[arg(long, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
-    log_format: fleet_runtime::LogFormat,
+    #[arg(long, value_enum, default_value_t = fleet_cli::LogFormat::Human)]
+    log_format: fleet_cli::LogFormat,
     /// The namespace this worker serves.
-    #[arg(long, value_parser = fleet_runtime::namespace_parser(), required_unless_present_any = ["completions", "man"])]
+    #[arg(long, value_parser = fleet_cli::namespace_parser(), required_unless_present_any = ["completions", "man"])]
     namespace: Option<Namespace>,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     #[arg(long, env = "FLEET_REGISTRY", hide_env_values = true)]
@@ -68,7 +69,7 @@ struct Cli {
     config_client: Option<AgentClient>,
     /// Print shell completions for fleet-mcp, and exit.
     #[arg(long, value_name = "SHELL")]
-    completions: Option<fleet_runtime::cli::Shell>,
+    completions: Option<fleet_cli::manuals::Shell>,
     /// Print fleet-mcp's manual page (roff), and exit.
     #[arg(long)]
     man: bool,
@@ -85,7 +86,7 @@ fn answer_limit(text: &str) -> Result<usize, String> {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args::<Cli>().and_then(run) {
+    match fleet_cli::parse_args::<Cli>().and_then(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.report("fleet-mcp"),
     }
@@ -156,16 +157,13 @@ fn instance_env(client: Option<AgentClient>) -> Result<InstanceEnv, String> {
 fn run(mut cli: Cli) -> Result<(), Failure> {
     if let Some(shell) = cli.completions {
         let command = <Cli as clap::CommandFactory>::command();
-        return fleet_runtime::out!("{}", fleet_runtime::cli::completions(command, shell));
+        return fleet_cli::out!("{}", fleet_cli::manuals::completions(command, shell));
     }
     if cli.man {
-        return fleet_runtime::out!(
-            "{}",
-            fleet_runtime::cli::manual(<Cli as clap::CommandFactory>::command())?
-        );
+        return fleet_cli::out!("{}", fleet_cli::manuals::manual(<Cli as clap::CommandFactory>::command())?);
     }
     let namespace = cli.namespace.ok_or_else(|| Failure::usage("--namespace is required"))?;
-    fleet_runtime::init_logging(cli.log_format);
+    fleet_cli::init_logging(cli.log_format);
     // Client configs forward unset variables as empty strings: those mean "not given".
     cli.registry = cli.registry.filter(|r| !r.trim().is_empty());
     cli.profiles = cli.profiles.filter(|p| !p.is_empty());
@@ -244,7 +242,7 @@ fn run(mut cli: Cli) -> Result<(), Failure> {
     if let Some(session) = registrar.finish()
         && let Err(e) = session.release()
     {
-        fleet_runtime::warn(format_args!("fleet-mcp: could not release the registration: {e}"));
+        fleet_cli::warn(format_args!("fleet-mcp: could not release the registration: {e}"));
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     drop(server);

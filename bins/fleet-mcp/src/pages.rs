@@ -9,18 +9,18 @@
 use fleet_identity::Namespace;
 use fleet_snapshot::{FindingCode, FleetSnapshot};
 use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// How much of the snapshot or plan to answer with.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Detail {
-    /// The verdict, the counts, one instance in full and a page of findings.
-    #[default]
-    Summary,
-    /// Everything, in the seed's shape.
-    Full,
+fleet_identity::outward_codes! {
+    /// How much of the snapshot or plan to answer with.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub(crate) enum Detail ("detail") {
+        /// The verdict, the counts, one instance in full and a page of findings.
+        #[default]
+        Summary = "summary",
+        /// Everything, in the seed's shape.
+        Full = "full",
+    }
 }
 
 /// One plain string property with its values, inline: what every client's schema reader
@@ -35,16 +35,7 @@ impl JsonSchema for Detail {
     }
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({ "type": "string", "enum": ["summary", "full"] })
-    }
-}
-
-impl Detail {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Summary => "summary",
-            Self::Full => "full",
-        }
+        schemars::json_schema!({ "type": "string", "enum": Detail::ALL.map(Detail::as_str) })
     }
 }
 

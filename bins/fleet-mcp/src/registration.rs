@@ -161,7 +161,7 @@ fn register_until_settled(
                 return Some(session);
             }
             Err(e) if e.transient && !stopping.load(Ordering::SeqCst) => {
-                fleet_runtime::warn(format_args!(
+                fleet_cli::warn(format_args!(
                     "fleet-mcp: not registered yet, retrying in {:.1} s: {}",
                     pause.as_secs_f64(),
                     e.message
@@ -176,7 +176,7 @@ fn register_until_settled(
                 pause = (pause * 2).min(MAX_PAUSE);
             }
             Err(e) => {
-                fleet_runtime::warn(format_args!(
+                fleet_cli::warn(format_args!(
                     "fleet-mcp: not registered, serving diagnostic reads only: {}",
                     e.message
                 ));

@@ -10,7 +10,8 @@ use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, RegistryMatch, St
 use fleet_retirement::{CandidateFingerprint, RegistryFingerprint};
 
 use fleet_runtime::{
-    Fleet, InstanceEnv, JsonSnapshot, RegistryLocation, Taken, WorkerMayNotMutate, now, retirement_context,
+    Fleet, InstanceEnv, JsonSnapshot, McpTool, RegistryLocation, Taken, WorkerMayNotMutate, now,
+    retirement_context,
 };
 use fleet_snapshot::{FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -35,7 +36,7 @@ use answers::*;
 use params::*;
 use summaries::*;
 
-use crate::codes::Refusal;
+use crate::codes::{Refusal, RefusalCode};
 use crate::pages::{Detail, PlanPage, PlanPaging, SnapshotPage};
 use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
@@ -63,13 +64,6 @@ enum Reach {
     OwnWorker,
 }
 
-/// The fleet-wide tools, for the controller and reconciler roles only.
-const FLEET_TOOLS: [&str; 3] = [
-    "gitea_snapshot_instance_fleet",
-    "gitea_plan_stale_worker_retirement",
-    "gitea_apply_stale_worker_retirement",
-];
-
 /// Checks a call's arguments against the tool's parameter type, naming the argument at
 /// fault, so a malformed call gets the same JSON error body as any other refusal.
 pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(), CallToolResult> {
@@ -84,20 +78,19 @@ pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(),
             } else {
                 field
             };
-            refusal(Refusal::InvalidArguments.as_str(), json!({ "field": field, "message": message }))
+            refusal(Refusal::InvalidArguments, json!({ "field": field, "message": message }))
         })
     }
     let empty = JsonObject::new();
     let arguments = arguments.unwrap_or(&empty);
-    match tool {
-        "gitea_snapshot_instance_fleet" => check::<SnapshotParams>(arguments),
-        "gitea_plan_stale_worker_retirement" => check::<PlanParams>(arguments),
-        "gitea_apply_stale_worker_retirement" => check::<ApplyParams>(arguments),
-        "gitea_acquire_workflow_lease" => check::<LeaseAcquireParams>(arguments),
-        "gitea_renew_workflow_lease" | "gitea_release_workflow_lease" => {
-            check::<LeaseHolderParams>(arguments)
-        }
-        _ => Ok(()),
+    match tool.parse::<McpTool>() {
+        Ok(McpTool::Snapshot) => check::<SnapshotParams>(arguments),
+        Ok(McpTool::Plan) => check::<PlanParams>(arguments),
+        Ok(McpTool::Apply) => check::<ApplyParams>(arguments),
+        Ok(McpTool::AcquireLease) => check::<LeaseAcquireParams>(arguments),
+        Ok(McpTool::RenewLease | McpTool::ReleaseLease) => check::<LeaseHolderParams>(arguments),
+        // No arguments; an unknown tool is rmcp's to answer.
+        Ok(McpTool::RuntimeContext) | Err(_) => Ok(()),
     }
 }
 
@@ -143,12 +136,10 @@ impl FleetServer {
         }
         // A namespace lists only the tools its role may call: the fleet-wide tools are
         // for the controller and the reconciler.
-        let fleet_role = matches!(ctx.namespace, Namespace::Controller | Namespace::Reconciler);
-        if !fleet_role {
-            for tool in FLEET_TOOLS {
-                tool_router.disable_route(tool);
-            }
+        for tool in McpTool::ALL.into_iter().filter(|t| !t.listed_by(ctx.namespace)) {
+            tool_router.disable_route(tool.as_str());
         }
+        let fleet_role = McpTool::Snapshot.listed_by(ctx.namespace);
         // The roles that take snapshot after snapshot keep a pidfd per live local worker;
         // the others (a runtime context now and then) probe afresh and hold none.
         let reader = Fleet::new(ctx.location.clone());
@@ -206,7 +197,7 @@ impl FleetServer {
             return Err(too_large(full.len(), self.max_answer_bytes));
         }
         let text = if full.len() <= FULL_TEXT_LIMIT {
-            String::from_utf8(full.clone()).map_err(|e| refuse(Refusal::InternalError.as_str(), e))?
+            String::from_utf8(full.clone()).map_err(|e| refuse(Refusal::InternalError, e))?
         } else {
             digest().map_err(internal)?
         };
@@ -278,10 +269,10 @@ impl FleetServer {
             .ctx
             .profiles
             .resolve(&self.ctx.profile)
-            .map_err(|e| refuse(Refusal::ProfileUnresolvable.as_str(), e))?;
+            .map_err(|e| refuse(Refusal::ProfileUnresolvable, e))?;
         if !profile.fits(self.ctx.namespace) {
             return Err(refuse(
-                Refusal::RoleMismatch.as_str(),
+                Refusal::RoleMismatch,
                 format!(
                     "profile {:?} is for the {} role, but this server is the {} namespace",
                     self.ctx.profile, profile.role, self.ctx.namespace
@@ -290,13 +281,13 @@ impl FleetServer {
         }
         if !profile.allows(operation) {
             return Err(refuse(
-                Refusal::PermissionDenied.as_str(),
+                Refusal::PermissionDenied,
                 format!("profile {:?} does not hold {operation}", self.ctx.profile),
             ));
         }
         if reach == Reach::Fleet && !profile.fleet_role() {
             return Err(refuse(
-                Refusal::RoleDenied.as_str(),
+                Refusal::RoleDenied,
                 format!("the {} role may not use fleet tools; controller and reconciler may", profile.role),
             ));
         }
@@ -311,7 +302,7 @@ impl FleetServer {
             } else {
                 Refusal::WorkerNotRegistered
             };
-            refuse(code.as_str(), e)
+            refuse(code, e)
         })
     }
 
@@ -331,30 +322,27 @@ impl FleetServer {
             p.candidate_fingerprint.parse().map_err(|e| invalid("candidate_fingerprint", e))?;
         let me = self.me()?;
         self.fleet().worker_may_mutate(&me, &self.ctx.runtime).map_err(|e| match e {
-            WorkerMayNotMutate::Registry(e) => refuse(Refusal::RegistryUnavailable.as_str(), e),
+            WorkerMayNotMutate::Registry(e) => refuse(Refusal::RegistryUnavailable, e),
             WorkerMayNotMutate::GateClosed(reasons) => {
-                refusal(Refusal::MutationGateClosed.as_str(), json!({ "reasons": reasons }))
+                refusal(Refusal::MutationGateClosed, json!({ "reasons": reasons }))
             }
             // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
-            WorkerMayNotMutate::RuntimeUnstable(e) => refuse(Refusal::RuntimeUnstable.as_str(), e),
-            WorkerMayNotMutate::CohortNotUnique => refuse(
-                Refusal::CohortNotUnique.as_str(),
-                "this instance runs more than one worker in a namespace",
-            ),
-            WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed.as_str(), e),
+            WorkerMayNotMutate::RuntimeUnstable(e) => refuse(Refusal::RuntimeUnstable, e),
+            WorkerMayNotMutate::CohortNotUnique => {
+                refuse(Refusal::CohortNotUnique, "this instance runs more than one worker in a namespace")
+            }
+            WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed, e),
         })?;
         // The plan's binding, unless one is given: where the server runs changes nothing.
         let binding = match &p.canonical_repository {
             Some(given) => Some(given.clone()),
-            None => {
-                self.fleet().binding_of(&ids).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?
-            }
+            None => self.fleet().binding_of(&ids).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?,
         };
         let ctx = context(binding.as_deref())?;
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
         self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
-            refuse(Refusal::PermissionRevoked.as_str(), "the retire capability was withdrawn during the call")
+            refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
         })?;
         let request = ApplyRequest {
             registry_fingerprint,
@@ -370,14 +358,13 @@ impl FleetServer {
             audit,
         };
         let mut fleet = self.fleet();
-        let report =
-            fleet.apply(&request, &ctx).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
-        let mut value = crate::pages::apply_body(&report);
+        let applied = fleet.apply(&request, &ctx).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?;
+        let report = &applied.report;
+        let mut value = crate::pages::apply_body(report);
         match report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => {
-                // The fleet after the apply, as `fleetctl retire apply` reports it; the
-                // outcome stands even when this read fails.
-                value["post_apply"] = fleet.post_apply();
+                // The fleet after the apply, as `fleetctl retire apply` reports it.
+                value["post_apply"] = serde_json::to_value(&applied.after).unwrap_or_default();
                 Ok(value)
             }
             other => {
@@ -386,7 +373,7 @@ impl FleetServer {
                 if let Value::Object(map) = &mut value {
                     map.remove("success");
                 }
-                Err(refusal(other.as_str(), value))
+                Err(refusal(other, value))
             }
         }
     }
@@ -409,8 +396,8 @@ impl FleetServer {
     fn lease_result(result: Result<fleet_registry::LeaseResult, StoreError>) -> Outcome {
         match result {
             Ok(Ok(lease)) => Ok(json!({ "outcome": "ok", "lease": lease })),
-            Ok(Err(denial)) => Err(refuse(denial.as_str(), denial)),
-            Err(e) => Err(refuse(Refusal::RegistryUnavailable.as_str(), e)),
+            Ok(Err(denial)) => Err(refuse(denial, denial)),
+            Err(e) => Err(refuse(Refusal::RegistryUnavailable, e)),
         }
     }
 
@@ -503,7 +490,7 @@ impl FleetServer {
                 p.expected_manifest.map(|m| Manifest::from_json(&m.to_string())).transpose().map_err(
                     |e| {
                         refusal(
-                            Refusal::InvalidManifest.as_str(),
+                            Refusal::InvalidManifest,
                             json!({ "field": "expected_manifest", "message": e.to_string() }),
                         )
                     },
@@ -542,7 +529,7 @@ impl FleetServer {
                         self.remember(token, LiveHeartbeats::of(&taken.snapshot));
                         self.snapshot_answer(&taken.snapshot, full)
                     })
-                    .map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?,
+                    .map_err(|e| refuse(Refusal::RegistryUnavailable, e))?,
             }
         })
         .unwrap_or_else(|refusal| refusal)
@@ -571,8 +558,7 @@ impl FleetServer {
             };
             let page = PlanPage::new(p.detail, paging).map_err(|(field, message)| invalid(field, message))?;
             let audit = p.audit.checked()?;
-            let plan =
-                self.fleet().plan(&ctx).map_err(|e| refuse(Refusal::RegistryUnavailable.as_str(), e))?;
+            let plan = self.fleet().plan(&ctx).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?;
             match page {
                 Some(page) => {
                     let mut body = page.body(&plan).map_err(internal)?;

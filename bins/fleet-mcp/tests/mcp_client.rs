@@ -596,9 +596,10 @@ async fn a_server_that_cannot_register_still_serves_diagnostic_reads() {
     assert!(workers(&fleet).is_empty(), "nothing was registered");
 }
 
-/// Each namespace lists the tools its role may call, and each has a schema every client
-/// dialect accepts: one plain `type` per input property, an output schema for every
-/// tool.
+/// Each namespace lists the tools its role may call, as the one table of tools
+/// (`fleet_runtime::McpTool`, which the launcher approves read-only tools by) says, each
+/// read-only exactly when the table says so, and each has a schema every client dialect
+/// accepts: one plain `type` per input property, an output schema for every tool.
 #[tokio::test]
 async fn a_namespace_lists_only_its_tools_with_plain_schemas() {
     let fleet = Fleet::new();
@@ -606,11 +607,19 @@ async fn a_namespace_lists_only_its_tools_with_plain_schemas() {
     for ns in NAMESPACES {
         let client = fleet.connect(ns, Some(&id), None).await;
         let tools = client.list_all_tools().await.unwrap();
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         let fleet_role = matches!(ns, "controller" | "reconciler");
         assert_eq!(names.len(), if fleet_role { 7 } else { 4 }, "{ns}: {names:?}");
         assert_eq!(names.contains(&"gitea_apply_stale_worker_retirement"), fleet_role, "{ns}");
+        let namespace: fleet_identity::Namespace = ns.parse().unwrap();
+        let mut table: Vec<&str> = fleet_runtime::McpTool::listed(namespace).map(|t| t.as_str()).collect();
+        names.sort();
+        table.sort();
+        assert_eq!(names, table, "{ns}: the server against the table of tools");
         for tool in &tools {
+            let in_table: fleet_runtime::McpTool = tool.name.parse().unwrap();
+            let read_only = tool.annotations.as_ref().and_then(|a| a.read_only_hint);
+            assert_eq!(read_only, Some(in_table.read_only()), "{ns} {}: readOnlyHint", tool.name);
             let props = tool.input_schema.get("properties").and_then(Value::as_object);
             for (field, schema) in props.into_iter().flatten() {
                 assert!(schema["type"].is_string(), "{ns} {} {field}: {schema}", tool.name);

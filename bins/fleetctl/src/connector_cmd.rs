@@ -10,12 +10,13 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration as StdDuration, Instant};
 
+use fleet_cli::Failure;
 use fleet_lease::{
     ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantIssuer, GrantLimits, Holder, HolderProcess,
     LeaseDenial, LeaseRecord, normalize_scopes,
 };
 use fleet_registry::{AuditContext, ConnectorExecutionContext, ConnectorRequest, OpenMode};
-use fleet_runtime::{Failure, RegistryLocation, open_registry};
+use fleet_runtime::{RegistryLocation, open_registry};
 use time::Duration;
 
 use crate::lease_cmd::{load_policy, parse_key};
@@ -311,7 +312,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             // connection. Until a renewal commits, the deadline already secured is what
             // the command acts by.
             Err(e) => {
-                fleet_runtime::warn(format_args!("fleetctl: cannot renew {lease_key}, retrying: {e}"));
+                fleet_cli::warn(format_args!("fleetctl: cannot renew {lease_key}, retrying: {e}"));
                 if let Ok(registry) = open_registry(location, OpenMode::MustExist) {
                     binding.registry = registry;
                 }

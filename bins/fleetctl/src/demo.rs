@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use fleet_cli::Failure;
+use fleet_cli::{out, outln};
 use fleet_identity::{ClientType, Namespace, WorkerIdentity};
 use fleet_registry::OpenMode;
 use fleet_registry::{OwnershipState, Registry, WorkerRow, WorkerStatus};
-use fleet_runtime::{AnyStore, Failure, Launch, RegistryLocation, now, open_registry};
-use fleet_runtime::{out, outln};
+use fleet_runtime::{AnyStore, Launch, RegistryLocation, now, open_registry};
 
 use crate::worker_cmd::list_table;
 
@@ -197,7 +198,7 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
     };
     // The live workers keep heartbeating between plan and apply; that moves the
     // registry, not the candidates, so the apply goes through.
-    let report = fleet.apply(&request, &fleet_runtime::retirement_context(None)?)?;
+    let report = fleet.apply(&request, &fleet_runtime::retirement_context(None)?)?.report;
     outln!("$ fleetctl retire apply --registry-fingerprint … --candidate-fingerprint … --workers …")?;
     outln!(
         "  {}: retired {:?}{}",

@@ -73,10 +73,10 @@ mod tests {
     #[test]
     fn every_subcommand_has_an_example() {
         let cmd = crate::Cli::command();
-        for path in fleet_runtime::cli::leaf_paths(&cmd) {
+        for path in fleet_cli::manuals::leaf_paths(&cmd) {
             assert!(super::EXAMPLES.iter().any(|(p, _)| *p == path), "no example for `fleetctl {path}`");
         }
-        let decorated = fleet_runtime::cli::with_examples(cmd, super::EXAMPLES);
+        let decorated = fleet_cli::manuals::with_examples(cmd, super::EXAMPLES);
         let mut help = Vec::new();
         let mut retire =
             decorated.find_subcommand("retire").unwrap().find_subcommand("apply").unwrap().clone();

@@ -5,9 +5,10 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use fleet_cli::Failure;
+use fleet_cli::outln;
 use fleet_lease::LeaseKey;
-use fleet_runtime::outln;
-use fleet_runtime::{Failure, InitOptions, InitReport, RegistryLocation, run_initialization};
+use fleet_runtime::{InitOptions, InitReport, RegistryLocation, run_initialization};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct InitArgs {

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use fleet_cli::Failure;
+use fleet_cli::{out, outln};
 use fleet_identity::Timestamp;
 use fleet_lease::{
     ConnectorIdentity, ConnectorPolicy, DenyAll, FencingEpoch, GrantLimits, Holder, LeaseId, LeaseKey,
@@ -12,8 +14,7 @@ use fleet_lease::{
 };
 use fleet_registry::OpenMode;
 use fleet_registry::{AuditContext, AuditQuery, ConnectorRequest, LeaseResult, Registry};
-use fleet_runtime::{AnyStore, Failure, RegistryLocation, open_registry};
-use fleet_runtime::{out, outln};
+use fleet_runtime::{AnyStore, RegistryLocation, open_registry};
 use time::Duration;
 
 use crate::output::{self, Format, OutputArgs};
@@ -225,7 +226,7 @@ fn print_audit(
             // An empty log is a table with its header, as any other listing.
             if header {
                 out!("{}", audit_table(&[], format))?;
-                fleet_runtime::flush_stdout()?;
+                fleet_cli::flush_stdout()?;
                 header = false;
             }
             if !follow {
@@ -261,7 +262,7 @@ fn print_audit(
             out!("{body}")?;
             header = false;
         }
-        fleet_runtime::flush_stdout()?;
+        fleet_cli::flush_stdout()?;
     }
     if json && !lines {
         outln!("{}]", if first { "" } else { "\n" })?;
@@ -504,7 +505,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             match output.format() {
                 None => out!("{}", lease_table(&leases, now))?,
                 Some(Format::Wide) => out!("{}", lease_table_wide(&leases, now))?,
-                Some(Format::Json) => fleet_runtime::print_json(&values())?,
+                Some(Format::Json) => fleet_cli::print_json(&values())?,
                 Some(Format::Yaml) => output::print_yaml(&values())?,
                 Some(Format::Name) => {
                     output::print_names("lease", leases.iter().map(|l| l.lease_key.as_str()))?

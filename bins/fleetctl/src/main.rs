@@ -20,7 +20,8 @@ mod worker_cmd;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use fleet_runtime::{Failure, RegistryLocation};
+use fleet_cli::Failure;
+use fleet_runtime::RegistryLocation;
 
 /// mimalloc: a snapshot, plan or answer of a large fleet makes hundreds of thousands of
 /// small allocations, which it serves in about half the time of the system allocator
@@ -41,13 +42,13 @@ const EXAMPLES: &str = "Examples:
     name = "fleetctl",
     version,
     about = "Keep a fleet of agent worker processes honest",
-    after_help = format!("{EXAMPLES}\n\n{}", fleet_runtime::EXIT_CODES_HELP)
+    after_help = format!("{EXAMPLES}\n\n{}", fleet_cli::EXIT_CODES_HELP)
 )]
 struct Cli {
     /// How log events are written to stderr; RUST_LOG chooses which (default warn,
     /// info shows every mutation and refusal).
-    #[arg(long, global = true, value_enum, default_value_t = fleet_runtime::LogFormat::Human)]
-    log_format: fleet_runtime::LogFormat,
+    #[arg(long, global = true, value_enum, default_value_t = fleet_cli::LogFormat::Human)]
+    log_format: fleet_cli::LogFormat,
     /// Registry location: a SQLite file, sqlite://PATH or postgres://…
     /// (default: $XDG_STATE_HOME/fleetward/registry.sqlite3).
     #[arg(long, global = true, env = "FLEET_REGISTRY", hide_env_values = true)]
@@ -90,7 +91,7 @@ enum Cmd {
     /// Print shell completions for fleetctl.
     Completions {
         /// The shell.
-        shell: fleet_runtime::cli::Shell,
+        shell: fleet_cli::manuals::Shell,
     },
     /// Print fleetctl's manual page (roff), or with --dir write a page for fleetctl and
     /// one for every subcommand into DIR, e.g. `fleetctl man --dir ~/.local/share/man/man1`.
@@ -122,9 +123,9 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    match fleet_runtime::parse_args_with::<Cli>(command_with_examples)
+    match fleet_cli::parse_args_with::<Cli>(command_with_examples)
         .and_then(run)
-        .and_then(|done| fleet_runtime::flush_stdout().map(|()| done))
+        .and_then(|done| fleet_cli::flush_stdout().map(|()| done))
     {
         Ok(code) => code,
         Err(failure) => failure.report("fleetctl"),
@@ -133,7 +134,7 @@ fn main() -> ExitCode {
 
 /// fleetctl's command with an example in every subcommand's help.
 fn command_with_examples(cmd: clap::Command) -> clap::Command {
-    fleet_runtime::cli::with_examples(cmd, examples::EXAMPLES)
+    fleet_cli::manuals::with_examples(cmd, examples::EXAMPLES)
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
@@ -149,9 +150,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         _ => {}
     }
-    fleet_runtime::init_logging(cli.log_format);
+    fleet_cli::init_logging(cli.log_format);
     if matches!(cli.command, Cmd::Demo { .. }) && cli.registry.is_some() {
-        fleet_runtime::warn(format_args!(
+        fleet_cli::warn(format_args!(
             "fleetctl: the demo runs on a throw-away registry of its own; --registry / FLEET_REGISTRY are not used"
         ));
     }
@@ -170,18 +171,18 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Serve(args) => metrics_cmd::serve(&location, args),
         Cmd::Completions { shell } => {
             let command = command_with_examples(<Cli as clap::CommandFactory>::command());
-            fleet_runtime::out!("{}", fleet_runtime::cli::completions(command, shell))?;
+            fleet_cli::out!("{}", fleet_cli::manuals::completions(command, shell))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Man { dir } => {
             let command = command_with_examples(<Cli as clap::CommandFactory>::command());
             match dir {
                 Some(dir) => {
-                    for page in fleet_runtime::cli::write_manuals(command, &dir)? {
-                        fleet_runtime::outln!("{}", page.display())?;
+                    for page in fleet_cli::manuals::write_manuals(command, &dir)? {
+                        fleet_cli::outln!("{}", page.display())?;
                     }
                 }
-                None => fleet_runtime::out!("{}", fleet_runtime::cli::manual(command)?)?,
+                None => fleet_cli::out!("{}", fleet_cli::manuals::manual(command)?)?,
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -13,9 +13,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use fleet_cli::{Failure, out};
 use fleet_lease::LeaseState;
 use fleet_registry::{OpenMode, WorkerStatus};
-use fleet_runtime::{Failure, Fleet, RegistryLocation, now, open_registry, out};
+use fleet_runtime::{Fleet, RegistryLocation, now, open_registry};
 use fleet_snapshot::{Policy, WorkerState};
 
 /// The address `serve` listens on unless told otherwise: loopback only.
@@ -177,10 +178,7 @@ pub(crate) fn render_counting(
             WorkerState::Historical => String::new(),
             _ => view.client_instance_id().unwrap_or_default().to_owned(),
         };
-        let state = serde_json::to_value(view.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let state = view.state.as_str().to_owned();
         *workers
             .entry((instance, view.row.namespace.to_string(), view.row.status.to_string(), state))
             .or_default() += 1;
@@ -348,12 +346,12 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
         .name("fleetctl-stop".into())
         .spawn(move || {
             if stops.forever().next().is_some() {
-                let _ = fleet_runtime::flush_stdout();
+                let _ = fleet_cli::flush_stdout();
                 std::process::exit(0);
             }
         })
         .map_err(|e| Failure::store(format!("cannot watch for a stop: {e}")))?;
-    fleet_runtime::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
+    fleet_cli::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
     crate::notify::send("READY=1");
     crate::notify::watch(&crate::http::TURNS);
     let location = location.clone();
@@ -375,7 +373,7 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                     ..Response::text(200, text + &process_metrics())
                 },
                 Err(e) => {
-                    fleet_runtime::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
+                    fleet_cli::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
                     Response::text(503, "registry unavailable\n")
                 }
             },
@@ -402,7 +400,7 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                     Response { content_type: "text/html; charset=utf-8", ..Response::text(200, page.html) }
                 }
                 Err(e) => {
-                    fleet_runtime::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
+                    fleet_cli::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
                     Response::text(503, "registry unavailable\n")
                 }
             },

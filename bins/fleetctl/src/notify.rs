@@ -23,7 +23,7 @@ pub(crate) fn send(state: &str) {
         None => sender.send_to(state.as_bytes(), &*text),
     };
     if let Err(e) = sent {
-        fleet_runtime::warn(format_args!("fleetctl: cannot notify the service manager at {text}: {e}"));
+        fleet_cli::warn(format_args!("fleetctl: cannot notify the service manager at {text}: {e}"));
     }
 }
 

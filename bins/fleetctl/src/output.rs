@@ -1,7 +1,7 @@
 //! How a listing prints (`worker list`, `lease show`, `lease audit`): the table by
 //! default, or kubectl's `-o json|yaml|wide|name`.
 
-use fleet_runtime::{Failure, out};
+use fleet_cli::{Failure, out};
 
 /// A listing's format other than the default table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use fleet_cli::Failure;
+use fleet_cli::outln;
 use fleet_registry::OpenMode;
 use fleet_registry::{AuditQuery, RestoreError};
-use fleet_runtime::outln;
-use fleet_runtime::{Failure, RegistryLocation, now, open_registry};
+use fleet_runtime::{RegistryLocation, now, open_registry};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum RegistryCmd {

@@ -4,11 +4,12 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use fleet_cli::Failure;
+use fleet_cli::{out, outln};
 use fleet_identity::WorkerIdentity;
 use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
 use fleet_retirement::{CandidateFingerprint, Plan, RegistryFingerprint, RetirementContext};
-use fleet_runtime::{Failure, Fleet, RegistryLocation};
-use fleet_runtime::{out, outln};
+use fleet_runtime::{Fleet, RegistryLocation};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Common {
@@ -80,7 +81,7 @@ pub(crate) enum RetireCmd {
 impl Common {
     /// Where the retirement runs, as of now.
     fn context(&self) -> Result<RetirementContext, Failure> {
-        fleet_runtime::retirement_context(self.canonical_repository.as_deref())
+        Ok(fleet_runtime::retirement_context(self.canonical_repository.as_deref())?)
     }
 }
 
@@ -90,7 +91,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             common.audit()?;
             let p = Fleet::new(location.clone()).plan(&common.context()?)?;
             if common.json {
-                fleet_runtime::print_json(&p)?;
+                fleet_cli::print_json(&p)?;
             } else {
                 out!("{}", render_plan(&p))?;
             }
@@ -143,14 +144,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 None => fleet.binding_of(&request.worker_identities)?,
             };
             let ctx = fleet_runtime::retirement_context(binding.as_deref())?;
-            let report = fleet.apply(&request, &ctx)?;
-            // The apply's outcome is reported even when the follow-up snapshot cannot be
-            // taken: post_apply then says why.
-            let post_apply = fleet.post_apply();
+            let applied = fleet.apply(&request, &ctx)?;
+            let report = &applied.report;
             if common.json {
-                let mut v = serde_json::to_value(&report).unwrap_or_default();
-                v["post_apply"] = post_apply;
-                fleet_runtime::print_json(&v)?;
+                fleet_cli::print_json(&applied)?;
             } else {
                 outln!("{}: retired {}", report.outcome, report.retired_count)?;
                 if report.registry_moved == Some(true) {
@@ -165,7 +162,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 if let Some(e) = &report.error {
                     outln!("  error: {e}")?;
                 }
-                outln!("after: {post_apply}")?;
+                outln!("after: {}", applied.after)?;
             }
             Ok(match report.outcome {
                 ApplyOutcome::Applied if report.retired_count > 0 => ExitCode::SUCCESS,

@@ -6,9 +6,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use fleet_cli::Failure;
+use fleet_cli::out;
 use fleet_identity::{Namespace, Repository, Timestamp};
-use fleet_runtime::out;
-use fleet_runtime::{Failure, Fleet, RegistryLocation, now};
+use fleet_runtime::{Fleet, RegistryLocation, now};
 use fleet_snapshot::{
     FleetSnapshot, HeartbeatComparison, LiveHeartbeats, Manifest, Policy, WorkerState, compare_heartbeats,
 };
@@ -82,12 +83,12 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
         if let Some(previous) = &previous {
             let comparison = compare_heartbeats(previous, &LiveHeartbeats::of(snap));
             if args.json {
-                fleet_runtime::print_json(&comparison)?;
+                fleet_cli::print_json(&comparison)?;
             } else {
                 out!("{}", render_comparison(&comparison))?;
             }
         } else if args.json {
-            fleet_runtime::print_json(snap)?;
+            fleet_cli::print_json(snap)?;
         } else {
             out!("{}", render(snap, colour()))?;
         }
@@ -177,7 +178,7 @@ fn watch(
         } else {
             out!("{text}")?;
         }
-        fleet_runtime::flush_stdout()?;
+        fleet_cli::flush_stdout()?;
         let deadline = std::time::Instant::now() + interval;
         while std::time::Instant::now() < deadline && !stop.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -225,11 +226,8 @@ pub(crate) fn render(snap: &FleetSnapshot<'_>, colour: bool) -> String {
         snap.workers.iter().map(|w| (w.worker_identity().as_str(), w)).collect();
     for instance in &snap.instances {
         let name = instance.client_instance_id.unwrap_or("(no instance id)");
-        let trust = serde_json::to_value(instance.trust)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let trust = if instance.trust.is_trusted() { trust } else { p.red(&trust) };
+        let trust = instance.trust.as_str();
+        let trust = if instance.trust.is_trusted() { trust.to_owned() } else { p.red(trust) };
         out.push_str(&format!("\n{name}  {}  {trust}\n", instance.client_type.unwrap_or("-")));
         for ns in Namespace::ALL {
             let live = instance.namespaces.get(ns);

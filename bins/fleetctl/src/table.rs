@@ -40,10 +40,10 @@ pub(crate) fn span(d: time::Duration) -> String {
 
 /// A time an operator types: RFC 3339, or a bare date (its first instant, UTC). The
 /// error names `flag`.
-pub(crate) fn instant(flag: &str, text: &str) -> Result<fleet_identity::Timestamp, fleet_runtime::Failure> {
+pub(crate) fn instant(flag: &str, text: &str) -> Result<fleet_identity::Timestamp, fleet_cli::Failure> {
     let date = time::Date::parse(text, time::macros::format_description!("[year]-[month]-[day]"));
     let full = if date.is_ok() { format!("{text}T00:00:00Z") } else { text.to_owned() };
-    fleet_identity::Timestamp::parse(&full).map_err(|e| fleet_runtime::Failure::usage(format!("{flag}: {e}")))
+    fleet_identity::Timestamp::parse(&full).map_err(|e| fleet_cli::Failure::usage(format!("{flag}: {e}")))
 }
 
 /// When `at` is, from `now`: `in 4m 10s` or `12m 30s ago`.

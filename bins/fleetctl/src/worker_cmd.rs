@@ -7,13 +7,12 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 use clap::Subcommand;
+use fleet_cli::Failure;
+use fleet_cli::out;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
 use fleet_registry::OpenMode;
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
-use fleet_runtime::out;
-use fleet_runtime::{
-    Failure, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry,
-};
+use fleet_runtime::{InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry};
 
 use crate::output::{self, Format, OutputArgs};
 use crate::table;
@@ -24,7 +23,7 @@ pub(crate) enum WorkerCmd {
     /// Run CMD as a namespace worker of the launch in the environment.
     Run {
         /// The namespace the worker serves.
-        #[arg(long, value_parser = fleet_runtime::namespace_parser())]
+        #[arg(long, value_parser = fleet_cli::namespace_parser())]
         namespace: Namespace,
         /// Seconds a heartbeat stays valid; the worker beats every third of it.
         #[arg(long, default_value_t = 30, value_parser = parse_ttl)]
@@ -42,7 +41,7 @@ pub(crate) enum WorkerCmd {
         #[arg(long)]
         instance: Option<String>,
         /// Only the workers of this namespace.
-        #[arg(long, value_parser = fleet_runtime::namespace_parser())]
+        #[arg(long, value_parser = fleet_cli::namespace_parser())]
         namespace: Option<Namespace>,
         /// Only rows of this status.
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["active", "released", "superseded", "retired"]))]
@@ -72,7 +71,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
             match output.format() {
                 None => out!("{}", list_table(&rows, now()))?,
                 Some(Format::Wide) => out!("{}", list_table_wide(&rows, now()))?,
-                Some(Format::Json) => fleet_runtime::print_json(&rows)?,
+                Some(Format::Json) => fleet_cli::print_json(&rows)?,
                 Some(Format::Yaml) => output::print_yaml(&rows)?,
                 Some(Format::Name) => {
                     output::print_names("worker", sorted(&rows).iter().map(|r| r.worker_identity.as_str()))?;

@@ -7,11 +7,15 @@
 
 #![warn(missing_docs)]
 
+mod codes;
 mod instance;
 mod names;
 mod time_stamp;
 mod trust;
 
+#[doc(hidden)]
+pub use codes::__serde;
+pub use codes::UnknownCode;
 pub use instance::{ClientInstanceId, INSTANCE_DIGEST_BYTES, InstanceIdError, LegacyPlaceholder};
 pub use names::{
     BootId, ClientType, FleetRunId, GenerationId, HostId, IdentityError, Namespace, Pid, PidNamespace,

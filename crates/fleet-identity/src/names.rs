@@ -368,58 +368,20 @@ impl fmt::Display for PidNamespace {
     }
 }
 
-/// The five MCP namespace workers that every launch starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Namespace {
-    /// Writes changes.
-    Author,
-    /// Reviews changes.
-    Reviewer,
-    /// Merges approved changes.
-    Merger,
-    /// Controls the fleet: may read fleet-wide state.
-    Controller,
-    /// Reconciles the registry: may read fleet-wide state and retire stale rows.
-    Reconciler,
-}
-
-impl Namespace {
-    /// Every namespace, in launch order.
-    pub const ALL: [Namespace; 5] = [
-        Namespace::Author,
-        Namespace::Reviewer,
-        Namespace::Merger,
-        Namespace::Controller,
-        Namespace::Reconciler,
-    ];
-
-    /// The namespace's name as it appears in rows, manifests and environment.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Namespace::Author => "author",
-            Namespace::Reviewer => "reviewer",
-            Namespace::Merger => "merger",
-            Namespace::Controller => "controller",
-            Namespace::Reconciler => "reconciler",
-        }
-    }
-}
-
-impl FromStr for Namespace {
-    type Err = IdentityError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Namespace::ALL.into_iter().find(|ns| ns.as_str() == s).ok_or_else(|| IdentityError::Malformed {
-            kind: "namespace",
-            value: s.to_owned(),
-            expected: "one of author, reviewer, merger, controller, reconciler",
-        })
-    }
-}
-
-impl fmt::Display for Namespace {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::outward_codes! {
+    /// The five MCP namespace workers that every launch starts.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum Namespace ("namespace") {
+        /// Writes changes.
+        Author = "author",
+        /// Reviews changes.
+        Reviewer = "reviewer",
+        /// Merges approved changes.
+        Merger = "merger",
+        /// Controls the fleet: may read fleet-wide state.
+        Controller = "controller",
+        /// Reconciles the registry: may read fleet-wide state and retire stale rows.
+        Reconciler = "reconciler",
     }
 }
 

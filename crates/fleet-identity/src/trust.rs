@@ -1,7 +1,5 @@
 //! The trust verdict on an instance ID: only an ID the launcher recorded is trusted.
 
-use serde::Serialize;
-
 use crate::instance::{ClientInstanceId, LegacyPlaceholder};
 
 /// The launcher's ledger of minted instance IDs, as far as trust needs it.
@@ -69,20 +67,21 @@ impl InstanceClaim {
     }
 }
 
-/// Whether an instance ID can be trusted, and if not, why not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TrustVerdict {
-    /// Well-formed and recorded in the launcher's ledger.
-    Trusted,
-    /// No instance ID was given.
-    Missing,
-    /// A `legacy-pid-*` / `pid-*` / `proc-*` placeholder.
-    LegacyPlaceholder,
-    /// Not an instance ID.
-    Malformed,
-    /// Well-formed, but the launcher never minted it.
-    Unminted,
+crate::outward_codes! {
+    /// Whether an instance ID can be trusted, and if not, why not.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum TrustVerdict ("trust verdict") {
+        /// Well-formed and recorded in the launcher's ledger.
+        Trusted = "trusted",
+        /// No instance ID was given.
+        Missing = "missing",
+        /// A `legacy-pid-*` / `pid-*` / `proc-*` placeholder.
+        LegacyPlaceholder = "legacy_placeholder",
+        /// Not an instance ID.
+        Malformed = "malformed",
+        /// Well-formed, but the launcher never minted it.
+        Unminted = "unminted",
+    }
 }
 
 impl TrustVerdict {

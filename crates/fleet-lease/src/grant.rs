@@ -217,49 +217,50 @@ impl ConnectorPolicy for DenyAll {
     }
 }
 
-/// Why a grant was not issued, or is not valid. One per denial case of seed 002.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
-#[serde(rename_all = "snake_case")]
-pub enum GrantDenial {
-    /// Not minted by this issuer (forged, cloned from elsewhere, or from before a restart).
-    #[error("grant_not_minted_here: the grant was not minted by this process")]
-    NotMintedHere,
-    /// The grant's own expiry passed.
-    #[error("grant_expired: the grant expired")]
-    GrantExpired,
-    /// The lease lapsed.
-    #[error("lease_expired: the lease lapsed")]
-    LeaseExpired,
-    /// The lease was released.
-    #[error("lease_released: the lease was released")]
-    LeaseReleased,
-    /// The lease was taken over: the grant's epoch is stale.
-    #[error("stale_epoch: the lease was taken over since the grant was minted")]
-    StaleEpoch,
-    /// The lease now belongs to another connector or tenure.
-    #[error("lease_replaced: the lease belongs to another connector or lease id")]
-    LeaseReplaced,
-    /// No lease for the binding.
-    #[error("lease_missing: no lease for the binding")]
-    LeaseMissing,
-    /// The grant is for another tenant.
-    #[error("cross_tenant: the grant belongs to another tenant")]
-    CrossTenant,
-    /// The grant is for another logical agent.
-    #[error("cross_agent: the grant belongs to another logical agent")]
-    CrossAgent,
-    /// The grant is for another binding.
-    #[error("cross_binding: the grant belongs to another binding")]
-    CrossBinding,
-    /// A requested scope is not authorized by both grant and current lease.
-    #[error("scope_not_authorized: a scope is not authorized by both the grant and the lease")]
-    ScopeNotAuthorized,
-    /// The requested grant TTL exceeds the cap.
-    #[error("ttl_exceeds_cap: the requested grant ttl is above the cap")]
-    TtlExceedsCap,
-    /// The policy refused.
-    #[error("policy_denied: the connector policy refused")]
-    PolicyDenied,
+fleet_identity::outward_codes! {
+    /// Why a grant was not issued, or is not valid. One per denial case of seed 002.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+    pub enum GrantDenial ("grant denial", explained) {
+        /// Not minted by this issuer (forged, cloned from elsewhere, or from before a restart).
+        #[error("grant_not_minted_here: the grant was not minted by this process")]
+        NotMintedHere = "not_minted_here",
+        /// The grant's own expiry passed.
+        #[error("grant_expired: the grant expired")]
+        GrantExpired = "grant_expired",
+        /// The lease lapsed.
+        #[error("lease_expired: the lease lapsed")]
+        LeaseExpired = "lease_expired",
+        /// The lease was released.
+        #[error("lease_released: the lease was released")]
+        LeaseReleased = "lease_released",
+        /// The lease was taken over: the grant's epoch is stale.
+        #[error("stale_epoch: the lease was taken over since the grant was minted")]
+        StaleEpoch = "stale_epoch",
+        /// The lease now belongs to another connector or tenure.
+        #[error("lease_replaced: the lease belongs to another connector or lease id")]
+        LeaseReplaced = "lease_replaced",
+        /// No lease for the binding.
+        #[error("lease_missing: no lease for the binding")]
+        LeaseMissing = "lease_missing",
+        /// The grant is for another tenant.
+        #[error("cross_tenant: the grant belongs to another tenant")]
+        CrossTenant = "cross_tenant",
+        /// The grant is for another logical agent.
+        #[error("cross_agent: the grant belongs to another logical agent")]
+        CrossAgent = "cross_agent",
+        /// The grant is for another binding.
+        #[error("cross_binding: the grant belongs to another binding")]
+        CrossBinding = "cross_binding",
+        /// A requested scope is not authorized by both grant and current lease.
+        #[error("scope_not_authorized: a scope is not authorized by both the grant and the lease")]
+        ScopeNotAuthorized = "scope_not_authorized",
+        /// The requested grant TTL exceeds the cap.
+        #[error("ttl_exceeds_cap: the requested grant ttl is above the cap")]
+        TtlExceedsCap = "ttl_exceeds_cap",
+        /// The policy refused.
+        #[error("policy_denied: the connector policy refused")]
+        PolicyDenied = "policy_denied",
+    }
 }
 
 /// A short-lived execution grant. It cannot be cloned, built or deserialized outside this

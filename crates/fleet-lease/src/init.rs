@@ -11,26 +11,16 @@ use crate::lease::{
 /// Failure detail is cut to this many bytes (at a character boundary) before storage.
 pub const MAX_FAILURE_DETAIL: usize = 2048;
 
-/// Where an initialization stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InitStatus {
-    /// An owner is running it.
-    Initializing,
-    /// It completed for `target_version`.
-    Ready,
-    /// It failed; `failure_detail` says why.
-    Failed,
-}
-
-impl InitStatus {
-    /// The status as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InitStatus::Initializing => "initializing",
-            InitStatus::Ready => "ready",
-            InitStatus::Failed => "failed",
-        }
+fleet_identity::outward_codes! {
+    /// Where an initialization stands.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum InitStatus ("initialization status") {
+        /// An owner is running it.
+        Initializing = "initializing",
+        /// It completed for `target_version`.
+        Ready = "ready",
+        /// It failed; `failure_detail` says why.
+        Failed = "failed",
     }
 }
 

@@ -151,28 +151,20 @@ token!(
     "lease id"
 );
 
-/// Which of the three uses a lease serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LeaseKind {
-    /// A connector binding (seed 002): insert-only acquisition.
-    Connector,
-    /// A workflow lease whose owner stale retirement must not touch.
-    Workflow,
-    /// One-time initialization (seed 001).
-    Initialization,
+fleet_identity::outward_codes! {
+    /// Which of the three uses a lease serves.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum LeaseKind ("lease kind") {
+        /// A connector binding (seed 002): insert-only acquisition.
+        Connector = "connector",
+        /// A workflow lease whose owner stale retirement must not touch.
+        Workflow = "workflow",
+        /// One-time initialization (seed 001).
+        Initialization = "initialization",
+    }
 }
 
 impl LeaseKind {
-    /// The kind as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseKind::Connector => "connector",
-            LeaseKind::Workflow => "workflow",
-            LeaseKind::Initialization => "initialization",
-        }
-    }
-
     /// How ordinary acquisition treats an expired or released lease.
     pub fn acquire_mode(self) -> AcquireMode {
         match self {
@@ -182,35 +174,14 @@ impl LeaseKind {
     }
 }
 
-impl std::str::FromStr for LeaseKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "connector" => Ok(Self::Connector),
-            "workflow" => Ok(Self::Workflow),
-            "initialization" => Ok(Self::Initialization),
-            other => Err(format!("unknown lease kind {other:?}")),
-        }
-    }
-}
-
-/// Whether the lease is held or was given up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LeaseState {
-    /// Held until `expires_at` unless renewed.
-    Held,
-    /// Released by its holder.
-    Released,
-}
-
-impl LeaseState {
-    /// The state as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseState::Held => "held",
-            LeaseState::Released => "released",
-        }
+fleet_identity::outward_codes! {
+    /// Whether the lease is held or was given up.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum LeaseState ("lease state") {
+        /// Held until `expires_at` unless renewed.
+        Held = "held",
+        /// Released by its holder.
+        Released = "released",
     }
 }
 
@@ -350,94 +321,61 @@ impl LeaseRecord {
     }
 }
 
-/// A successful lease operation, as the audit log names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LeaseOutcome {
-    /// A new lease (or a lapsed one re-acquired with a higher epoch).
-    Acquired,
-    /// The holder extended its lease.
-    Renewed,
-    /// The holder gave it up.
-    Released,
-    /// An expired or released lease was taken over by compare-and-swap.
-    TakenOver,
-}
-
-impl LeaseOutcome {
-    /// The outcome as stored in the audit log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseOutcome::Acquired => "acquired",
-            LeaseOutcome::Renewed => "renewed",
-            LeaseOutcome::Released => "released",
-            LeaseOutcome::TakenOver => "taken_over",
-        }
+fleet_identity::outward_codes! {
+    /// A successful lease operation, as the audit log names it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum LeaseOutcome ("lease outcome") {
+        /// A new lease (or a lapsed one re-acquired with a higher epoch).
+        Acquired = "acquired",
+        /// The holder extended its lease.
+        Renewed = "renewed",
+        /// The holder gave it up.
+        Released = "released",
+        /// An expired or released lease was taken over by compare-and-swap.
+        TakenOver = "taken_over",
     }
 }
 
-/// Why a lease operation was refused. Each is an outcome code of the seeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
-#[serde(rename_all = "snake_case")]
-pub enum LeaseDenial {
-    /// Another holder's lease is live.
-    #[error("lease_held: another holder's lease is live")]
-    LeaseHeld,
-    /// The lease lapsed or was released; ordinary acquisition cannot recover it.
-    #[error("takeover_required: the lease lapsed or was released; take it over with its epoch")]
-    TakeoverRequired,
-    /// A takeover named another epoch than the current one.
-    #[error("epoch_mismatch: the lease is at another epoch than expected")]
-    EpochMismatch,
-    /// A takeover of a lease that is still live.
-    #[error("lease_live: the lease has not lapsed and cannot be taken over")]
-    LeaseLive,
-    /// No such lease.
-    #[error("lease_not_found: no such lease")]
-    #[serde(rename = "lease_not_found")]
-    NotFound,
-    /// The presented tenure is not the current one (a takeover happened).
-    #[error("stale_epoch: the lease was taken over; this holder's epoch is stale")]
-    StaleEpoch,
-    /// The presenter is not the holder.
-    #[error("not_holder: the lease belongs to another owner or tenure")]
-    NotHolder,
-    /// The holder's lease lapsed before it renewed.
-    #[error("lease_expired: the lease lapsed before renewal")]
-    #[serde(rename = "lease_expired")]
-    Expired,
-    /// The lease was released.
-    #[error("lease_released: the lease was released")]
-    #[serde(rename = "lease_released")]
-    ReleasedLease,
-    /// The requested TTL exceeds the cap.
-    #[error("ttl_exceeds_cap: the requested ttl is above the configured cap")]
-    TtlExceedsCap,
-    /// The policy refused.
-    #[error("policy_denied: the configured policy refused")]
-    PolicyDenied,
-    /// The lease is at the largest fencing epoch; taking it over would reuse one.
-    #[error("epoch_exhausted: the lease is at the largest fencing epoch and cannot change hands again")]
-    EpochExhausted,
-}
-
-impl LeaseDenial {
-    /// The code as stored in the audit log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseDenial::LeaseHeld => "lease_held",
-            LeaseDenial::TakeoverRequired => "takeover_required",
-            LeaseDenial::EpochMismatch => "epoch_mismatch",
-            LeaseDenial::LeaseLive => "lease_live",
-            LeaseDenial::NotFound => "lease_not_found",
-            LeaseDenial::StaleEpoch => "stale_epoch",
-            LeaseDenial::NotHolder => "not_holder",
-            LeaseDenial::Expired => "lease_expired",
-            LeaseDenial::ReleasedLease => "lease_released",
-            LeaseDenial::TtlExceedsCap => "ttl_exceeds_cap",
-            LeaseDenial::PolicyDenied => "policy_denied",
-            LeaseDenial::EpochExhausted => "epoch_exhausted",
-        }
+fleet_identity::outward_codes! {
+    /// Why a lease operation was refused. Each is an outcome code of the seeds.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+    pub enum LeaseDenial ("lease denial", explained) {
+        /// Another holder's lease is live.
+        #[error("lease_held: another holder's lease is live")]
+        LeaseHeld = "lease_held",
+        /// The lease lapsed or was released; ordinary acquisition cannot recover it.
+        #[error("takeover_required: the lease lapsed or was released; take it over with its epoch")]
+        TakeoverRequired = "takeover_required",
+        /// A takeover named another epoch than the current one.
+        #[error("epoch_mismatch: the lease is at another epoch than expected")]
+        EpochMismatch = "epoch_mismatch",
+        /// A takeover of a lease that is still live.
+        #[error("lease_live: the lease has not lapsed and cannot be taken over")]
+        LeaseLive = "lease_live",
+        /// No such lease.
+        #[error("lease_not_found: no such lease")]
+        NotFound = "lease_not_found",
+        /// The presented tenure is not the current one (a takeover happened).
+        #[error("stale_epoch: the lease was taken over; this holder's epoch is stale")]
+        StaleEpoch = "stale_epoch",
+        /// The presenter is not the holder.
+        #[error("not_holder: the lease belongs to another owner or tenure")]
+        NotHolder = "not_holder",
+        /// The holder's lease lapsed before it renewed.
+        #[error("lease_expired: the lease lapsed before renewal")]
+        Expired = "lease_expired",
+        /// The lease was released.
+        #[error("lease_released: the lease was released")]
+        ReleasedLease = "lease_released",
+        /// The requested TTL exceeds the cap.
+        #[error("ttl_exceeds_cap: the requested ttl is above the configured cap")]
+        TtlExceedsCap = "ttl_exceeds_cap",
+        /// The policy refused.
+        #[error("policy_denied: the configured policy refused")]
+        PolicyDenied = "policy_denied",
+        /// The lease is at the largest fencing epoch; taking it over would reuse one.
+        #[error("epoch_exhausted: the lease is at the largest fencing epoch and cannot change hands again")]
+        EpochExhausted = "epoch_exhausted",
     }
 }
 

@@ -5,30 +5,32 @@
 use fleet_identity::{BootId, HostId, Pid, PidNamespace, ProcessStartTime};
 use serde::{Deserialize, Serialize};
 
-/// The answer to "is this pid number occupied?".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Liveness {
-    /// The process exists and is running (or we may not signal it, which proves it exists).
-    Alive,
-    /// There is no such process, or only its unreaped exit status remains.
-    Gone,
-    /// The probe could not tell.
-    Unknown,
+fleet_identity::outward_codes! {
+    /// The answer to "is this pid number occupied?".
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Liveness ("liveness") {
+        /// The process exists and is running (or we may not signal it, which proves it exists).
+        Alive = "alive",
+        /// There is no such process, or only its unreaped exit status remains.
+        Gone = "gone",
+        /// The probe could not tell.
+        Unknown = "unknown",
+    }
 }
 
-/// What a recorded process (pid plus start time) is doing now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProcessVerdict {
-    /// The very process that was recorded is still alive.
-    Alive,
-    /// That process is gone and nothing else holds its pid number.
-    Gone,
-    /// That process is gone, but the pid number now belongs to a different incarnation.
-    PidReused,
-    /// The probe could not tell.
-    Unknown,
+fleet_identity::outward_codes! {
+    /// What a recorded process (pid plus start time) is doing now.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ProcessVerdict ("process verdict") {
+        /// The very process that was recorded is still alive.
+        Alive = "alive",
+        /// That process is gone and nothing else holds its pid number.
+        Gone = "gone",
+        /// That process is gone, but the pid number now belongs to a different incarnation.
+        PidReused = "pid_reused",
+        /// The probe could not tell.
+        Unknown = "unknown",
+    }
 }
 
 /// Everything that names one process: machine, boot, pid and start time.

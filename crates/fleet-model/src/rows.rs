@@ -1,9 +1,6 @@
 //! The registry's rows, keyed by the column names of DESIGN.md, and the JSON dump that
 //! export writes and import reads.
 
-use std::fmt;
-use std::str::FromStr;
-
 use fleet_identity::{
     BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid, PidNamespace,
     ProcessStartTime, Profile, Repository, SessionId, Timestamp, WorkerIdentity,
@@ -12,32 +9,34 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::process::{LivenessProbe, ProcessIdentity};
 
-/// Where a registration is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkerStatus {
-    /// The worker registered and has not released.
-    Active,
-    /// The worker exited cleanly and released its registration.
-    Released,
-    /// A later process of the same instance and namespace replaced it.
-    Superseded,
-    /// Stale retirement proved its process gone and retired it.
-    Retired,
+fleet_identity::outward_codes! {
+    /// Where a registration is in its life.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum WorkerStatus ("worker status") {
+        /// The worker registered and has not released.
+        Active = "active",
+        /// The worker exited cleanly and released its registration.
+        Released = "released",
+        /// A later process of the same instance and namespace replaced it.
+        Superseded = "superseded",
+        /// Stale retirement proved its process gone and retired it.
+        Retired = "retired",
+    }
 }
 
-/// Who owns an active registration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OwnershipState {
-    /// Its process heartbeats within the TTL.
-    Owned,
-    /// Its heartbeat expired: the sweep marked it stale.
-    Stale,
-    /// Its launch is gone but the row says nothing more.
-    Orphaned,
-    /// No process claims it.
-    Unowned,
+fleet_identity::outward_codes! {
+    /// Who owns an active registration.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum OwnershipState ("ownership state") {
+        /// Its process heartbeats within the TTL.
+        Owned = "owned",
+        /// Its heartbeat expired: the sweep marked it stale.
+        Stale = "stale",
+        /// Its launch is gone but the row says nothing more.
+        Orphaned = "orphaned",
+        /// No process claims it.
+        Unowned = "unowned",
+    }
 }
 
 /// What a worker's own process says of its ownership when it registers and on every
@@ -67,47 +66,6 @@ impl Claim {
         self.state().as_str()
     }
 }
-
-macro_rules! text_enum {
-    ($ty:ty { $($variant:ident => $text:literal),* $(,)? }) => {
-        impl $ty {
-            /// The value as stored and printed.
-            pub fn as_str(self) -> &'static str {
-                match self { $(Self::$variant => $text),* }
-            }
-        }
-
-        impl FromStr for $ty {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                match s {
-                    $($text => Ok(Self::$variant),)*
-                    other => Err(format!("unknown {} {other:?}", stringify!($ty))),
-                }
-            }
-        }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-text_enum!(WorkerStatus {
-    Active => "active",
-    Released => "released",
-    Superseded => "superseded",
-    Retired => "retired",
-});
-
-text_enum!(OwnershipState {
-    Owned => "owned",
-    Stale => "stale",
-    Orphaned => "orphaned",
-    Unowned => "unowned",
-});
 
 /// Reads a TTL written as `900` or as `900.0` (a REAL that round-tripped through SQLite).
 fn lenient_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {

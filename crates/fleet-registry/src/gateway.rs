@@ -51,10 +51,7 @@ fn audit_grant(
 ) -> Result<(), StoreError> {
     let (outcome, reason, epoch) = match decision {
         Ok(epoch) => (if event == "grant_issue" { "issued" } else { "valid" }, None, Some(epoch.get())),
-        Err(denial) => {
-            let code = serde_json::to_value(denial).ok().and_then(|v| v.as_str().map(str::to_owned));
-            ("denied", code, None)
-        }
+        Err(denial) => ("denied", Some(denial.as_str().to_owned()), None),
     };
     tx.append_audit(&AuditEntry {
         id: 0,

@@ -144,23 +144,14 @@ pub struct WorkerCredential {
     pub token: WorkerToken,
 }
 
-/// Whether a registration made a new row or found the process's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RegistrationOutcome {
-    /// A new process: a new `worker_identity`.
-    Registered,
-    /// The same process registering again keeps its row.
-    Reconnected,
-}
-
-impl RegistrationOutcome {
-    /// The outcome as logged and serialised.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Registered => "registered",
-            Self::Reconnected => "reconnected",
-        }
+fleet_identity::outward_codes! {
+    /// Whether a registration made a new row or found the process's own.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum RegistrationOutcome ("registration outcome") {
+        /// A new process: a new `worker_identity`.
+        Registered = "registered",
+        /// The same process registering again keeps its row.
+        Reconnected = "reconnected",
     }
 }
 

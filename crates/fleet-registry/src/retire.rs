@@ -142,44 +142,24 @@ pub enum RegistryMatch {
     WholeRegistry,
 }
 
-/// The outcome of an apply, as the seed names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApplyOutcome {
-    /// The transaction ran; see retired and preserved.
-    Applied,
-    /// The registry changed between plan and apply.
-    RegistryRevisionMoved,
-    /// The eligibility verdict changed between plan and apply.
-    CandidateSetMoved,
-    /// Every requested row is already retired.
-    AlreadyRetired,
-    /// No identity was requested.
-    NothingRequested,
-    /// Rolled back; nothing retired.
-    TransactionFailed,
-    /// No liveness probe: nothing is retired unfenced.
-    LivenessReprobeUnavailable,
-}
-
-impl ApplyOutcome {
-    /// The outcome as JSON spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApplyOutcome::Applied => "applied",
-            ApplyOutcome::RegistryRevisionMoved => "registry_revision_moved",
-            ApplyOutcome::CandidateSetMoved => "candidate_set_moved",
-            ApplyOutcome::AlreadyRetired => "already_retired",
-            ApplyOutcome::NothingRequested => "nothing_requested",
-            ApplyOutcome::TransactionFailed => "transaction_failed",
-            ApplyOutcome::LivenessReprobeUnavailable => "liveness_reprobe_unavailable",
-        }
-    }
-}
-
-impl std::fmt::Display for ApplyOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+fleet_identity::outward_codes! {
+    /// The outcome of an apply, as the seed names them.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ApplyOutcome ("apply outcome") {
+        /// The transaction ran; see retired and preserved.
+        Applied = "applied",
+        /// The registry changed between plan and apply.
+        RegistryRevisionMoved = "registry_revision_moved",
+        /// The eligibility verdict changed between plan and apply.
+        CandidateSetMoved = "candidate_set_moved",
+        /// Every requested row is already retired.
+        AlreadyRetired = "already_retired",
+        /// No identity was requested.
+        NothingRequested = "nothing_requested",
+        /// Rolled back; nothing retired.
+        TransactionFailed = "transaction_failed",
+        /// No liveness probe: nothing is retired unfenced.
+        LivenessReprobeUnavailable = "liveness_reprobe_unavailable",
     }
 }
 
@@ -219,7 +199,7 @@ impl KeptReason {
     }
 }
 
-fleet_model::outward_code!(KeptReason);
+fleet_identity::outward_codes!(impl KeptReason);
 
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

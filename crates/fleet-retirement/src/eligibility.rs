@@ -7,7 +7,6 @@ use fleet_identity::{BootId, ClientInstanceId, HostId, Repository, Timestamp};
 use fleet_model::ProcessVerdict;
 use fleet_model::{OwnershipState, WorkerRow, WorkerStatus};
 use rustc_hash::FxHashMap as HashMap;
-use serde::Serialize;
 
 /// The fields the conjunction reads that have no reason code of their own.
 pub const REQUIRED_IDENTITY_FIELDS: [&str; 7] = [
@@ -20,91 +19,42 @@ pub const REQUIRED_IDENTITY_FIELDS: [&str; 7] = [
     "ownership_state",
 ];
 
-/// Why a row is preserved, in the conjunction's order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PreserveReason {
-    /// Status is not `active`.
-    AlreadyTerminalRegistration,
-    /// A field in [`REQUIRED_IDENTITY_FIELDS`] is missing.
-    IncompleteRegistryIdentity,
-    /// `last_heartbeat_at` does not parse.
-    UnparsableHeartbeat,
-    /// The worker is live: heartbeat within its TTL and its process not proved gone.
-    WorkerLive,
-    /// The probe gave no definite answer.
-    PidLivenessUnknown,
-    /// The probe found the very process alive.
-    PidAlive,
-    /// The heartbeat has not expired.
-    HeartbeatNotExpired,
-    /// `ownership_state` is not exactly `stale`.
-    AmbiguousOwnershipState,
-    /// Repository binding missing or not canonical.
-    RepositoryBindingAmbiguous,
-    /// Identity evidence shared with a live or unprobeable worker.
-    ConflictingIdentityEvidence,
-    /// Another active row claims the same instance and namespace and may be live.
-    ClientInstanceConflict,
-    /// The worker owns an active workflow lease.
-    ProtectedActiveWorkflowOwner,
-    /// The instance ID is not launcher-minted (not in the ledger).
-    UntrustedIdentityProvenance,
-    /// The row's host is not the host running retirement.
-    HostBindingUnproven,
-    /// A boot id is unknown on one side.
-    BootIdentityUnknown,
-    /// The pid number is held by a different incarnation.
-    PidReuseDetected,
-}
-
-impl PreserveReason {
-    /// Every reason, in the conjunction's order.
-    pub const ALL: [PreserveReason; 16] = [
-        PreserveReason::AlreadyTerminalRegistration,
-        PreserveReason::IncompleteRegistryIdentity,
-        PreserveReason::UnparsableHeartbeat,
-        PreserveReason::WorkerLive,
-        PreserveReason::PidLivenessUnknown,
-        PreserveReason::PidAlive,
-        PreserveReason::HeartbeatNotExpired,
-        PreserveReason::AmbiguousOwnershipState,
-        PreserveReason::RepositoryBindingAmbiguous,
-        PreserveReason::ConflictingIdentityEvidence,
-        PreserveReason::ClientInstanceConflict,
-        PreserveReason::ProtectedActiveWorkflowOwner,
-        PreserveReason::UntrustedIdentityProvenance,
-        PreserveReason::HostBindingUnproven,
-        PreserveReason::BootIdentityUnknown,
-        PreserveReason::PidReuseDetected,
-    ];
-
-    /// The code as JSON spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PreserveReason::AlreadyTerminalRegistration => "already_terminal_registration",
-            PreserveReason::IncompleteRegistryIdentity => "incomplete_registry_identity",
-            PreserveReason::UnparsableHeartbeat => "unparsable_heartbeat",
-            PreserveReason::WorkerLive => "worker_live",
-            PreserveReason::PidLivenessUnknown => "pid_liveness_unknown",
-            PreserveReason::PidAlive => "pid_alive",
-            PreserveReason::HeartbeatNotExpired => "heartbeat_not_expired",
-            PreserveReason::AmbiguousOwnershipState => "ambiguous_ownership_state",
-            PreserveReason::RepositoryBindingAmbiguous => "repository_binding_ambiguous",
-            PreserveReason::ConflictingIdentityEvidence => "conflicting_identity_evidence",
-            PreserveReason::ClientInstanceConflict => "client_instance_conflict",
-            PreserveReason::ProtectedActiveWorkflowOwner => "protected_active_workflow_owner",
-            PreserveReason::UntrustedIdentityProvenance => "untrusted_identity_provenance",
-            PreserveReason::HostBindingUnproven => "host_binding_unproven",
-            PreserveReason::BootIdentityUnknown => "boot_identity_unknown",
-            PreserveReason::PidReuseDetected => "pid_reuse_detected",
-        }
-    }
-}
-
-impl std::fmt::Display for PreserveReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+fleet_identity::outward_codes! {
+    /// Why a row is preserved, in the conjunction's order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum PreserveReason ("preserve reason") {
+        /// Status is not `active`.
+        AlreadyTerminalRegistration = "already_terminal_registration",
+        /// A field in [`REQUIRED_IDENTITY_FIELDS`] is missing.
+        IncompleteRegistryIdentity = "incomplete_registry_identity",
+        /// `last_heartbeat_at` does not parse.
+        UnparsableHeartbeat = "unparsable_heartbeat",
+        /// The worker is live: heartbeat within its TTL and its process not proved gone.
+        WorkerLive = "worker_live",
+        /// The probe gave no definite answer.
+        PidLivenessUnknown = "pid_liveness_unknown",
+        /// The probe found the very process alive.
+        PidAlive = "pid_alive",
+        /// The heartbeat has not expired.
+        HeartbeatNotExpired = "heartbeat_not_expired",
+        /// `ownership_state` is not exactly `stale`.
+        AmbiguousOwnershipState = "ambiguous_ownership_state",
+        /// Repository binding missing or not canonical.
+        RepositoryBindingAmbiguous = "repository_binding_ambiguous",
+        /// Identity evidence shared with a live or unprobeable worker.
+        ConflictingIdentityEvidence = "conflicting_identity_evidence",
+        /// Another active row claims the same instance and namespace and may be live.
+        ClientInstanceConflict = "client_instance_conflict",
+        /// The worker owns an active workflow lease.
+        ProtectedActiveWorkflowOwner = "protected_active_workflow_owner",
+        /// The instance ID is not launcher-minted (not in the ledger).
+        UntrustedIdentityProvenance = "untrusted_identity_provenance",
+        /// The row's host is not the host running retirement.
+        HostBindingUnproven = "host_binding_unproven",
+        /// A boot id is unknown on one side.
+        BootIdentityUnknown = "boot_identity_unknown",
+        /// The pid number is held by a different incarnation.
+        PidReuseDetected = "pid_reuse_detected",
     }
 }
 
@@ -128,7 +78,7 @@ impl Verdict {
     }
 }
 
-fleet_model::outward_code!(Verdict);
+fleet_identity::outward_codes!(impl Verdict);
 
 /// Where retirement runs and what it expects.
 #[derive(Debug, Clone)]

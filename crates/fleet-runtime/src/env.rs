@@ -51,23 +51,51 @@ pub mod vars {
 
 /// An agent client whose config file starts the five servers and carries the launch's
 /// variables to them, each by its own documented rule.
+/// Each is named on the command line by [`AgentClient::as_str`] (`claude` is accepted for
+/// `claude_code`) and described by [`AgentClient::about`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum AgentClient {
-    /// OpenAI Codex (`config.toml`).
+    /// OpenAI Codex.
     Codex,
-    /// Claude Code (`.mcp.json`, or `~/.claude.json` for the user scope).
-    #[cfg_attr(feature = "cli", value(name = "claude_code", alias = "claude"))]
+    /// Claude Code.
     ClaudeCode,
-    /// Cursor (`.cursor/mcp.json`).
+    /// Cursor.
     Cursor,
-    /// Gemini CLI (`.gemini/settings.json`).
+    /// Gemini CLI.
     Gemini,
-    /// VS Code (`.vscode/mcp.json`).
+    /// VS Code.
     Vscode,
 }
 
 impl AgentClient {
+    /// Every client, in the order help lists them.
+    pub const ALL: [AgentClient; 5] = [
+        AgentClient::Codex,
+        AgentClient::ClaudeCode,
+        AgentClient::Cursor,
+        AgentClient::Gemini,
+        AgentClient::Vscode,
+    ];
+
+    /// What the client is and which config file it reads, for help.
+    pub fn about(self) -> &'static str {
+        match self {
+            AgentClient::Codex => "OpenAI Codex (`config.toml`)",
+            AgentClient::ClaudeCode => "Claude Code (`.mcp.json`, or `~/.claude.json` for the user scope)",
+            AgentClient::Cursor => "Cursor (`.cursor/mcp.json`)",
+            AgentClient::Gemini => "Gemini CLI (`.gemini/settings.json`)",
+            AgentClient::Vscode => "VS Code (`.vscode/mcp.json`)",
+        }
+    }
+
+    /// Other names the command line accepts for this client.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            AgentClient::ClaudeCode => &["claude"],
+            _ => &[],
+        }
+    }
+
     /// The client's name on the command line.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -108,6 +136,17 @@ impl AgentClient {
             AgentClient::Gemini => "gemini",
             AgentClient::Vscode => "code",
         }
+    }
+}
+
+impl std::str::FromStr for AgentClient {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s || c.aliases().contains(&s)).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|c| c.as_str()).collect();
+            format!("unknown agent client {s:?} (one of {})", names.join(", "))
+        })
     }
 }
 

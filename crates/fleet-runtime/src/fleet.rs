@@ -3,6 +3,8 @@
 //! apply (with the rules an acting worker must pass), and the registry for leases,
 //! initialization and the connector gateway.
 
+use std::collections::BTreeMap;
+
 use fleet_identity::{Repository, Timestamp, WorkerIdentity};
 use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::OpenMode;
@@ -16,7 +18,6 @@ use fleet_snapshot::{
     SnapshotInput, mutation_gate, snapshot,
 };
 
-use crate::exit::Failure;
 use crate::location::{AnyStore, RegistryLocation, open_registry};
 use crate::stable::StableRuntime;
 use crate::worker::now;
@@ -384,23 +385,36 @@ fn not_read() -> StoreError {
     StoreError::new(StoreErrorKind::Unavailable, "the registry was not read")
 }
 
+/// Why the context of a retirement could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    /// This host's identity (its machine and boot ids) could not be read: the host, not
+    /// the input, is at fault.
+    #[error("cannot read this host's identity: {0}")]
+    HostIdentity(#[source] fleet_probe::ProbeError),
+    /// The current directory, the default repository, could not be read.
+    #[error("cannot read the current directory: {0}")]
+    CurrentDirectory(#[source] std::io::Error),
+    /// The repository given is not one.
+    #[error(transparent)]
+    Repository(#[from] fleet_identity::IdentityError),
+}
+
 /// Where retirement runs: this host and boot, the canonical repository (default: the
-/// current directory), now. A repository that cannot be read is bad input; a host whose
-/// identity cannot be read is a store failure.
-pub fn retirement_context(repository: Option<&str>) -> Result<RetirementContext, Failure> {
-    let probe =
-        LocalProbe::new().map_err(|e| Failure::store(format!("cannot read this host's identity: {e}")))?;
+/// current directory), now.
+pub fn retirement_context(repository: Option<&str>) -> Result<RetirementContext, ContextError> {
+    let probe = LocalProbe::new().map_err(ContextError::HostIdentity)?;
     let repository = match repository {
         Some(r) => r.to_owned(),
         None => std::env::current_dir()
             .and_then(std::fs::canonicalize)
             .map(|p| p.display().to_string())
-            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+            .map_err(ContextError::CurrentDirectory)?,
     };
     Ok(RetirementContext {
         host_id: probe.host_id().clone(),
         boot_id: Some(probe.boot_id().clone()),
-        canonical_repository: Repository::new(repository).map_err(|e| Failure::usage(e.to_string()))?,
+        canonical_repository: Repository::new(repository)?,
         now: now(),
     })
 }
@@ -502,24 +516,16 @@ impl Fleet {
 
     /// Applies a retirement plan from this host as of `ctx.now`, in one transaction on
     /// the registry this session keeps open, re-probing each candidate with this host's
-    /// probe.
-    pub fn apply(
-        &mut self,
-        request: &ApplyRequest,
-        ctx: &RetirementContext,
-    ) -> Result<ApplyReport, StoreError> {
+    /// probe, then reads what the fleet looks like after it. The apply's outcome stands
+    /// even when that second read fails ([`AfterApply::Unread`]).
+    pub fn apply(&mut self, request: &ApplyRequest, ctx: &RetirementContext) -> Result<Applied, StoreError> {
         let probe = self.local_probe()?;
-        self.with_registry(|registry| Ok(registry.apply_retirement(request, ctx, &probe)))
-    }
-
-    /// What the fleet looks like now, as reported right after an apply (`post_apply`):
-    /// whether it is safe, how many workers are still stale, and how many of each active
-    /// blocker remain. A fleet that cannot be read says why, in `error`.
-    pub fn post_apply(&mut self) -> serde_json::Value {
-        match self.snapshot(None, &Policy::default(), now()) {
-            Ok(snap) => post_apply_summary(&snap),
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
-        }
+        let report = self.with_registry(|registry| Ok(registry.apply_retirement(request, ctx, &probe)))?;
+        let after = match self.snapshot(None, &Policy::default(), now()) {
+            Ok(snap) => AfterApply::of(&snap),
+            Err(e) => AfterApply::Unread { error: e.to_string() },
+        };
+        Ok(Applied { report, after })
     }
 
     /// This host's probe (its host, boot and PID namespace, read once per session).
@@ -534,16 +540,55 @@ impl Fleet {
     }
 }
 
-/// What the fleet looks like right after an apply (`post_apply`): whether it is safe
-/// now, how many workers are still stale, and how many of each active blocker remain.
-fn post_apply_summary(snap: &FleetSnapshot<'_>) -> serde_json::Value {
-    let mut blockers: std::collections::BTreeMap<FindingCode, usize> = Default::default();
-    for f in snap.findings.iter().filter(|f| f.active_blocker) {
-        *blockers.entry(f.code).or_default() += 1;
+/// An apply and the fleet right after it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Applied {
+    /// What the apply did.
+    #[serde(flatten)]
+    pub report: ApplyReport,
+    /// The fleet right after it (`post_apply` in an answer).
+    #[serde(rename = "post_apply")]
+    pub after: AfterApply,
+}
+
+/// What the fleet looks like right after an apply.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum AfterApply {
+    /// The fleet as read again.
+    Read {
+        /// Whether the live fleet is safe now.
+        live_fleet_safe: bool,
+        /// How many of each active blocker remain.
+        remaining_blockers: BTreeMap<FindingCode, usize>,
+        /// How many workers are still stale.
+        stale_worker_count: usize,
+    },
+    /// The fleet could not be read again, and why.
+    Unread {
+        /// Why.
+        error: String,
+    },
+}
+
+impl AfterApply {
+    fn of(snap: &FleetSnapshot<'_>) -> Self {
+        let mut remaining_blockers = BTreeMap::new();
+        for f in snap.findings.iter().filter(|f| f.active_blocker) {
+            *remaining_blockers.entry(f.code).or_default() += 1;
+        }
+        Self::Read {
+            live_fleet_safe: snap.live_fleet_safe,
+            remaining_blockers,
+            stale_worker_count: snap.counts.stale_worker_count,
+        }
     }
-    serde_json::json!({
-        "live_fleet_safe": snap.live_fleet_safe,
-        "stale_worker_count": snap.counts.stale_worker_count,
-        "remaining_blockers": blockers,
-    })
+}
+
+impl std::fmt::Display for AfterApply {
+    /// The compact JSON of the summary, as `retire apply` prints it after `after:`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let json = serde_json::to_string(self).map_err(|_| std::fmt::Error)?;
+        f.write_str(&json)
+    }
 }

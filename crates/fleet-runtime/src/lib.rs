@@ -4,11 +4,9 @@
 
 #![warn(missing_docs)]
 
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod clock;
+mod diagnostics;
 mod env;
-mod exit;
 mod fleet;
 mod init;
 pub mod input;
@@ -18,20 +16,16 @@ mod location;
 pub mod process;
 mod stable;
 pub mod tenure;
+mod tools;
 pub mod user_file;
 mod worker;
 mod worker_json;
 
+pub use diagnostics::{diagnostics_are_json, json_diagnostics, warn};
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
-pub use exit::{
-    EXIT_CODES_HELP, Failure, LAUNCHER_EXIT_CODES_HELP, LogFormat, SERVER_EXIT_CODES_HELP, flush_stdout,
-    print_json, warn, write_stdout,
-};
-#[cfg(feature = "cli")]
-pub use exit::{init_logging, namespace_parser, parse_args, parse_args_with};
 pub use fleet::{
-    Fleet, JsonSnapshot, Taken, WorkerMayNotMutate, probe_local, retirement_audit, retirement_context,
-    take_snapshot,
+    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, Taken, WorkerMayNotMutate, probe_local,
+    retirement_audit, retirement_context, take_snapshot,
 };
 pub use fleet_snapshot::MovedHeartbeats;
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
@@ -41,4 +35,5 @@ pub use launch::{
 };
 pub use location::{AnyStore, LocationError, RegistryLocation, init_registry, open_registry};
 pub use stable::StableRuntime;
+pub use tools::McpTool;
 pub use worker::{WorkerOptions, WorkerSession, now};

@@ -104,6 +104,17 @@ fn reachable(graph: &std::collections::BTreeMap<String, Vec<String>>, from: &str
     seen.into_iter().collect()
 }
 
+/// The workspace's own crates in `graph` (each a directory under `crates/` or `bins/`).
+fn workspace_crates(graph: &std::collections::BTreeMap<String, Vec<String>>) -> Vec<String> {
+    graph
+        .keys()
+        .filter(|name| {
+            ["crates", "bins"].iter().any(|dir| root().join(dir).join(name).join("Cargo.toml").exists())
+        })
+        .cloned()
+        .collect()
+}
+
 #[test]
 fn pure_crates_reach_no_store_probe_os_or_runtime_crate() {
     let graph = normal_dependency_graph();
@@ -328,10 +339,10 @@ fn every_path_and_type_the_architecture_names_exists() {
     assert!(missing.is_empty(), "ARCHITECTURE.md names what does not exist: {missing:?}");
 }
 
-/// A library user who turns fleet-runtime's features off links neither the PostgreSQL
-/// client (with its TLS stack) nor the command-line pieces.
+/// A library user who turns fleet-runtime's features off links no PostgreSQL client
+/// (with its TLS stack); with or without them, the runtime links no command-line crate.
 #[test]
-fn without_its_features_the_runtime_links_no_postgres_and_no_cli_crates() {
+fn the_runtime_links_no_cli_crate_and_without_its_features_no_postgres() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let tree = |features: &[&str]| {
         let out = std::process::Command::new(&cargo)
@@ -343,21 +354,65 @@ fn without_its_features_the_runtime_links_no_postgres_and_no_cli_crates() {
         assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    let bare = tree(&["--no-default-features"]);
-    for heavy in [
-        "registry-postgres",
-        "postgres ",
-        "rustls",
-        "clap ",
-        "clap_complete",
-        "clap_mangen",
-        "tracing-subscriber",
-    ] {
-        assert!(!bare.lines().any(|l| l.starts_with(heavy)), "{heavy} without features");
+    let has = |tree: &str, name: &str| tree.lines().any(|l| l.starts_with(name));
+    let (bare, full) = (tree(&["--no-default-features"]), tree(&["--all-features"]));
+    for heavy in ["registry-postgres", "postgres ", "rustls"] {
+        assert!(!has(&bare, heavy), "{heavy} without features");
     }
-    let full = tree(&[]);
-    assert!(
-        full.lines().any(|l| l.starts_with("registry-postgres"))
-            && full.lines().any(|l| l.starts_with("clap "))
-    );
+    assert!(has(&full, "registry-postgres "), "the postgres feature brings the backend");
+    for cli in ["fleet-cli", "clap ", "clap_complete", "clap_mangen", "tracing-subscriber"] {
+        assert!(!has(&full, cli), "the runtime links {cli}");
+    }
+}
+
+/// Nothing below the binaries knows an exit code or parses a command line: only the
+/// three binaries link `fleet-cli` or clap.
+#[test]
+fn only_the_binaries_link_the_command_line_crates() {
+    let graph = normal_dependency_graph();
+    for krate in workspace_crates(&graph) {
+        if ["fleetctl", "fleet-mcp", "fleet-launch", "fleet-cli"].contains(&krate.as_str()) {
+            continue;
+        }
+        let all = reachable(&graph, &krate);
+        for cli in ["fleet-cli", "clap"] {
+            assert!(!all.iter().any(|d| d == cli), "{krate} reaches {cli}");
+        }
+    }
+}
+
+/// ARCHITECTURE.md's table of crates draws every edge between the workspace's crates,
+/// and no edge that is not there.
+#[test]
+fn the_architecture_draws_every_edge_between_the_crates() {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let section = doc.split("### Every edge between the workspace's crates").nth(1).expect("the edge table");
+    let crate_names = |cell: &str| -> Vec<String> {
+        let mut names: Vec<String> = cell.split('`').skip(1).step_by(2).map(str::to_owned).collect();
+        names.sort();
+        names
+    };
+    let drawn: std::collections::BTreeMap<String, Vec<String>> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| crate"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_owned(), crate_names(cells[3]))
+        })
+        .collect();
+    let graph = normal_dependency_graph();
+    let workspace = workspace_crates(&graph);
+    let actual: std::collections::BTreeMap<String, Vec<String>> = workspace
+        .iter()
+        .map(|name| {
+            let mut deps: Vec<String> =
+                graph[name].iter().filter(|d| workspace.contains(d)).cloned().collect();
+            deps.sort();
+            deps.dedup();
+            (name.clone(), deps)
+        })
+        .collect();
+    assert_eq!(drawn, actual, "ARCHITECTURE.md's edge table against cargo metadata");
 }

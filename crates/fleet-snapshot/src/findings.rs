@@ -3,76 +3,54 @@
 use fleet_identity::{Namespace, WorkerIdentity};
 use serde::Serialize;
 
-/// Every class of finding. All but `historical_dead` are active blockers: any one of
-/// them makes `live_fleet_safe` false. The exact rule for each is in
-/// `docs/SNAPSHOT.md`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FindingCode {
-    /// An instance (or one of its namespaces) on the manifest has no live worker.
-    MissingExpected,
-    /// A live instance is not on the manifest.
-    Unmanifested,
-    /// More than one live worker for one `(client_instance_id, namespace)`.
-    DuplicateNamespaceWorker,
-    /// Live workers of one `client_instance_id` disagree on who launched them.
-    ClientInstanceCollision,
-    /// One `worker_identity` on more than one row.
-    ReusedWorkerIdentity,
-    /// One `session_id` on active workers of different instances.
-    ReusedSessionIdentity,
-    /// One `generation_id` on more than one active worker.
-    ReusedGenerationIdentity,
-    /// One process (host, boot, pid, start time) behind more than one active worker.
-    ReusedProcessIdentity,
-    /// One pid number (host, boot, pid) on active workers with different start times.
-    ReusedPid,
-    /// One fencing epoch in one slot on two rows, or one token on two active workers.
-    ReusedFencingIdentity,
-    /// An active worker whose ownership is `orphaned`.
-    OrphanedWorker,
-    /// An active worker whose ownership is `unowned`.
-    UnownedWorker,
-    /// An active worker whose client type is missing or contradicts its instance ID.
-    UnknownClient,
-    /// An active worker bound to another repository than the canonical one.
-    ForeignRepository,
-    /// An active worker running another code revision than the expected one.
-    OldRevision,
-    /// An active worker whose heartbeat expired, or whose process is proved gone.
-    StaleWorker,
-    /// An active worker without a trusted-format instance ID or without process evidence.
-    LegacyIncompleteIdentity,
-    /// A well-formed instance ID the launcher's ledger does not hold.
-    UnmintedInstanceId,
-    /// Released, superseded or retired rows: history, never a blocker.
-    HistoricalDead,
+fleet_identity::outward_codes! {
+    /// Every class of finding. All but `historical_dead` are active blockers: any one of
+    /// them makes `live_fleet_safe` false. The exact rule for each is in
+    /// `docs/SNAPSHOT.md`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum FindingCode ("finding code") {
+        /// An instance (or one of its namespaces) on the manifest has no live worker.
+        MissingExpected = "missing_expected",
+        /// A live instance is not on the manifest.
+        Unmanifested = "unmanifested",
+        /// More than one live worker for one `(client_instance_id, namespace)`.
+        DuplicateNamespaceWorker = "duplicate_namespace_worker",
+        /// Live workers of one `client_instance_id` disagree on who launched them.
+        ClientInstanceCollision = "client_instance_collision",
+        /// One `worker_identity` on more than one row.
+        ReusedWorkerIdentity = "reused_worker_identity",
+        /// One `session_id` on active workers of different instances.
+        ReusedSessionIdentity = "reused_session_identity",
+        /// One `generation_id` on more than one active worker.
+        ReusedGenerationIdentity = "reused_generation_identity",
+        /// One process (host, boot, pid, start time) behind more than one active worker.
+        ReusedProcessIdentity = "reused_process_identity",
+        /// One pid number (host, boot, pid) on active workers with different start times.
+        ReusedPid = "reused_pid",
+        /// One fencing epoch in one slot on two rows, or one token on two active workers.
+        ReusedFencingIdentity = "reused_fencing_identity",
+        /// An active worker whose ownership is `orphaned`.
+        OrphanedWorker = "orphaned_worker",
+        /// An active worker whose ownership is `unowned`.
+        UnownedWorker = "unowned_worker",
+        /// An active worker whose client type is missing or contradicts its instance ID.
+        UnknownClient = "unknown_client",
+        /// An active worker bound to another repository than the canonical one.
+        ForeignRepository = "foreign_repository",
+        /// An active worker running another code revision than the expected one.
+        OldRevision = "old_revision",
+        /// An active worker whose heartbeat expired, or whose process is proved gone.
+        StaleWorker = "stale_worker",
+        /// An active worker without a trusted-format instance ID or without process evidence.
+        LegacyIncompleteIdentity = "legacy_incomplete_identity",
+        /// A well-formed instance ID the launcher's ledger does not hold.
+        UnmintedInstanceId = "unminted_instance_id",
+        /// Released, superseded or retired rows: history, never a blocker.
+        HistoricalDead = "historical_dead",
+    }
 }
 
 impl FindingCode {
-    /// Every code, in report order.
-    pub const ALL: [FindingCode; 19] = [
-        FindingCode::MissingExpected,
-        FindingCode::Unmanifested,
-        FindingCode::DuplicateNamespaceWorker,
-        FindingCode::ClientInstanceCollision,
-        FindingCode::ReusedWorkerIdentity,
-        FindingCode::ReusedSessionIdentity,
-        FindingCode::ReusedGenerationIdentity,
-        FindingCode::ReusedProcessIdentity,
-        FindingCode::ReusedPid,
-        FindingCode::ReusedFencingIdentity,
-        FindingCode::OrphanedWorker,
-        FindingCode::UnownedWorker,
-        FindingCode::UnknownClient,
-        FindingCode::ForeignRepository,
-        FindingCode::OldRevision,
-        FindingCode::StaleWorker,
-        FindingCode::LegacyIncompleteIdentity,
-        FindingCode::UnmintedInstanceId,
-        FindingCode::HistoricalDead,
-    ];
-
     /// Whether the finding makes the live fleet unsafe.
     pub fn is_active_blocker(self) -> bool {
         self != FindingCode::HistoricalDead
@@ -90,37 +68,6 @@ impl FindingCode {
                 | FindingCode::ReusedPid
                 | FindingCode::ReusedFencingIdentity
         )
-    }
-
-    /// The code as JSON spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FindingCode::MissingExpected => "missing_expected",
-            FindingCode::Unmanifested => "unmanifested",
-            FindingCode::DuplicateNamespaceWorker => "duplicate_namespace_worker",
-            FindingCode::ClientInstanceCollision => "client_instance_collision",
-            FindingCode::ReusedWorkerIdentity => "reused_worker_identity",
-            FindingCode::ReusedSessionIdentity => "reused_session_identity",
-            FindingCode::ReusedGenerationIdentity => "reused_generation_identity",
-            FindingCode::ReusedProcessIdentity => "reused_process_identity",
-            FindingCode::ReusedPid => "reused_pid",
-            FindingCode::ReusedFencingIdentity => "reused_fencing_identity",
-            FindingCode::OrphanedWorker => "orphaned_worker",
-            FindingCode::UnownedWorker => "unowned_worker",
-            FindingCode::UnknownClient => "unknown_client",
-            FindingCode::ForeignRepository => "foreign_repository",
-            FindingCode::OldRevision => "old_revision",
-            FindingCode::StaleWorker => "stale_worker",
-            FindingCode::LegacyIncompleteIdentity => "legacy_incomplete_identity",
-            FindingCode::UnmintedInstanceId => "unminted_instance_id",
-            FindingCode::HistoricalDead => "historical_dead",
-        }
-    }
-}
-
-impl std::fmt::Display for FindingCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

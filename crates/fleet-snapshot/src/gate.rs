@@ -11,28 +11,29 @@ use serde::Serialize;
 use crate::classify::{FleetSnapshot, WorkerState};
 use crate::findings::FindingCode;
 
-/// Why the gate is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GateReason {
-    /// No row for the worker.
-    WorkerNotRegistered,
-    /// The worker's row is released, superseded or retired.
-    WorkerNotActive,
-    /// The worker's row is stale.
-    WorkerStale,
-    /// The worker's instance ID is not trusted.
-    UntrustedInstanceIdentity,
-    /// Another live worker serves the same namespace of the same instance.
-    DuplicateNamespaceWorker,
-    /// The worker's instance ID is claimed by two launches.
-    ClientInstanceCollision,
-    /// One of the worker's identities is reused by another row.
-    ReusedIdentity,
-    /// The worker lacks process evidence.
-    IncompleteIdentity,
-    /// A manifest was supplied and the worker's instance is not on it.
-    UnmanifestedInstance,
+fleet_identity::outward_codes! {
+    /// Why the gate is closed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum GateReason ("gate reason") {
+        /// No row for the worker.
+        WorkerNotRegistered = "worker_not_registered",
+        /// The worker's row is released, superseded or retired.
+        WorkerNotActive = "worker_not_active",
+        /// The worker's row is stale.
+        WorkerStale = "worker_stale",
+        /// The worker's instance ID is not trusted.
+        UntrustedInstanceIdentity = "untrusted_instance_identity",
+        /// Another live worker serves the same namespace of the same instance.
+        DuplicateNamespaceWorker = "duplicate_namespace_worker",
+        /// The worker's instance ID is claimed by two launches.
+        ClientInstanceCollision = "client_instance_collision",
+        /// One of the worker's identities is reused by another row.
+        ReusedIdentity = "reused_identity",
+        /// The worker lacks process evidence.
+        IncompleteIdentity = "incomplete_identity",
+        /// A manifest was supplied and the worker's instance is not on it.
+        UnmanifestedInstance = "unmanifested_instance",
+    }
 }
 
 /// The gate's answer for one worker.

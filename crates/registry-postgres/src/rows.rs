@@ -188,7 +188,7 @@ pub(crate) fn read_audit(row: &Row) -> Result<AuditEntry, StoreError> {
         outcome: row.try_get(2).map_err(corrupt)?,
         reason: row.try_get(3).map_err(corrupt)?,
         lease_key: row.try_get(4).map_err(corrupt)?,
-        kind: kind.parse().map_err(StoreError::corrupt)?,
+        kind: kind.parse().map_err(|e: fleet_identity::UnknownCode| StoreError::corrupt(e.to_string()))?,
         identity: row.try_get(6).map_err(corrupt)?,
         binding: row.try_get(7).map_err(corrupt)?,
         connector: row.try_get(8).map_err(corrupt)?,

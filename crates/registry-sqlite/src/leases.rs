@@ -186,7 +186,9 @@ pub(crate) fn audit_page(
             event,
             outcome,
             reason,
-            kind: kind.parse().map_err(|e: String| StoreError::corrupt(e))?,
+            kind: kind
+                .parse()
+                .map_err(|e: fleet_identity::UnknownCode| StoreError::corrupt(e.to_string()))?,
             lease_key,
             identity,
             binding,

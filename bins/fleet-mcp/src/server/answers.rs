@@ -26,7 +26,7 @@ pub const DEFAULT_MAX_ANSWER_BYTES: usize = 10 * 1024 * 1024 - 256 * 1024;
 /// An answer of `size` bytes, past `limit`: refused, with the ways to a smaller one.
 pub(super) fn too_large(size: usize, limit: usize) -> CallToolResult {
     refusal(
-        Refusal::AnswerTooLarge.as_str(),
+        Refusal::AnswerTooLarge,
         json!({
             "message": format!(
                 "the answer would be {size} bytes, more than the {limit} this server sends: ask a summary \
@@ -39,7 +39,7 @@ pub(super) fn too_large(size: usize, limit: usize) -> CallToolResult {
 }
 
 pub(super) fn internal(e: serde_json::Error) -> CallToolResult {
-    refuse(Refusal::InternalError.as_str(), e)
+    refuse(Refusal::InternalError, e)
 }
 
 /// The text block of a snapshot too large to repeat: the verdict, the counts and the
@@ -103,14 +103,14 @@ pub(super) fn plan_digest(plan: &fleet_retirement::Plan) -> Result<String, serde
 /// The body of every failure: `{"error": CODE, "detail": {...}}`, with `detail` always an
 /// object a client can read fields from. Every string in it is cut to [`ECHO_LIMIT`]
 /// bytes: a refusal may quote what it was given, never all of it.
-pub(super) fn refusal(reason: &str, detail: Value) -> CallToolResult {
+pub(super) fn refusal(code: impl Into<RefusalCode>, detail: Value) -> CallToolResult {
     let mut detail = match detail {
         Value::Object(map) => Value::Object(map),
         Value::String(message) => json!({ "message": message }),
         other => json!({ "value": other }),
     };
     clip_strings(&mut detail);
-    CallToolResult::structured_error(json!({ "error": reason, "detail": detail }))
+    CallToolResult::structured_error(json!({ "error": code.into(), "detail": detail }))
 }
 
 /// The most bytes of one string a refusal repeats.
@@ -149,12 +149,12 @@ fn clip(text: &mut String) {
 
 /// An argument the tool cannot use: `invalid_arguments`, naming the argument at fault.
 pub(super) fn invalid(field: &str, message: impl std::fmt::Display) -> CallToolResult {
-    refusal(Refusal::InvalidArguments.as_str(), json!({ "field": field, "message": message.to_string() }))
+    refusal(Refusal::InvalidArguments, json!({ "field": field, "message": message.to_string() }))
 }
 
 /// A failure whose detail is one sentence.
-pub(super) fn refuse(reason: &str, detail: impl std::fmt::Display) -> CallToolResult {
-    refusal(reason, Value::String(detail.to_string()))
+pub(super) fn refuse(code: impl Into<RefusalCode>, detail: impl std::fmt::Display) -> CallToolResult {
+    refusal(code, Value::String(detail.to_string()))
 }
 
 /// A tool body: a JSON value, or a refusal that becomes `isError: true`.

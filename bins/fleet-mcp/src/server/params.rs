@@ -2,6 +2,7 @@
 //! an argument into what a tool acts on (identities, a TTL, a retirement context).
 
 use super::*;
+use fleet_runtime::ContextError;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -190,9 +191,9 @@ pub(super) fn parse_identities(value: &Value) -> Result<Vec<WorkerIdentity>, Str
 pub(super) fn context(
     repository: Option<&str>,
 ) -> Result<fleet_retirement::RetirementContext, CallToolResult> {
-    retirement_context(repository).map_err(|e| match e.code() {
-        2 => invalid("canonical_repository", e),
-        _ => refuse(Refusal::RegistryUnavailable.as_str(), e),
+    retirement_context(repository).map_err(|e| match e {
+        ContextError::HostIdentity(_) => refuse(Refusal::RegistryUnavailable, e),
+        ContextError::CurrentDirectory(_) | ContextError::Repository(_) => invalid("canonical_repository", e),
     })
 }
 

@@ -38,7 +38,7 @@ impl FleetServer {
         policy: &Policy,
         compare_to: Option<&str>,
     ) -> Result<CallToolResult, CallToolResult> {
-        let unavailable = |e: StoreError| refuse(Refusal::RegistryUnavailable.as_str(), e);
+        let unavailable = |e: StoreError| refuse(Refusal::RegistryUnavailable, e);
         let mut fleet = self.fleet();
         let at = now();
         let (number, snapshot_at, consistency_token, moved) = match fleet

@@ -8,16 +8,17 @@ use serde::Serialize;
 
 use crate::findings::{Finding, FindingCode};
 
-/// How the snapshot judges one row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkerState {
-    /// Active, heartbeat within its TTL, and not proved gone.
-    Live,
-    /// Active, but its heartbeat expired (or cannot be read) or its process is gone.
-    Stale,
-    /// Released, superseded or retired.
-    Historical,
+fleet_identity::outward_codes! {
+    /// How the snapshot judges one row.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum WorkerState ("worker state") {
+        /// Active, heartbeat within its TTL, and not proved gone.
+        Live = "live",
+        /// Active, but its heartbeat expired (or cannot be read) or its process is gone.
+        Stale = "stale",
+        /// Released, superseded or retired.
+        Historical = "historical",
+    }
 }
 
 /// One row as the snapshot sees it: the row, borrowed from the rows the snapshot was

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::exit::Failure;
+use crate::Failure;
 
 /// The shells completions are written for.
 pub use clap_complete::Shell;
@@ -74,7 +74,7 @@ pub fn write_manuals(cmd: clap::Command, dir: &Path) -> Result<Vec<std::path::Pa
         let mut text = Vec::new();
         man.render(&mut text).map_err(|e| Failure::store(format!("cannot render the manual: {e}")))?;
         let path = dir.join(man.get_filename());
-        crate::user_file::replace(&path, &text)
+        fleet_runtime::user_file::replace(&path, &text)
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
         out.push(path);
         Ok(())

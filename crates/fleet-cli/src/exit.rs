@@ -59,7 +59,7 @@ impl Failure {
             return ExitCode::from(self.code);
         }
         let line = self.message.replace('\n', " ");
-        if json_logs() {
+        if fleet_runtime::diagnostics_are_json() {
             // One JSON object like every other event on stderr, for a log collector.
             tracing::error!(target: "fleet", program, exit_code = self.code, "{line}");
             return ExitCode::from(self.code);
@@ -87,14 +87,25 @@ impl From<StoreError> for Failure {
     }
 }
 
-impl From<crate::EnvError> for Failure {
-    fn from(e: crate::EnvError) -> Self {
+impl From<fleet_runtime::EnvError> for Failure {
+    fn from(e: fleet_runtime::EnvError) -> Self {
         Self::usage(e.to_string())
     }
 }
 
-impl From<crate::LocationError> for Failure {
-    fn from(e: crate::LocationError) -> Self {
+/// A host whose identity cannot be read is a failure of the host (exit 3); a repository
+/// or current directory that cannot be read is bad input (exit 2).
+impl From<fleet_runtime::ContextError> for Failure {
+    fn from(e: fleet_runtime::ContextError) -> Self {
+        match e {
+            fleet_runtime::ContextError::HostIdentity(_) => Self::store(e.to_string()),
+            _ => Self::usage(e.to_string()),
+        }
+    }
+}
+
+impl From<fleet_runtime::LocationError> for Failure {
+    fn from(e: fleet_runtime::LocationError) -> Self {
         Self::usage(e.to_string())
     }
 }
@@ -102,14 +113,12 @@ impl From<crate::LocationError> for Failure {
 /// Parses the command line. Help and version print as usual; a usage error prints
 /// clap's whole message (what was wrong, the valid values, a "did you mean" hint and the
 /// usage line) on stderr and exits 2.
-#[cfg(feature = "cli")]
 pub fn parse_args<T: clap::Parser>() -> Result<T, Failure> {
     parse_args_with::<T>(|cmd| cmd)
 }
 
 /// [`parse_args`] with the command `decorate` makes of the derived one (examples added
 /// to every subcommand's help, say).
-#[cfg(feature = "cli")]
 pub fn parse_args_with<T: clap::Parser>(
     decorate: impl FnOnce(clap::Command) -> clap::Command,
 ) -> Result<T, Failure> {
@@ -148,7 +157,6 @@ pub fn parse_args_with<T: clap::Parser>(
 
 /// Whether the command line asks for JSON logs (`--log-format json`), read before clap
 /// has parsed it: for the one line a usage error writes.
-#[cfg(feature = "cli")]
 fn json_logs_asked() -> bool {
     let args: Vec<String> = std::env::args().collect();
     args.iter().any(|a| a == "--log-format=json")
@@ -199,24 +207,6 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::write_stdout(format_args!($($arg)*), true) };
 }
 
-/// Whether `--log-format json` is in force: then every line on stderr is one JSON object.
-static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn json_logs() -> bool {
-    JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// One line on standard error that never panics: a diagnostic nobody can read is dropped.
-/// Under `--log-format json` it is a `WARN` event, one JSON object like every other.
-pub fn warn(args: fmt::Arguments<'_>) {
-    if json_logs() {
-        tracing::warn!(target: "fleet", "{args}");
-        return;
-    }
-    let mut err = io::stderr().lock();
-    let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
-}
-
 /// `fleetctl`'s exit codes, for its `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes:
   0  success
@@ -241,16 +231,23 @@ pub const SERVER_EXIT_CODES_HELP: &str = "Exit codes:
 
 /// The `--namespace` parser: clap lists the five values in help and errors and suggests
 /// the nearest one for a typo.
-#[cfg(feature = "cli")]
 pub fn namespace_parser() -> impl clap::builder::TypedValueParser<Value = fleet_identity::Namespace> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(fleet_identity::Namespace::ALL.map(|ns| ns.as_str()))
         .try_map(|s| s.parse::<fleet_identity::Namespace>())
 }
 
+/// The `--client` parser of an agent client: clap lists each with what it is in help,
+/// accepts its aliases, and suggests the nearest name for a typo.
+pub fn agent_client_parser() -> impl clap::builder::TypedValueParser<Value = fleet_runtime::AgentClient> {
+    use clap::builder::{PossibleValue, TypedValueParser};
+    let values = fleet_runtime::AgentClient::ALL
+        .map(|c| PossibleValue::new(c.as_str()).help(c.about()).aliases(c.aliases().iter().copied()));
+    clap::builder::PossibleValuesParser::new(values).try_map(|s| s.parse::<fleet_runtime::AgentClient>())
+}
+
 /// How log events are written to stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
     /// One readable line per event.
     #[default]
@@ -262,7 +259,6 @@ pub enum LogFormat {
 /// Starts structured logging on stderr. `RUST_LOG` chooses what is logged (default
 /// `warn`; `RUST_LOG=info` shows every mutation and every refusal, each one event with
 /// its reason code). A logger that cannot start is not worth failing a command for.
-#[cfg(feature = "cli")]
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -273,7 +269,7 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Human => builder.try_init(),
         LogFormat::Json => {
             let started = builder.json().try_init();
-            JSON_LOGS.store(started.is_ok(), std::sync::atomic::Ordering::Relaxed);
+            fleet_runtime::json_diagnostics(started.is_ok());
             started
         }
     };
