@@ -94,7 +94,7 @@ pub fn check_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(),
     }
 }
 
-/// The MCP server of one namespace worker: its tools, their checks, and the fleet reader.
+/// The MCP server of one namespace worker: its tools, their checks, and its [`Fleet`] session.
 ///
 /// Serve it on a multi-threaded tokio runtime: on a PostgreSQL registry its tools read
 /// the registry inside `block_in_place`, which a current-thread runtime does not allow.
@@ -142,9 +142,9 @@ impl FleetServer {
         let fleet_role = McpTool::Snapshot.listed_by(ctx.namespace);
         // The roles that take snapshot after snapshot keep a pidfd per live local worker;
         // the others (a runtime context now and then) probe afresh and hold none.
-        let reader = Fleet::new(ctx.location.clone());
-        let reader = if fleet_role { reader.tracking_processes() } else { reader };
-        let fleet = Arc::new(Mutex::new(reader));
+        let session = Fleet::new(ctx.location.clone());
+        let session = if fleet_role { session.tracking_processes() } else { session };
+        let fleet = Arc::new(Mutex::new(session));
         Self {
             ctx: Arc::new(ctx),
             fleet,

@@ -1,4 +1,4 @@
-//! Whether this process's clock agrees with the fleet's before it judges other workers'
+//! This process's clock ([`now`]), and whether it agrees with the fleet's before it judges other workers'
 //! heartbeats. Each heartbeat is stamped with its writer's clock, and the stale sweep
 //! compares stamps with the sweeper's: one host whose clock is an hour ahead (or behind)
 //! would find every healthy worker of other hosts lapsed (or beating from the future)
@@ -23,7 +23,12 @@
 
 use fleet_identity::{HostId, Timestamp};
 use fleet_registry::{WorkerRow, WorkerStatus};
-use time::Duration;
+use time::{Duration, OffsetDateTime};
+
+/// This process's clock now, as the registry stores a time.
+pub fn now() -> Timestamp {
+    Timestamp::new(OffsetDateTime::now_utc())
+}
 
 /// How far two clocks of one fleet may differ before a sweep by one of them is not
 /// trusted. Hosts kept by NTP agree within milliseconds; heartbeats come every few

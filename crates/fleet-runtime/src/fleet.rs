@@ -18,9 +18,9 @@ use fleet_snapshot::{
     SnapshotInput, mutation_gate, snapshot,
 };
 
+use crate::clock::now;
 use crate::location::{AnyStore, RegistryLocation, open_registry};
 use crate::stable::StableRuntime;
-use crate::worker::now;
 use crate::worker_json::WorkerJson;
 
 /// Probes every active row that this machine can speak for; others stay unprobed.
@@ -81,7 +81,7 @@ pub struct Fleet {
     /// Moves each time rows are read: rows of one generation are the same.
     generation: u64,
     /// What the last snapshot rested on (none after one taken with a manifest).
-    judged: Option<Judged>,
+    judged: Option<KeptJudgement>,
     /// The number the next snapshot that judges anew takes.
     next_number: u64,
     /// Each worker's JSON, for the rows in `last`.
@@ -90,7 +90,7 @@ pub struct Fleet {
 
 /// The judgement of the last snapshot a [`Fleet`] classified, and what it follows.
 #[derive(Debug)]
-struct Judged {
+struct KeptJudgement {
     /// The snapshot's number (see [`Taken`]).
     number: u64,
     /// The rows' generation it stands for: the one it was taken of, or a later one in
@@ -134,7 +134,7 @@ pub enum Taken<'r> {
 
 /// A snapshot taken by a [`Fleet`], with what it needs to write the snapshot as
 /// JSON: [`JsonSnapshot::write_json`] writes each worker judged as at the last write
-/// from the bytes it wrote then (while the reader's rows stayed the same).
+/// from the bytes it wrote then (while the session's rows stayed the same).
 #[derive(Debug)]
 pub struct JsonSnapshot<'r> {
     /// The snapshot.
@@ -358,7 +358,7 @@ impl Fleet {
                 let number = self.next_number;
                 self.next_number += 1;
                 // A manifest's verdicts are not kept: the next snapshot classifies again.
-                self.judged = manifest.is_none().then(|| Judged {
+                self.judged = manifest.is_none().then(|| KeptJudgement {
                     number,
                     generation: self.generation,
                     judgement: Judgement::of(&snapshot, &dump.worker_registrations, probes, policy),

@@ -5,9 +5,9 @@ use fleet_identity::{ClientInstanceId, ClientType, FleetRunId, INSTANCE_DIGEST_B
 use fleet_registry::OpenMode;
 use fleet_registry::{Claim, InstanceRecord, InstanceRef, StoreError, StoreErrorKind};
 
+use crate::clock::now;
 use crate::env::{InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 use crate::location::{RegistryLocation, open_registry};
-use crate::worker::now;
 
 /// A launch whose instance ID is recorded in the ledger.
 #[derive(Debug, Clone)]

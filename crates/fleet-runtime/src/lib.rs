@@ -21,6 +21,7 @@ pub mod user_file;
 mod worker;
 mod worker_json;
 
+pub use clock::now;
 pub use diagnostics::{diagnostics_are_json, json_diagnostics, warn};
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use fleet::{
@@ -36,4 +37,4 @@ pub use launch::{
 pub use location::{AnyStore, LocationError, RegistryLocation, init_registry, open_registry};
 pub use stable::StableRuntime;
 pub use tools::McpTool;
-pub use worker::{WorkerOptions, WorkerSession, now};
+pub use worker::{WorkerOptions, WorkerSession};

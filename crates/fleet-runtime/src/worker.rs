@@ -15,15 +15,10 @@ use fleet_registry::{
     HeartbeatTtl, ProcessIdentity, Registration, Revisions, StoreError, StoreErrorKind, WorkerCredential,
     WorkerRow, WorkerToken,
 };
-use time::OffsetDateTime;
 
+use crate::clock::now;
 use crate::env::InstanceEnv;
 use crate::location::{RegistryLocation, open_registry};
-
-/// The current time as the registry stores it.
-pub fn now() -> Timestamp {
-    Timestamp::new(OffsetDateTime::now_utc())
-}
 
 /// What a worker registers beyond its instance environment.
 #[derive(Debug, Clone)]

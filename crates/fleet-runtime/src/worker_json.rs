@@ -14,13 +14,13 @@ use serde_json::value::RawValue;
 
 /// What a worker's JSON holds besides its row.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Judged {
+struct WorkerVerdict {
     state: WorkerState,
     expires_at: Option<Timestamp>,
     liveness: Option<ProcessVerdict>,
 }
 
-impl Judged {
+impl WorkerVerdict {
     fn of(view: &WorkerView<'_>) -> Self {
         // Every field named: a field added to the view must be weighed here.
         let WorkerView { row: _, state, expires_at, heartbeat: _, liveness } = *view;
@@ -31,7 +31,7 @@ impl Judged {
 /// One worker's JSON, and the judgement it was written with.
 #[derive(Debug)]
 struct Kept {
-    judged: Judged,
+    judged: WorkerVerdict,
     json: Box<RawValue>,
 }
 
@@ -73,7 +73,7 @@ impl WorkerJson {
         for view in &snapshot.workers {
             let place = place(rows, view.row);
             if let Some(i) = place {
-                let judged = Judged::of(view);
+                let judged = WorkerVerdict::of(view);
                 if self.kept[i].as_ref().is_none_or(|kept| kept.judged != judged) {
                     self.kept[i] = Some(Kept { judged, json: serde_json::value::to_raw_value(view)? });
                 }
