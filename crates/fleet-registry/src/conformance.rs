@@ -238,6 +238,42 @@ pub fn the_sweep_marks_only_expired_rows_stale<S: Store>(store: S) {
     assert_eq!(row(&mut registry, &quiet.row.worker_identity).ownership_state, Some(OwnershipState::Owned));
 }
 
+/// A sweep of more due rows than one of its write transactions marks marks every one
+/// of them, batch after batch, and none of the rows that heartbeated in time.
+pub fn a_sweep_of_many_batches_marks_every_due_row<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let due = 2 * crate::SWEEP_BATCH + 3;
+    let mut quiet = Vec::new();
+    let mut busy = Vec::new();
+    for n in 0..due + 5 {
+        let pid = 1000 + i64::try_from(n).expect("small");
+        let reg = registry
+            .register(
+                &registration(Namespace::ALL[n % 5], process(pid, 9000 + n as u64), "gen-a"),
+                &token(1),
+                at(0),
+                &probe,
+            )
+            .expect("register");
+        if n < due {
+            quiet.push(reg.row.worker_identity);
+        } else {
+            registry.heartbeat(&credential(&reg, "gen-a", 1), at(20)).expect("heartbeat");
+            busy.push(reg.row.worker_identity);
+        }
+    }
+    let mut marked = registry.mark_expired_stale(at(31)).expect("sweep");
+    marked.sort();
+    quiet.sort();
+    assert_eq!(marked, quiet, "every due row, once");
+    let rows = registry.workers().expect("read");
+    for row in rows.iter().filter(|r| busy.contains(&r.worker_identity)) {
+        assert_eq!(row.ownership_state, Some(OwnershipState::Owned), "{}", row.worker_identity);
+    }
+    assert!(registry.mark_expired_stale(at(31)).expect("sweep again").is_empty(), "nothing is due twice");
+}
+
 /// A worker's claim is recorded at registration and on each heartbeat: unowned outside
 /// any launch, orphaned once its launch's client is gone. Whatever it claimed, a lapsed
 /// heartbeat makes the row stale, and a late heartbeat writes the claim again.
@@ -1330,6 +1366,7 @@ macro_rules! registry_conformance {
                 heartbeats_need_the_registering_credential,
                 release_ends_the_registration,
                 the_sweep_marks_only_expired_rows_stale,
+                a_sweep_of_many_batches_marks_every_due_row,
                 claims_are_recorded_and_any_lapsed_claim_goes_stale,
                 a_client_type_mismatch_is_refused,
                 legacy_placeholders_register_as_written,

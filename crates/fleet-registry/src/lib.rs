@@ -34,8 +34,8 @@ pub use leases::{
     active_workflow_owners_in,
 };
 pub use registry::{
-    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions, Sweep,
-    WorkerCredential, WorkerToken,
+    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
+    SWEEP_BATCH, Sweep, WorkerCredential, WorkerToken,
 };
 pub use retire::{
     ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, KeptReason, Preserved, RegistryMatch,

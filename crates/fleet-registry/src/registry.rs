@@ -182,6 +182,11 @@ pub struct Sweep {
     pub active_workers: usize,
 }
 
+/// The most rows one write transaction of a sweep marks stale: a few milliseconds of
+/// the write lock, so registrations and heartbeats wait no longer behind a sweep of a
+/// large fleet than behind any other write.
+pub const SWEEP_BATCH: usize = 256;
+
 impl<S: Store> Registry<S> {
     /// Wraps a store.
     pub fn new(store: S) -> Self {
@@ -353,7 +358,11 @@ impl<S: Store> Registry<S> {
     /// swapped only if unchanged since it was read, so a heartbeat racing the sweep wins.
     ///
     /// Every live worker runs it on its heartbeat tick, so it first looks in a read
-    /// transaction and takes the write lock only when some row is due.
+    /// transaction and takes the write lock only when some row is due; then it marks the
+    /// rows it found due in short write transactions of at most [`SWEEP_BATCH`] rows
+    /// each, so a sweep of a large fleet never holds the write lock (and every
+    /// registration and heartbeat waiting on it) for the whole pass. A batch that fails
+    /// ends the sweep with what earlier batches marked kept: each mark stands on its own.
     pub fn mark_expired_stale(&mut self, now: Timestamp) -> Result<Vec<WorkerIdentity>, StoreError> {
         Ok(self.sweep(now)?.marked)
     }
@@ -361,29 +370,30 @@ impl<S: Store> Registry<S> {
     /// [`mark_expired_stale`](Self::mark_expired_stale), also saying how many active
     /// workers the fleet has, which a worker uses to pace its own sweeps.
     pub fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
-        let due = |row: &WorkerRow| due_for_sweep(row, now);
-        let (any_due, active_workers) = self.store.read(|tx| {
+        let (due, active_workers) = self.store.read(|tx| {
             let rows = tx.workers()?;
             let active = rows.iter().filter(|r| r.status == WorkerStatus::Active).count();
-            Ok::<_, StoreError>((rows.iter().any(due), active))
+            let due: Vec<WorkerRow> = rows.into_iter().filter(|row| due_for_sweep(row, now)).collect();
+            Ok::<_, StoreError>((due, active))
         })?;
-        if !any_due {
-            return Ok(Sweep { marked: Vec::new(), active_workers });
-        }
-        let marked = self.store.write(|tx| {
-            let mut marked = Vec::new();
-            for row in tx.workers()? {
-                if due(&row) {
-                    tracing::info!(worker = %row.worker_identity, "sweep: heartbeat expired, marked stale");
+        let mut marked = Vec::new();
+        for batch in due.chunks(SWEEP_BATCH) {
+            // Each row is swapped only if it is still exactly as read: one that
+            // heartbeated, was released or re-registered since is left as it now is.
+            let swapped = self.store.write(|tx| {
+                let mut swapped = Vec::new();
+                for row in batch {
                     let mut stale = row.clone();
                     stale.ownership_state = Some(OwnershipState::Stale);
-                    if tx.replace_worker(&row, &stale)? {
-                        marked.push(row.worker_identity);
+                    if tx.replace_worker(row, &stale)? {
+                        tracing::info!(worker = %row.worker_identity, "sweep: heartbeat expired, marked stale");
+                        swapped.push(row.worker_identity.clone());
                     }
                 }
-            }
-            Ok::<_, StoreError>(marked)
-        })?;
+                Ok::<_, StoreError>(swapped)
+            })?;
+            marked.extend(swapped);
+        }
         Ok(Sweep { marked, active_workers })
     }
 
