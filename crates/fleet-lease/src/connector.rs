@@ -7,7 +7,7 @@ use fleet_identity::Timestamp;
 use time::Duration;
 
 use crate::grant::{ConnectorIdentity, ConnectorPolicy, GrantLimits, PolicyDecision};
-use crate::lease::{
+use crate::{
     FencingEpoch, Holder, HolderProcess, LeaseDenial, LeaseKind, LeaseOutcome, LeaseRecord, Tenure,
     decide_acquire, decide_release, decide_renew, decide_resume, decide_takeover,
 };

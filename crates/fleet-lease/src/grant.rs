@@ -8,7 +8,7 @@ use fleet_identity::Timestamp;
 use serde::{Deserialize, Serialize};
 use time::Duration;
 
-use crate::lease::{FencingEpoch, LeaseId, LeaseKey, LeaseRecord, LeaseState};
+use crate::{FencingEpoch, LeaseId, LeaseKey, LeaseRecord, LeaseState};
 
 /// The normalized identity of a connector binding: `(tenant, logical agent, binding)`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

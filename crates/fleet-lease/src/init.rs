@@ -4,7 +4,7 @@
 use fleet_identity::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::lease::{
+use crate::{
     Holder, LeaseDenial, LeaseKey, LeaseKind, LeaseRecord, LeaseState, Tenure, check_holder, decide_acquire,
 };
 
@@ -140,7 +140,7 @@ mod tests {
     use time::Duration;
 
     use super::*;
-    use crate::lease::LeaseId;
+    use crate::LeaseId;
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_unix_millis(1_785_412_800_000 + s * 1000).unwrap()

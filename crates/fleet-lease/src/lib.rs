@@ -13,6 +13,7 @@ mod connector;
 mod grant;
 mod init;
 mod lease;
+mod record;
 
 pub use act::{ActWindow, DRIFT_PER_TTL, MAX_GRACE, SLACK, renew_period};
 pub use connector::{ConnectorOp, decide_connector};
@@ -25,7 +26,10 @@ pub use init::{
     decide_init_start,
 };
 pub use lease::{
-    AcquireMode, FencingEpoch, Holder, HolderProcess, LEASE_COLUMNS, LeaseDenial, LeaseId, LeaseKey,
-    LeaseKind, LeaseOutcome, LeaseRecord, LeaseState, Tenure, check_holder, decide_acquire, decide_release,
-    decide_renew, decide_resume, decide_takeover,
+    LeaseDenial, LeaseOutcome, Tenure, check_holder, decide_acquire, decide_release, decide_renew,
+    decide_resume, decide_takeover,
+};
+pub use record::{
+    AcquireMode, FencingEpoch, Holder, HolderProcess, LEASE_COLUMNS, LeaseId, LeaseKey, LeaseKind,
+    LeaseRecord, LeaseState,
 };
