@@ -1918,7 +1918,7 @@ async fn an_agent_retires_ten_thousand_candidates_with_answers_under_100_kb() {
         }),
     )
     .await;
-    assert_eq!(failed(&again).as_deref(), Some("candidate_set_moved"));
+    assert_eq!(failed(&again).as_deref(), Some("candidate_set_moved"), "{:?}", again.structured_content);
     client.cancel().await.unwrap();
 }
 

@@ -1,12 +1,13 @@
 //! A worker's life in the registry: register from the instance environment, heartbeat
-//! on a background thread every third of the TTL (sweeping the fleet's lapsed rows to
-//! stale on the same tick), then release on a clean exit or stop heartbeating (and leave
-//! the row for the TTL to lapse) after a crash.
+//! on a background thread every third of the TTL (asking a sweep thread of its own, on
+//! the same tick, to mark the fleet's lapsed rows stale), then release on a clean exit
+//! or stop heartbeating (and leave the row for the TTL to lapse) after a crash.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use fleet_identity::{GenerationId, Namespace, Repository, Timestamp};
 use fleet_probe::LocalProbe;
@@ -72,6 +73,21 @@ impl WorkerSession {
         env: &InstanceEnv,
         options: WorkerOptions,
     ) -> Result<Self, StoreError> {
+        Self::start_sweeping(location, env, options, |me| stale_sweep(location.clone(), me.clone()))
+    }
+
+    /// [`start`](Self::start), with the heartbeat asking `sweep_of(worker)` for each of
+    /// its sweeps: a function that sweeps once and returns the fleet's active worker
+    /// count when it learned it.
+    fn start_sweeping<F>(
+        location: &RegistryLocation,
+        env: &InstanceEnv,
+        options: WorkerOptions,
+        sweep_of: impl FnOnce(&fleet_identity::WorkerIdentity) -> F,
+    ) -> Result<Self, StoreError>
+    where
+        F: FnMut() -> Option<usize> + Send + 'static,
+    {
         let process = options.process;
         let probe = LocalProbe::new().map_err(probe_error)?;
         let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
@@ -107,9 +123,12 @@ impl WorkerSession {
             let lost = Arc::clone(&lost);
             let interval = options.heartbeat_ttl.interval();
             let launch = options.launch;
+            let sweep = sweep_of(&credential.worker_identity);
             std::thread::Builder::new()
                 .name("fleet-heartbeat".into())
-                .spawn(move || heartbeat_loop(&location, &credential, launch, interval, &stopped, &lost))
+                .spawn(move || {
+                    heartbeat_loop(&location, &credential, launch, interval, &stopped, &lost, sweep)
+                })
                 .map_err(|e| {
                     StoreError::new(StoreErrorKind::Unavailable, format!("cannot start heartbeat: {e}"))
                 })?
@@ -203,18 +222,41 @@ fn heartbeat_loop(
     location: &RegistryLocation,
     credential: &WorkerCredential,
     launch: Option<crate::LaunchProcess>,
-    interval: std::time::Duration,
+    interval: Duration,
     stopped: &mpsc::Receiver<Stop>,
     lost: &AtomicBool,
+    mut sweep_once: impl FnMut() -> Option<usize> + Send + 'static,
 ) {
-    let mut registry = None;
     // The fleet's size as of this worker's last sweep; every worker sweeps until it knows.
-    let mut active_workers = 0;
-    loop {
-        match stopped.recv_timeout(interval) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(Stop::Now) | Err(RecvTimeoutError::Disconnected) => return,
-        }
+    let active_workers = Arc::new(AtomicUsize::new(0));
+    // Sweeps run on their own thread: a sweep reads every row, which at tens of
+    // thousands of rows or behind a busy write lock takes longer than a beat, and a
+    // worker's own heartbeat must never wait on it. A tick that finds the sweeper still
+    // busy skips its sweep.
+    let (sweep, sweeps) = mpsc::sync_channel::<()>(1);
+    let sweeper = {
+        let active_workers = Arc::clone(&active_workers);
+        std::thread::Builder::new()
+            .name("fleet-sweep".into())
+            .spawn(move || {
+                while sweeps.recv().is_ok() {
+                    if let Some(active) = sweep_once() {
+                        active_workers.store(active, Ordering::Relaxed);
+                    }
+                }
+            })
+            .map_err(|e| crate::warn(format_args!("fleet: cannot start the stale sweep: {e}")))
+            .ok()
+    };
+    let mut registry = None;
+    // Beats keep their cadence: the next is due one interval after the last was due,
+    // however long the last took, so a slow beat never stretches the gap between two.
+    let mut next_beat = Instant::now() + interval;
+    // Until told to stop, or the session is gone.
+    while let Err(RecvTimeoutError::Timeout) =
+        stopped.recv_timeout(next_beat.saturating_duration_since(Instant::now()))
+    {
+        next_beat = (next_beat + interval).max(Instant::now());
         if registry.is_none() {
             registry = open_registry(location, OpenMode::MustExist)
                 .map_err(|e| crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")))
@@ -226,31 +268,15 @@ fn heartbeat_loop(
             // The fleet keeps itself honest: every live worker, on its own tick, marks
             // the rows whose heartbeat lapsed stale, so retirement needs no operator.
             Ok(()) => {
-                if sweeps_this_tick(active_workers, random_u32()) {
-                    // A clock the fleet does not agree with must not judge its heartbeats.
-                    let at = now();
-                    let swept = match clock_agrees(reg, &credential.worker_identity, at) {
-                        Ok(Ok(())) => reg.sweep(at).map(Some),
-                        Ok(Err(disagreement)) => {
-                            crate::warn(format_args!(
-                                "fleet: worker {} does not sweep: {disagreement}; check this host's clock",
-                                credential.worker_identity
-                            ));
-                            Ok(None)
-                        }
-                        Err(e) => Err(e),
-                    };
-                    match swept {
-                        Ok(Some(sweep)) => active_workers = sweep.active_workers,
-                        Ok(None) => {}
-                        Err(e) => crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}")),
-                    }
+                if sweeps_this_tick(active_workers.load(Ordering::Relaxed), random_u32()) {
+                    // Full: the last sweep is still running, and this tick's is not needed.
+                    let _ = sweep.try_send(());
                 }
             }
             Err(e) if matches!(e.kind(), StoreErrorKind::NotFound | StoreErrorKind::Conflict) => {
                 crate::warn(format_args!("fleet: registration lost: {e}"));
                 lost.store(true, Ordering::SeqCst);
-                return;
+                break;
             }
             // A busy or briefly unreachable registry: try again next beat, on a fresh
             // connection when this one may be the broken part (a PostgreSQL backend that
@@ -263,11 +289,114 @@ fn heartbeat_loop(
             }
         }
     }
+    // The sweeper ends once its channel closes, after any sweep it is in.
+    drop(sweep);
+    if let Some(sweeper) = sweeper {
+        let _ = sweeper.join();
+    }
+}
+
+/// One sweep of the fleet's lapsed rows to stale by worker `me`, on a connection kept
+/// between sweeps, returning the fleet's active worker count when it learned it.
+fn stale_sweep(
+    location: RegistryLocation,
+    me: fleet_identity::WorkerIdentity,
+) -> impl FnMut() -> Option<usize> {
+    let mut registry = None;
+    move || {
+        if registry.is_none() {
+            registry = open_registry(&location, OpenMode::MustExist)
+                .map_err(|e| crate::warn(format_args!("fleet: the stale sweep cannot open registry: {e}")))
+                .ok();
+        }
+        let reg = registry.as_mut()?;
+        // A clock the fleet does not agree with must not judge its heartbeats.
+        let at = now();
+        let swept = match clock_agrees(reg, &me, at) {
+            Ok(Ok(())) => reg.sweep(at).map(Some),
+            Ok(Err(disagreement)) => {
+                crate::warn(format_args!(
+                    "fleet: worker {me} does not sweep: {disagreement}; check this host's clock"
+                ));
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        };
+        match swept {
+            Ok(sweep) => sweep.map(|s| s.active_workers),
+            Err(e) => {
+                crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
+                if e.kind() != StoreErrorKind::Busy {
+                    registry = None;
+                }
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::{SWEEPERS_PER_TICK, sweeps_this_tick};
+
+    /// A sweep that stalls (a read of every row over a network that stopped answering,
+    /// or behind a long write) never stops the worker's own heartbeat: the row keeps
+    /// beating while the sweep hangs, so it cannot lapse and close its own gate.
+    #[test]
+    fn a_stalled_sweep_does_not_stop_the_heartbeat() {
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+
+        use crate::{Launch, RegistryLocation, open_registry};
+        use fleet_registry::{HeartbeatTtl, OpenMode, Revisions};
+
+        let dir = tempfile::tempdir().unwrap();
+        let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+        let client_type = fleet_identity::ClientType::new("codex").unwrap();
+        let launch = Launch::mint(&location, client_type, None, None).unwrap();
+        let options = super::WorkerOptions {
+            namespace: fleet_identity::Namespace::Reconciler,
+            process: fleet_probe::current_process().unwrap(),
+            // A beat every third of a second.
+            heartbeat_ttl: HeartbeatTtl::from_secs(1).unwrap(),
+            repository: None,
+            revisions: Revisions::default(),
+            launch: None,
+        };
+        let (entered, sweep_entered) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let session = super::WorkerSession::start_sweeping(&location, &launch.env, options, |_| {
+            move || {
+                let _ = entered.send(());
+                // Hangs until the test lets go.
+                let _ = released.recv();
+                None
+            }
+        })
+        .unwrap();
+        // Bound after the session, so dropped before it: a failing test lets the sweep
+        // go before the session's drop waits for its threads.
+        let release = release;
+        let me = session.row().worker_identity.clone();
+        sweep_entered.recv_timeout(Duration::from_secs(60)).expect("the first beat asks for a sweep");
+
+        let mut registry = open_registry(&location, OpenMode::MustExist).unwrap();
+        let beat = |registry: &mut fleet_registry::Registry<crate::AnyStore>| {
+            registry.worker(&me).unwrap().unwrap().last_heartbeat_at
+        };
+        let mut beats = vec![beat(&mut registry)];
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while beats.len() < 3 && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(50));
+            let at = beat(&mut registry);
+            if beats.last() != Some(&at) {
+                beats.push(at);
+            }
+        }
+        assert_eq!(beats.len(), 3, "two beats landed while the sweep hung: {beats:?}");
+        drop(release);
+        session.release().unwrap();
+    }
 
     #[test]
     fn a_small_fleet_sweeps_on_every_tick() {
