@@ -186,9 +186,18 @@ pub struct PostgresStore {
     default_deadline: std::time::Duration,
     /// The registry's id, read once at connect (it never changes).
     registry_id: fleet_registry::RegistryId,
-    /// The advisory lock every write transaction holds, keyed by the registry's id: two
-    /// registries (two schemas of one database) never wait on each other.
-    write_lock: i64,
+    /// The advisory lock every write transaction holds.
+    write_lock: WriteLock,
+}
+
+/// How a write transaction begins.
+#[derive(Debug, Clone, Copy)]
+struct WriteLock {
+    /// The advisory lock's key, the registry's id: two registries (two schemas of one
+    /// database) never wait on each other.
+    key: i64,
+    /// Whether the write shortens the idle timeout to [`WRITE_IDLE_TIMEOUT`].
+    short_idle: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -253,16 +262,31 @@ pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
 /// stalled writer makes others fail busy, never hang.
 ///
 /// A session idle inside a transaction is ended by the server after
-/// `idle_in_transaction_session_timeout`, shorter than the lock timeout: a client lost
-/// mid-write (a partition, a paused process) cannot hold the write lock longer than that,
-/// so other writers wait, at most, for it to lapse and then go on.
+/// `idle_in_transaction_session_timeout`: [`WRITE_IDLE_TIMEOUT`] inside a write, shorter
+/// than the lock timeout, so a client lost mid-write (a partition, a paused process)
+/// cannot hold the write lock longer than that and other writers wait, at most, for it
+/// to lapse and then go on; as long as a statement may run inside a read, which holds no
+/// lock a writer waits on, so a client that decodes a large read slowly (a starved
+/// process on a busy host) is not cut off mid-read.
 const DEFAULT_TIMEOUTS: [(&str, &str); 3] =
-    [("lock_timeout", "10s"), ("statement_timeout", "60s"), ("idle_in_transaction_session_timeout", "5s")];
+    [("lock_timeout", "10s"), ("statement_timeout", "60s"), ("idle_in_transaction_session_timeout", "60s")];
+
+/// How long a write transaction may sit idle before the server ends it, set inside each
+/// write unless the connection string sets its own idle timeout (then that one holds for
+/// reads and writes alike).
+const WRITE_IDLE_TIMEOUT: &str = "5s";
+
+/// The session's timeouts as [`set_default_timeouts`] left them.
+struct Timeouts {
+    /// `statement_timeout` in effect, as `SHOW` prints it.
+    statement: String,
+    /// Whether the idle timeout is this crate's default, so writes shorten it.
+    default_idle: bool,
+}
 
 /// Sets each of [`DEFAULT_TIMEOUTS`] the session has not set (at 0) in two round trips
-/// (one to read them, one to set those unset), and returns the `statement_timeout` in
-/// effect, as `SHOW` prints it.
-fn set_default_timeouts(client: &mut Client) -> Result<String, StoreError> {
+/// (one to read them, one to set those unset).
+fn set_default_timeouts(client: &mut Client) -> Result<Timeouts, StoreError> {
     let row = client
         .query_one(
             "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'), \
@@ -271,10 +295,12 @@ fn set_default_timeouts(client: &mut Client) -> Result<String, StoreError> {
         )
         .map_err(map_error)?;
     let mut statement_timeout = String::new();
+    let mut default_idle = false;
     let mut sets = String::new();
     for (i, (setting, value)) in DEFAULT_TIMEOUTS.into_iter().enumerate() {
         let current: String = row.get(i);
-        let effective = if current == "0" {
+        let unset = current == "0";
+        let effective = if unset {
             sets.push_str(&format!("SET {setting} = '{value}';"));
             value.to_owned()
         } else {
@@ -282,12 +308,14 @@ fn set_default_timeouts(client: &mut Client) -> Result<String, StoreError> {
         };
         if setting == "statement_timeout" {
             statement_timeout = effective;
+        } else if setting == "idle_in_transaction_session_timeout" {
+            default_idle = unset;
         }
     }
     if !sets.is_empty() {
         client.batch_execute(&sets).map_err(map_error)?;
     }
-    Ok(statement_timeout)
+    Ok(Timeouts { statement: statement_timeout, default_idle })
 }
 
 /// How long connecting may take, TLS and the server's startup answer included, unless
@@ -308,7 +336,7 @@ pub const ANSWER_MARGIN: std::time::Duration = std::time::Duration::from_secs(5)
 fn connect_within(
     config: &tokio_postgres::Config,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
-) -> Result<Client, StoreError> {
+) -> Result<(Client, bool), StoreError> {
     let deadline = config.get_connect_timeout().copied().unwrap_or(CONNECT_DEADLINE);
     let mut client = Client::connect(config, tls, deadline).map_err(|e| match e {
         bounded::Error::NoAnswer(_) => StoreError::new(
@@ -326,9 +354,9 @@ fn connect_within(
             )
         }
     })?;
-    let statement_timeout = set_default_timeouts(&mut client)?;
-    client.set_deadline(answer_deadline(&statement_timeout));
-    Ok(client)
+    let timeouts = set_default_timeouts(&mut client)?;
+    client.set_deadline(answer_deadline(&timeouts.statement));
+    Ok((client, timeouts.default_idle))
 }
 
 /// The longest the client waits for one answer, given `SHOW statement_timeout`'s text
@@ -360,7 +388,7 @@ impl PostgresStore {
     /// several registries, as tests do.
     pub fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
         let (config, tls) = tls::prepare(url)?;
-        let mut client = connect_within(&config, tls)?;
+        let (mut client, default_idle) = connect_within(&config, tls)?;
         if let Some(schema) = schema {
             if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || schema.is_empty() {
                 return Err(StoreError::invalid(format!("schema name {schema:?} must be [A-Za-z0-9_]+")));
@@ -371,7 +399,7 @@ impl PostgresStore {
         }
         migrate(&mut client)?;
         let registry_id = read_registry_id(&mut client)?;
-        let write_lock = registry_id.lock_key();
+        let write_lock = WriteLock { key: registry_id.lock_key(), short_idle: default_idle };
         let default_deadline = client.deadline();
         Ok(Self { client, heartbeat: None, marker: None, default_deadline, registry_id, write_lock })
     }
@@ -397,9 +425,18 @@ fn stored_version(client: &mut Client) -> Result<i64, StoreError> {
 /// whatever the server's default: each statement then reads a snapshot taken after the
 /// lock is held, so writes serialize on the lock and never fail with a serialization
 /// error (which a stricter default raises for a snapshot taken while waiting for it).
-fn locked_write(client: &mut Client, lock: i64) -> Result<Transaction<'_>, StoreError> {
+fn locked_write(client: &mut Client, lock: WriteLock) -> Result<Transaction<'_>, StoreError> {
     let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock]).map_err(map_error)?;
+    if lock.short_idle {
+        // One round trip: the idle bound for this transaction, then the lock.
+        let sql = format!(
+            "SELECT set_config('idle_in_transaction_session_timeout', '{WRITE_IDLE_TIMEOUT}', true), \
+             pg_advisory_xact_lock($1)"
+        );
+        tx.execute(&sql, &[&lock.key]).map_err(map_error)?;
+    } else {
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock.key]).map_err(map_error)?;
+    }
     Ok(tx)
 }
 
