@@ -274,6 +274,86 @@ pub fn a_sweep_of_many_batches_marks_every_due_row<S: Store>(store: S) {
     assert!(registry.mark_expired_stale(at(31)).expect("sweep again").is_empty(), "nothing is due twice");
 }
 
+/// The rows a sweep marks are exactly those the rule says are due, whatever form their
+/// heartbeat is written in: a store that reads only the rows it finds lapsed misses
+/// none a millisecond past the boundary, marks none at it, and leaves a form it cannot
+/// compare to the rule.
+pub fn a_sweep_marks_exactly_the_due_rows_in_any_heartbeat_form<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let probe = ScriptedProbe::default();
+    let template = registry
+        .register(&registration(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
+        .expect("register")
+        .row;
+    let now = at(100);
+    let millis = |ms: i64| Timestamp::from_unix_millis(now.unix_millis() - ms).expect("in range").to_string();
+    // (heartbeat text, ttl, status, ownership): due or not is the rule's to say.
+    type Case = (Option<String>, Option<u32>, WorkerStatus, Option<OwnershipState>);
+    let cases: Vec<Case> = vec![
+        (Some(millis(30_000)), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some(millis(30_001)), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some(millis(29_999)), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some(millis(1_001)), Some(1), WorkerStatus::Active, Some(OwnershipState::Orphaned)),
+        (Some(millis(86_400_001)), Some(86_400), WorkerStatus::Active, None),
+        (Some("2026-07-30T12:01:09Z".into()), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some("2026-07-30T12:01:10Z".into()), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some("2026-07-30T12:01:09.9Z".into()), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (
+            Some("2026-07-30T14:01:09.5+02:00".into()),
+            Some(30),
+            WorkerStatus::Active,
+            Some(OwnershipState::Owned),
+        ),
+        (
+            Some("2026-07-30T14:01:10+02:00".into()),
+            Some(30),
+            WorkerStatus::Active,
+            Some(OwnershipState::Owned),
+        ),
+        (
+            Some("2026-07-30T14:01:10.001+02:00".into()),
+            Some(30),
+            WorkerStatus::Active,
+            Some(OwnershipState::Owned),
+        ),
+        (Some("not a time".into()), Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (None, Some(30), WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some(millis(60_000)), None, WorkerStatus::Active, Some(OwnershipState::Owned)),
+        (Some(millis(60_000)), Some(30), WorkerStatus::Active, Some(OwnershipState::Stale)),
+        (Some(millis(60_000)), Some(30), WorkerStatus::Released, None),
+        (Some(millis(60_000)), Some(30), WorkerStatus::Retired, None),
+    ];
+    let rows: Vec<fleet_model::WorkerRow> = cases
+        .into_iter()
+        .enumerate()
+        .map(|(n, (beat, ttl, status, ownership))| {
+            let mut row = template.clone();
+            row.worker_identity =
+                fleet_identity::WorkerIdentity::new(format!("wkr-form-{n:02}")).expect("valid");
+            row.pid = Some(Pid::new(2000 + n as i64).expect("valid"));
+            row.last_heartbeat_at = beat;
+            row.heartbeat_ttl_s = ttl;
+            row.status = status;
+            row.ownership_state = ownership;
+            row
+        })
+        .collect();
+    registry.import(&RegistryDump { instances: Vec::new(), worker_registrations: rows }).expect("import");
+    let mut expected: Vec<_> = (registry.workers().expect("read").into_iter())
+        .filter(|r| crate::registry::due_for_sweep(r, now))
+        .map(|r| r.worker_identity)
+        .collect();
+    assert_eq!(
+        expected.iter().filter_map(|id| id.as_str().strip_prefix("wkr-form-")).collect::<Vec<_>>(),
+        ["01", "03", "04", "05", "07", "08"],
+        "the cases span both sides of the boundary in every form"
+    );
+    let mut marked = registry.mark_expired_stale(now).expect("sweep");
+    marked.sort();
+    expected.sort();
+    assert_eq!(marked, expected);
+}
+
 /// A worker's claim is recorded at registration and on each heartbeat: unowned outside
 /// any launch, orphaned once its launch's client is gone. Whatever it claimed, a lapsed
 /// heartbeat makes the row stale, and a late heartbeat writes the claim again.
@@ -1367,6 +1447,7 @@ macro_rules! registry_conformance {
                 release_ends_the_registration,
                 the_sweep_marks_only_expired_rows_stale,
                 a_sweep_of_many_batches_marks_every_due_row,
+                a_sweep_marks_exactly_the_due_rows_in_any_heartbeat_form,
                 claims_are_recorded_and_any_lapsed_claim_goes_stale,
                 a_client_type_mismatch_is_refused,
                 legacy_placeholders_register_as_written,

@@ -358,7 +358,9 @@ impl<S: Store> Registry<S> {
     /// swapped only if unchanged since it was read, so a heartbeat racing the sweep wins.
     ///
     /// Every live worker runs it on its heartbeat tick, so it first looks in a read
-    /// transaction and takes the write lock only when some row is due; then it marks the
+    /// transaction (reading only the rows the store finds lapsed, see
+    /// [`Tx::sweep_candidates`](crate::Tx::sweep_candidates)) and takes the write lock
+    /// only when some row is due; then it marks the
     /// rows it found due in short write transactions of at most [`SWEEP_BATCH`] rows
     /// each, so a sweep of a large fleet never holds the write lock (and every
     /// registration and heartbeat waiting on it) for the whole pass. A batch that fails
@@ -371,9 +373,8 @@ impl<S: Store> Registry<S> {
     /// workers the fleet has, which a worker uses to pace its own sweeps.
     pub fn sweep(&mut self, now: Timestamp) -> Result<Sweep, StoreError> {
         let (due, active_workers) = self.store.read(|tx| {
-            let rows = tx.workers()?;
-            let active = rows.iter().filter(|r| r.status == WorkerStatus::Active).count();
-            let due: Vec<WorkerRow> = rows.into_iter().filter(|row| due_for_sweep(row, now)).collect();
+            let (candidates, active) = tx.sweep_candidates(now)?;
+            let due: Vec<WorkerRow> = candidates.into_iter().filter(|row| due_for_sweep(row, now)).collect();
             Ok::<_, StoreError>((due, active))
         })?;
         let mut marked = Vec::new();

@@ -162,6 +162,17 @@ pub trait Tx {
         Ok(page)
     }
 
+    /// Every row the stale sweep may mark at `now` — each active, not yet stale row
+    /// whose heartbeat lapsed, perhaps with more rows (the sweep checks each again) —
+    /// and how many rows are active. A backend filters on the server, so a sweep of a
+    /// large live fleet reads the few rows that lapsed, not every row.
+    fn sweep_candidates(&mut self, now: Timestamp) -> Result<(Vec<WorkerRow>, usize), StoreError> {
+        let _ = now;
+        let rows = self.workers()?;
+        let active = rows.iter().filter(|r| r.status == fleet_model::WorkerStatus::Active).count();
+        Ok((rows, active))
+    }
+
     /// Where the store's history of worker rows and ledger entries stands, as this
     /// transaction sees it; `None` when the store keeps no such history (then a reader
     /// reads every row each time).

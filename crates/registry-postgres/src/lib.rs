@@ -485,6 +485,35 @@ struct PgTx<'a, 'b> {
 }
 
 impl Tx for PgTx<'_, '_> {
+    /// A heartbeat in the form Fleetward writes (`2026-07-30T12:00:00.000Z`) sorts as
+    /// text in time order, so it is compared with each row's cutoff (`now` less its TTL)
+    /// as text, exactly; any other form is passed on for the sweep to judge. No row's
+    /// text is cast, so no value in a row can fail the statement.
+    fn sweep_candidates(&mut self, now: Timestamp) -> Result<(Vec<WorkerRow>, usize), StoreError> {
+        let active: i64 = self
+            .tx
+            .query_one("SELECT count(*) FROM worker_registrations WHERE status = 'active'", &[])
+            .map_err(map_error)?
+            .get(0);
+        let sql = format!(
+            "SELECT {} FROM worker_registrations \
+             WHERE status = 'active' AND ownership_state IS DISTINCT FROM 'stale' \
+             AND heartbeat_ttl_s IS NOT NULL AND last_heartbeat_at IS NOT NULL \
+             AND (last_heartbeat_at !~ '^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}\\.[0-9]{{3}}Z$' \
+                  OR last_heartbeat_at COLLATE \"C\" < to_char(($1::text::timestamptz - make_interval(secs => heartbeat_ttl_s)) \
+                                                 AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'))",
+            *rows::LIST
+        );
+        let candidates = self
+            .tx
+            .query(&sql, &[&now.to_string()])
+            .map_err(map_error)?
+            .iter()
+            .map(rows::read_worker)
+            .collect::<Result<_, _>>()?;
+        Ok((candidates, usize::try_from(active).unwrap_or(0)))
+    }
+
     fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
         // In identity order, by the bytes: sorted here, where it costs a millisecond at
         // 10 000 rows. The server sorted by a collation no index has, on disk past its

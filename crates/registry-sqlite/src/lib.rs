@@ -347,6 +347,22 @@ impl Tx for SqliteTx<'_> {
         self.read_workers(&sql, [], count)
     }
 
+    /// Seconds are compared whole: a row whose heartbeat lapsed by a millisecond passes
+    /// (`floor(beat) + ttl <= floor(now)` whenever `beat + ttl < now`), and one whose
+    /// heartbeat SQLite cannot read is passed on for the sweep to judge.
+    fn sweep_candidates(&mut self, now: Timestamp) -> Result<(Vec<WorkerRow>, usize), StoreError> {
+        let active = self.count("SELECT count(*) FROM worker_registrations WHERE status = 'active'", [])?;
+        let sql = format!(
+            "SELECT {} FROM worker_registrations \
+             WHERE status = 'active' AND ownership_state IS NOT 'stale' \
+             AND (unixepoch(last_heartbeat_at) IS NULL \
+                  OR unixepoch(last_heartbeat_at) + heartbeat_ttl_s <= unixepoch(?1))",
+            *columns::LIST
+        );
+        let candidates = self.read_workers(&sql, [now.to_string()], 0)?;
+        Ok((candidates, active))
+    }
+
     fn change_position(&mut self) -> Result<Option<ChangePosition>, StoreError> {
         let mut stmt = self
             .conn
