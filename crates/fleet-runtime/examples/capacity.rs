@@ -13,7 +13,8 @@
 //! ```
 //! FIRST numbers this process's workers from there (default 0), so that several
 //! processes, each with workers of its own, carry one fleet between them, as the hosts of
-//! a fleet do. With `CAPACITY_START_FILE` set, a process waits after registering until
+//! a fleet do; only the process with FIRST 0 runs the snapshot reader and the plan, so
+//! the fleet has one of each. With `CAPACITY_START_FILE` set, a process waits after registering until
 //! that file exists: registering a large fleet takes longer than a TTL, so the processes
 //! start their clocks together once every worker is registered.
 //! REGISTRY is a SQLite path (created) or a postgres:// URL (an empty schema).
@@ -149,6 +150,7 @@ fn main() {
     let latencies = Mutex::new(Vec::new());
     let late = AtomicUsize::new(0);
     let false_stale = AtomicUsize::new(0);
+    let failed_sweeps = AtomicUsize::new(0);
     let (sweeps, snapshots, plans) = (Mutex::new(Vec::new()), Mutex::new(Vec::new()), Mutex::new(Vec::new()));
     let done = AtomicBool::new(false);
     let run = Duration::from_secs(seconds);
@@ -185,36 +187,48 @@ fn main() {
                 latencies.lock().expect("lock").extend(local);
             });
         }
-        let (location, false_stale, sweeps, done) = (&location, &false_stale, &sweeps, &done);
+        let (location, false_stale, failed_sweeps, sweeps, done) =
+            (&location, &false_stale, &failed_sweeps, &sweeps, &done);
         s.spawn(move || {
             let mut registry = open_registry(location, OpenMode::MustExist).expect("registry");
             while begin.elapsed() < run {
                 std::thread::sleep(period);
                 let at = Instant::now();
-                let marked = registry.mark_expired_stale(now()).expect("sweep");
-                sweeps.lock().expect("lock").push(at.elapsed());
-                false_stale.fetch_add(marked.len(), Ordering::Relaxed);
+                // A worker whose sweep fails logs it and sweeps again next time; so here.
+                match registry.mark_expired_stale(now()) {
+                    Ok(marked) => {
+                        sweeps.lock().expect("lock").push(at.elapsed());
+                        false_stale.fetch_add(marked.len(), Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        eprintln!("sweep failed after {:.1} s: {e}", at.elapsed().as_secs_f64());
+                        failed_sweeps.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
             done.store(true, Ordering::Relaxed);
         });
         let (snapshots, plans) = (&snapshots, &plans);
-        s.spawn(move || {
-            let mut fleet = Fleet::new(reader_location);
-            let ctx = fleet_runtime::retirement_context(Some("/srv/repo")).expect("context");
-            let mut last_plan = Instant::now();
-            while begin.elapsed() < run {
-                std::thread::sleep(Duration::from_secs(2));
-                let at = Instant::now();
-                fleet.snapshot(None, &fleet_snapshot::Policy::default(), now()).expect("snapshot");
-                snapshots.lock().expect("lock").push(at.elapsed());
-                if last_plan.elapsed() >= Duration::from_secs(10) {
+        // One reader for the fleet: the process that carries its first worker.
+        if first == 0 {
+            s.spawn(move || {
+                let mut fleet = Fleet::new(reader_location);
+                let ctx = fleet_runtime::retirement_context(Some("/srv/repo")).expect("context");
+                let mut last_plan = Instant::now();
+                while begin.elapsed() < run {
+                    std::thread::sleep(Duration::from_secs(2));
                     let at = Instant::now();
-                    fleet.plan(&ctx).expect("plan");
-                    plans.lock().expect("lock").push(at.elapsed());
-                    last_plan = Instant::now();
+                    fleet.snapshot(None, &fleet_snapshot::Policy::default(), now()).expect("snapshot");
+                    snapshots.lock().expect("lock").push(at.elapsed());
+                    if last_plan.elapsed() >= Duration::from_secs(10) {
+                        let at = Instant::now();
+                        fleet.plan(&ctx).expect("plan");
+                        plans.lock().expect("lock").push(at.elapsed());
+                        last_plan = Instant::now();
+                    }
                 }
-            }
-        });
+            });
+        }
     });
     let mut latencies = latencies.into_inner().expect("lock");
     latencies.sort();
@@ -244,7 +258,7 @@ fn main() {
         late.load(Ordering::Relaxed)
     );
     println!("false stale marks {}", false_stale.load(Ordering::Relaxed));
-    println!("sweep {}", stats(sweeps));
+    println!("sweep {} ({} failed)", stats(sweeps), failed_sweeps.load(Ordering::Relaxed));
     println!("snapshot {}", stats(snapshots));
     println!("plan {}", stats(plans));
 }
