@@ -198,6 +198,11 @@ impl<S: Store> Registry<S> {
         &self.store
     }
 
+    /// The store underneath, given back.
+    pub fn into_store(self) -> S {
+        self.store
+    }
+
     /// The store underneath, for the algorithms of this crate.
     pub(crate) fn store_mut(&mut self) -> &mut S {
         &mut self.store

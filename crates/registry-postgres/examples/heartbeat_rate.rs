@@ -1,11 +1,14 @@
 //! Heartbeats through the registry against a bare prepared `UPDATE` of the same rows on
-//! the same server, alternating in rounds, as a ratio (absolute times move with the
+//! the same server, alternating in rounds, as ratios (absolute times move with the
 //! machine's load; the ratio is what is compared). Each of `CLIENTS` threads holds its
-//! own connection and beats its own worker row, as the workers of a fleet do.
+//! own connection and beats its own worker row, as the workers of a fleet do. Two
+//! floors: the bare statement committed durably (the server's default), and the same
+//! statement committed unflushed as the registry's heartbeat is. Both speak plaintext
+//! (`sslmode=disable`), whatever the server offers.
 //!
 //! ```sh
 //! FLEET_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
-//!   cargo run --release -p registry-postgres --example heartbeat_rate -- 2000 5 8
+//!   cargo run --release -p registry-postgres --example heartbeat_rate -- 2000 6 8
 //! ```
 //! (arguments: heartbeats per client per round, rounds, clients)
 
@@ -18,12 +21,16 @@ use registry_postgres::PostgresStore;
 
 const UPDATE: &str = "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
      WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'";
+const UNFLUSHED: &str = "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = 'owned' \
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed \
+     WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'";
 
 /// One client: a registry connection and a bare connection, and the worker it beats for.
 struct Client {
     registry: Registry<PostgresStore>,
     bare: postgres::Client,
     update: postgres::Statement,
+    unflushed: postgres::Statement,
     who: WorkerCredential,
 }
 
@@ -44,7 +51,8 @@ impl Client {
         let mut bare = postgres::Client::connect(url, postgres::NoTls).expect("connect");
         bare.batch_execute(&format!("SET search_path TO {schema}")).unwrap();
         let update = bare.prepare(UPDATE).unwrap();
-        Self { registry, bare, update, who }
+        let unflushed = bare.prepare(UNFLUSHED).unwrap();
+        Self { registry, bare, update, unflushed, who }
     }
 
     fn ours(&mut self, beats: u32, offset: u32) {
@@ -53,13 +61,14 @@ impl Client {
         }
     }
 
-    fn floor(&mut self, beats: u32, offset: u32) {
+    fn floor(&mut self, beats: u32, offset: u32, unflushed: bool) {
+        let statement = if unflushed { &self.unflushed } else { &self.update };
         let fingerprint = self.who.token.fingerprint();
         for i in 0..beats {
             let beat = at(i64::from(offset + i)).to_string();
             let params: [&(dyn postgres::types::ToSql + Sync); 4] =
                 [&beat, &self.who.worker_identity.as_str(), &self.who.generation_id.as_str(), &fingerprint];
-            assert_eq!(self.bare.execute(&self.update, &params).unwrap(), 1);
+            assert_eq!(self.bare.execute(statement, &params).unwrap(), 1);
         }
     }
 }
@@ -75,26 +84,46 @@ fn timed(clients: &mut [Client], work: impl Fn(&mut Client) + Sync) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
+/// `url` with `sslmode=disable`, any other `sslmode` dropped: the bare client speaks
+/// plaintext, and the registry, which would otherwise take TLS from a server that offers
+/// it (`prefer`), must pay for the same transport to be compared with it.
+fn plaintext(url: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut pairs: Vec<&str> =
+        query.split('&').filter(|p| !p.is_empty() && !p.starts_with("sslmode=")).collect();
+    pairs.push("sslmode=disable");
+    format!("{base}?{}", pairs.join("&"))
+}
+
 fn main() {
-    let url = std::env::var("FLEET_TEST_POSTGRES_URL").expect("FLEET_TEST_POSTGRES_URL");
+    let url = plaintext(&std::env::var("FLEET_TEST_POSTGRES_URL").expect("FLEET_TEST_POSTGRES_URL"));
     let mut args = std::env::args().skip(1);
     let per_round: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let rounds: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     let count: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let schema = format!("fleet_bench_{}", std::process::id());
     let mut clients: Vec<Client> = (0..count).map(|n| Client::new(&url, &schema, n)).collect();
-    let (mut ours, mut floor) = (0f64, 0f64);
+    let (mut ours, mut durable, mut unflushed) = (0f64, 0f64, 0f64);
     for round in 0..rounds {
         let offset = round * per_round;
-        ours += timed(&mut clients, |c| c.ours(per_round, offset));
-        floor += timed(&mut clients, |c| c.floor(per_round, offset));
+        // Each arm goes first, second and third in turn, so none gains from its place.
+        for arm in (0..3).map(|i| (i + round) % 3) {
+            match arm {
+                0 => ours += timed(&mut clients, |c| c.ours(per_round, offset)),
+                1 => durable += timed(&mut clients, |c| c.floor(per_round, offset, false)),
+                _ => unflushed += timed(&mut clients, |c| c.floor(per_round, offset, true)),
+            }
+        }
     }
     let total = f64::from(per_round * rounds * count);
     println!(
-        "{count} clients: registry heartbeat {:.0}/s, bare prepared UPDATE {:.0}/s: {:.2}x of the floor",
+        "{count} clients: registry heartbeat {:.0}/s; bare prepared UPDATE {:.0}/s durable \
+         ({:.2}x of it), {:.0}/s unflushed ({:.2}x of it)",
         total / ours,
-        total / floor,
-        floor / ours
+        total / durable,
+        durable / ours,
+        total / unflushed,
+        unflushed / ours
     );
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     drop(clients);
