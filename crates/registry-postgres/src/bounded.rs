@@ -14,9 +14,10 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use futures_util::TryStreamExt;
 use tokio::runtime::Runtime;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, Row, Statement, ToStatement};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{IsolationLevel, Row, SimpleQueryMessage, Statement, ToStatement};
 
 /// Why a round trip failed.
 #[derive(Debug)]
@@ -145,14 +146,6 @@ impl Client {
         within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.query_one(sql, params))
     }
 
-    pub(crate) fn query_opt<S: ToStatement + ?Sized>(
-        &mut self,
-        sql: &S,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, Error> {
-        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.query_opt(sql, params))
-    }
-
     pub(crate) fn execute<S: ToStatement + ?Sized>(
         &mut self,
         sql: &S,
@@ -161,12 +154,14 @@ impl Client {
         within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.execute(sql, params))
     }
 
-    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
-        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.batch_execute(sql))
-    }
-
     pub(crate) fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
         within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.prepare(sql))
+    }
+
+    /// Runs `sql` (one or more statements, no parameters) in one round trip, the simple
+    /// query protocol: each row's values come back as text.
+    pub(crate) fn simple_query(&mut self, sql: &str) -> Result<Vec<SimpleQueryMessage>, Error> {
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.simple_query(sql))
     }
 
     /// Begins a transaction at `isolation`, read-only when asked.
@@ -200,6 +195,31 @@ impl<'a> Transaction<'a> {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, Error> {
         self.run(|tx| tx.query(sql, params))
+    }
+
+    /// Runs `sql` (no parameters) in one round trip, with no statement prepared first,
+    /// and maps each row with `f` as it arrives: the server sends the next rows while
+    /// this thread maps the last, and no row is kept once mapped. After the first row
+    /// `f` refuses, the rest are read and dropped, and that refusal is the answer.
+    pub(crate) fn query_map<T, E>(
+        &mut self,
+        sql: &str,
+        mut f: impl FnMut(&Row) -> Result<T, E>,
+    ) -> Result<Result<Vec<T>, E>, Error> {
+        self.run(|tx| async move {
+            let rows = tx.query_typed_raw(sql, std::iter::empty::<(&(dyn ToSql + Sync), Type)>()).await?;
+            let mut rows = std::pin::pin!(rows);
+            let mut mapped = Ok(Vec::new());
+            while let Some(row) = rows.try_next().await? {
+                if let Ok(values) = &mut mapped {
+                    match f(&row) {
+                        Ok(value) => values.push(value),
+                        Err(e) => mapped = Err(e),
+                    }
+                }
+            }
+            Ok(mapped)
+        })
     }
 
     pub(crate) fn query_one<S: ToStatement + ?Sized>(

@@ -277,7 +277,7 @@ const DEFAULT_TIMEOUTS: [(&str, &str); 3] =
 /// reads and writes alike).
 const WRITE_IDLE_TIMEOUT: &str = "5s";
 
-/// The session's timeouts as [`set_default_timeouts`] left them.
+/// The session's timeouts as [`open_session`] left them.
 struct Timeouts {
     /// `statement_timeout` in effect, as `SHOW` prints it.
     statement: String,
@@ -285,38 +285,78 @@ struct Timeouts {
     default_idle: bool,
 }
 
-/// Sets each of [`DEFAULT_TIMEOUTS`] the session has not set (at 0) in two round trips
-/// (one to read them, one to set those unset).
-fn set_default_timeouts(client: &mut Client) -> Result<Timeouts, StoreError> {
-    let row = client
-        .query_one(
-            "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'), \
-             current_setting('idle_in_transaction_session_timeout')",
-            &[],
-        )
-        .map_err(map_error)?;
-    let mut statement_timeout = String::new();
-    let mut default_idle = false;
-    let mut sets = String::new();
-    for (i, (setting, value)) in DEFAULT_TIMEOUTS.into_iter().enumerate() {
-        let current: String = row.get(i);
-        let unset = current == "0";
-        let effective = if unset {
-            sets.push_str(&format!("SET {setting} = '{value}';"));
-            value.to_owned()
-        } else {
-            current
-        };
-        if setting == "statement_timeout" {
-            statement_timeout = effective;
-        } else if setting == "idle_in_transaction_session_timeout" {
-            default_idle = unset;
-        }
+/// What a new session found: its timeouts, and the schema version and registry id the
+/// database holds (0 and none when there is no schema yet).
+struct Opened {
+    timeouts: Timeouts,
+    version: i64,
+    registry_id: Option<String>,
+}
+
+/// Opens the session in two round trips of the simple protocol (no statement prepared):
+/// the first sets each of [`DEFAULT_TIMEOUTS`] the session has not set (at 0) in the
+/// statement that reads them, enters `schema` when given (created if missing), and asks
+/// which of the registry's tables exist; the second reads the schema version and the
+/// registry's id from those that do. Nothing is written when the settings are set and
+/// the schema exists, so a read-only role opens a registry.
+fn open_session(client: &mut Client, schema: Option<&str>) -> Result<Opened, StoreError> {
+    let settings = DEFAULT_TIMEOUTS
+        .iter()
+        .map(|(name, value)| {
+            format!("CASE WHEN {name} = '0' THEN set_config('{name}', '{value}', false) ELSE {name} END")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let read = DEFAULT_TIMEOUTS
+        .iter()
+        .map(|(name, _)| format!("current_setting('{name}') AS {name}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // OFFSET 0 keeps the settings read before any is set.
+    let mut sql = format!(
+        "SELECT {settings}, idle_in_transaction_session_timeout = '0' FROM (SELECT {read} OFFSET 0) AS session;"
+    );
+    if let Some(schema) = schema {
+        sql.push_str(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema};"));
     }
-    if !sets.is_empty() {
-        client.batch_execute(&sets).map_err(map_error)?;
+    sql.push_str(
+        "SELECT to_regclass('fleet_schema_version') IS NOT NULL, to_regclass('registry_identity') IS NOT NULL",
+    );
+    let answers = text_rows(client.simple_query(&sql).map_err(map_error)?);
+    let [session, tables] = [answers.first(), answers.last()].map(|row| row.cloned().unwrap_or_default());
+    let text = |row: &[Option<String>], i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let timeouts = Timeouts { statement: text(&session, 1), default_idle: text(&session, 3) == "t" };
+    let (has_version, has_identity) = (text(&tables, 0) == "t", text(&tables, 1) == "t");
+    if !has_version {
+        return Ok(Opened { timeouts, version: 0, registry_id: None });
     }
-    Ok(Timeouts { statement: statement_timeout, default_idle })
+    let sql = if has_identity {
+        "SELECT (SELECT version FROM fleet_schema_version LIMIT 1), \
+         (SELECT registry_id FROM registry_identity WHERE id = 1)"
+    } else {
+        "SELECT (SELECT version FROM fleet_schema_version LIMIT 1), NULL"
+    };
+    let stored = text_rows(client.simple_query(sql).map_err(map_error)?).pop().unwrap_or_default();
+    let version = match stored.first().cloned().flatten() {
+        None => 0,
+        Some(v) => v.parse().map_err(|_| {
+            StoreError::corrupt(format!("the registry's schema version {v:?} is not a number"))
+        })?,
+    };
+    Ok(Opened { timeouts, version, registry_id: stored.get(1).cloned().flatten() })
+}
+
+/// The rows of a simple query's answers, each value as text (none for NULL).
+fn text_rows(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<Vec<Option<String>>> {
+    messages
+        .into_iter()
+        .filter_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                Some((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// How long connecting may take, TLS and the server's startup answer included, unless
@@ -337,7 +377,8 @@ pub const ANSWER_MARGIN: std::time::Duration = std::time::Duration::from_secs(5)
 fn connect_within(
     config: &tokio_postgres::Config,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
-) -> Result<(Client, bool), StoreError> {
+    schema: Option<&str>,
+) -> Result<(Client, Opened), StoreError> {
     let deadline = config.get_connect_timeout().copied().unwrap_or(CONNECT_DEADLINE);
     let mut client = Client::connect(config, tls, deadline).map_err(|e| match e {
         bounded::Error::NoAnswer(_) => StoreError::new(
@@ -355,9 +396,9 @@ fn connect_within(
             )
         }
     })?;
-    let timeouts = set_default_timeouts(&mut client)?;
-    client.set_deadline(answer_deadline(&timeouts.statement));
-    Ok((client, timeouts.default_idle))
+    let opened = open_session(&mut client, schema)?;
+    client.set_deadline(answer_deadline(&opened.timeouts.statement));
+    Ok((client, opened))
 }
 
 /// The longest the client waits for one answer, given `SHOW statement_timeout`'s text
@@ -388,38 +429,24 @@ impl PostgresStore {
     /// Connects and works inside `schema` (created if missing): one database can hold
     /// several registries, as tests do.
     pub fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
-        let (config, tls) = tls::prepare(url)?;
-        let (mut client, default_idle) = connect_within(&config, tls)?;
-        if let Some(schema) = schema {
-            if !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || schema.is_empty() {
-                return Err(StoreError::invalid(format!("schema name {schema:?} must be [A-Za-z0-9_]+")));
-            }
-            client
-                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema}"))
-                .map_err(map_error)?;
+        if let Some(schema) = schema
+            && (schema.is_empty() || !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        {
+            return Err(StoreError::invalid(format!("schema name {schema:?} must be [A-Za-z0-9_]+")));
         }
-        migrate(&mut client)?;
-        let registry_id = read_registry_id(&mut client)?;
-        let write_lock = WriteLock { key: registry_id.lock_key(), short_idle: default_idle };
+        let (config, tls) = tls::prepare(url)?;
+        let (mut client, opened) = connect_within(&config, tls, schema)?;
+        // Up to date: nothing to write, so readers never take the migration lock.
+        let registry_id = if opened.version == SCHEMA_VERSION {
+            opened.registry_id.ok_or_else(missing_id)?
+        } else {
+            migrate(&mut client)?
+        };
+        let registry_id = fleet_registry::RegistryId::new(registry_id)?;
+        let write_lock = WriteLock { key: registry_id.lock_key(), short_idle: opened.timeouts.default_idle };
         let default_deadline = client.deadline();
         Ok(Self { client, heartbeat: None, marker: None, default_deadline, registry_id, write_lock })
     }
-}
-
-/// The schema version the database holds, read without writing anything (a read-only
-/// role can read a registry); 0 when there is no schema yet.
-fn stored_version(client: &mut Client) -> Result<i64, StoreError> {
-    let exists: bool = client
-        .query_one("SELECT to_regclass('fleet_schema_version') IS NOT NULL", &[])
-        .map_err(map_error)?
-        .get(0);
-    if !exists {
-        return Ok(0);
-    }
-    Ok(client
-        .query_opt("SELECT version FROM fleet_schema_version", &[])
-        .map_err(map_error)?
-        .map_or(0, |r| r.get(0)))
 }
 
 /// A write transaction holding the registry's write lock. It runs at READ COMMITTED
@@ -441,22 +468,9 @@ fn locked_write(client: &mut Client, lock: WriteLock) -> Result<Transaction<'_>,
     Ok(tx)
 }
 
-/// The registry's id, as migration 4 minted it.
-fn read_registry_id(client: &mut Client) -> Result<fleet_registry::RegistryId, StoreError> {
-    let id: Option<String> = client
-        .query_opt("SELECT registry_id FROM registry_identity WHERE id = 1", &[])
-        .map_err(map_error)?
-        .map(|r| r.get(0));
-    let id =
-        id.ok_or_else(|| StoreError::corrupt("the registry's id (table registry_identity) is missing"))?;
-    fleet_registry::RegistryId::new(id)
-}
-
-fn migrate(client: &mut Client) -> Result<(), StoreError> {
-    // Up to date: nothing to write, so readers never take the migration lock.
-    if stored_version(client)? == SCHEMA_VERSION {
-        return Ok(());
-    }
+/// Brings the schema up to this build's version under the migration lock and returns
+/// the registry's id, as migration 4 minted it.
+fn migrate(client: &mut Client) -> Result<String, StoreError> {
     let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
     tx.batch_execute(MIGRATION_LOCK).map_err(map_error)?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
@@ -474,10 +488,22 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
     for sql in MIGRATIONS.iter().skip(usize::try_from(current).unwrap_or(0)) {
         tx.batch_execute(sql).map_err(map_error)?;
     }
-    tx.execute("DELETE FROM fleet_schema_version", &[]).map_err(map_error)?;
-    tx.execute("INSERT INTO fleet_schema_version (version) VALUES ($1)", &[&SCHEMA_VERSION])
-        .map_err(map_error)?;
-    tx.commit().map_err(map_error)
+    if current != SCHEMA_VERSION {
+        tx.execute("DELETE FROM fleet_schema_version", &[]).map_err(map_error)?;
+        tx.execute("INSERT INTO fleet_schema_version (version) VALUES ($1)", &[&SCHEMA_VERSION])
+            .map_err(map_error)?;
+    }
+    let id: Option<String> = tx
+        .query_opt("SELECT registry_id FROM registry_identity WHERE id = 1", &[])
+        .map_err(map_error)?
+        .map(|r| r.get(0));
+    let id = id.ok_or_else(missing_id)?;
+    tx.commit().map_err(map_error)?;
+    Ok(id)
+}
+
+fn missing_id() -> StoreError {
+    StoreError::corrupt("the registry's id (table registry_identity) is missing")
 }
 
 struct PgTx<'a, 'b> {
@@ -520,13 +546,7 @@ impl Tx for PgTx<'_, '_> {
         // 10 000 rows. The server sorted by a collation no index has, on disk past its
         // `work_mem` (23 ms of a 24 ms query at 10 000 rows).
         let sql = format!("SELECT {} FROM worker_registrations", *rows::LIST);
-        let mut workers: Vec<WorkerRow> = self
-            .tx
-            .query(&sql, &[])
-            .map_err(map_error)?
-            .iter()
-            .map(rows::read_worker)
-            .collect::<Result<_, _>>()?;
+        let mut workers = self.tx.query_map(&sql, rows::read_worker).map_err(map_error)??;
         workers.sort_unstable_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
         Ok(workers)
     }
@@ -627,13 +647,7 @@ impl Tx for PgTx<'_, '_> {
     fn instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
         // Sorted here, as the workers are.
         let sql = format!("SELECT {} FROM instances", *rows::INSTANCE_LIST);
-        let mut instances: Vec<InstanceRecord> = self
-            .tx
-            .query(&sql, &[])
-            .map_err(map_error)?
-            .iter()
-            .map(rows::read_instance)
-            .collect::<Result<_, _>>()?;
+        let mut instances = self.tx.query_map(&sql, rows::read_instance).map_err(map_error)??;
         instances.sort_unstable_by(|a, b| a.client_instance_id.as_str().cmp(b.client_instance_id.as_str()));
         Ok(instances)
     }

@@ -117,3 +117,37 @@ fn a_read_idle_past_the_write_bound_still_completes() {
     });
     assert!(read.is_ok(), "{read:?}");
 }
+
+/// Rows are decoded as they arrive; a bad one amid many fails the read, naming it, and
+/// the rows after it are still read off the wire: the same connection answers the next
+/// read whole.
+#[test]
+fn a_corrupt_row_amid_many_fails_the_read_and_the_connection_answers_the_next() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    let scratch = fresh();
+    let mut client = postgres::Client::connect(&scratch.url, postgres::NoTls).unwrap();
+    client.batch_execute(&format!("SET search_path TO {}", scratch.schema)).unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \
+             SELECT 'w' || lpad(n::text, 5, '0'), 'author', 'active', '2026-07-30T12:00:00.000Z' \
+             FROM generate_series(1, 5000) AS n; \
+             UPDATE worker_registrations SET namespace = 'wizard' WHERE worker_identity = 'w02500'",
+        )
+        .unwrap();
+    let mut registry = fleet_registry::Registry::new(scratch);
+    let err = registry.workers().unwrap_err();
+    assert_eq!(err.kind(), fleet_registry::StoreErrorKind::Corrupt, "{err}");
+    assert!(err.to_string().contains("w02500"), "{err}");
+    client
+        .batch_execute(
+            "UPDATE worker_registrations SET namespace = 'author' WHERE worker_identity = 'w02500'",
+        )
+        .unwrap();
+    let workers = registry.workers().unwrap();
+    assert_eq!(workers.len(), 5000);
+    assert_eq!(workers[2499].worker_identity.as_str(), "w02500");
+}
