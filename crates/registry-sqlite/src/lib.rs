@@ -409,17 +409,22 @@ impl Tx for SqliteTx<'_> {
         rows.map(|r| r.map_err(map_error)).collect()
     }
 
+    /// The digest of every row, as triggers keep it in `registry_changes`, less that of
+    /// the rows written since `upto` (found by the `change_seq` index): the cost of the
+    /// rows that changed, not of every row. Without the history's row there is none.
     fn versions_digest_upto(&mut self, upto: &ChangePosition) -> Result<Option<VersionsDigest>, StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT count(*), coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations \
-                 WHERE change_seq <= ?1",
+                "SELECT worker_rows - (SELECT count(*) FROM worker_registrations WHERE change_seq > ?1), \
+                 worker_version_sum - (SELECT coalesce(sum(change_seq & 4294967295), 0) \
+                                       FROM worker_registrations WHERE change_seq > ?1) \
+                 FROM registry_changes",
             )
             .map_err(map_error)?;
-        let (rows, sum) =
-            stmt.query_row([upto.workers], |r| Ok((r.get(0)?, r.get(1)?))).map_err(map_error)?;
-        Ok(Some(VersionsDigest { rows, sum }))
+        stmt.query_row([upto.workers], |r| Ok(VersionsDigest { rows: r.get(0)?, sum: r.get(1)? }))
+            .optional()
+            .map_err(map_error)
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {

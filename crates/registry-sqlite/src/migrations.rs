@@ -199,18 +199,46 @@ const MIGRATIONS: &[&str] = &[
     // 9: the process that holds a tenure (`connector run`), so that a run of the same
     // connector on another host never resumes a tenure a live run holds.
     "ALTER TABLE leases ADD COLUMN holder_process TEXT;",
+    // 10: the digest of every row's version (fleet_registry::VersionsDigest), kept as
+    // rows are written, so a reader proves the rows it kept current by reading the rows
+    // changed since, not by summing every row's version at each read.
+    "ALTER TABLE registry_changes ADD COLUMN worker_rows INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE registry_changes ADD COLUMN worker_version_sum INTEGER NOT NULL DEFAULT 0;
+    UPDATE registry_changes SET
+        worker_rows = (SELECT count(*) FROM worker_registrations),
+        worker_version_sum = (SELECT coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations);
+    CREATE TRIGGER worker_registrations_insert_is_digested AFTER INSERT ON worker_registrations
+    BEGIN
+        UPDATE registry_changes SET worker_rows = worker_rows + 1,
+            worker_version_sum = worker_version_sum + (NEW.change_seq & 4294967295);
+    END;
+    CREATE TRIGGER worker_registrations_version_is_digested AFTER UPDATE OF change_seq ON worker_registrations
+        WHEN NEW.change_seq IS NOT OLD.change_seq
+    BEGIN
+        UPDATE registry_changes SET worker_version_sum =
+            worker_version_sum + (NEW.change_seq & 4294967295) - (OLD.change_seq & 4294967295);
+    END;
+    CREATE TRIGGER worker_registrations_delete_is_digested AFTER DELETE ON worker_registrations
+    BEGIN
+        UPDATE registry_changes SET worker_rows = worker_rows - 1,
+            worker_version_sum = worker_version_sum - (OLD.change_seq & 4294967295);
+    END;",
 ];
 
-/// The history's one row, as migration 4 writes it.
-const HISTORY_ROW: &str =
-    "INSERT OR IGNORE INTO registry_changes VALUES (1, random() & 1099511627775, random() & 1099511627775);";
+/// The history's one row, built again: fresh counters, as migration 4 writes them, and
+/// the digest of the rows there are, as migration 10 seeds it.
+const HISTORY_ROW: &str = "INSERT OR IGNORE INTO registry_changes \
+     (id, worker_removals, instances, worker_rows, worker_version_sum) \
+     SELECT 1, random() & 1099511627775, random() & 1099511627775, count(*), \
+     coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations;";
 
 /// The schema version this build writes: the registry's data model (version 3),
 /// SQLite's own history of changes (version 4), the registry's id (version 5) and the
 /// fencing epochs' high-water marks (version 6), the lease decisions counted as they are
 /// written (version 7), a history that only moves forward (version 8), the process that
-/// holds a tenure (version 9).
-pub const SCHEMA_VERSION: i64 = 9;
+/// holds a tenure (version 9), the digest of the rows' versions kept as they are
+/// written (version 10).
+pub const SCHEMA_VERSION: i64 = 10;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

@@ -253,12 +253,15 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     {
-        // Version 3 as it was: the current file without what versions 4 to 9 added.
+        // Version 3 as it was: the current file without what versions 4 to 10 added.
         let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
         store
             .connection()
             .execute_batch(
-                "DROP TRIGGER worker_registrations_change_seq_only_rises;
+                "DROP TRIGGER worker_registrations_insert_is_digested;
+                 DROP TRIGGER worker_registrations_version_is_digested;
+                 DROP TRIGGER worker_registrations_delete_is_digested;
+                 DROP TRIGGER worker_registrations_change_seq_only_rises;
                  DROP TRIGGER registry_changes_only_rise;
                  DROP TRIGGER registry_changes_stay;
                  DROP TRIGGER worker_registrations_insert_is_a_change;
@@ -385,6 +388,61 @@ fn without_its_history_row_the_reader_reads_everything() {
     let (_, rows) = follow(&mut registry, &mut kept, at);
     assert_eq!(rows, None, "everything read");
     assert_eq!(kept.worker_registrations.len(), 1);
+}
+
+/// The digest of the rows' versions (schema version 10) is kept by triggers from the
+/// rows there are: seeded when a version 9 file is upgraded, and when the history's row
+/// is built again after a hand removed it; a reader then follows changes at once.
+#[test]
+fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
+    let digests = |conn: &rusqlite::Connection| -> ((i64, i64), (i64, i64)) {
+        let kept = conn
+            .query_row("SELECT worker_rows, worker_version_sum FROM registry_changes", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        let rows = conn
+            .query_row(
+                "SELECT count(*), coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        (kept, rows)
+    };
+    let (dir, registry, other) = new_registry();
+    drop(registry);
+    let path = dir.path().join("registry.sqlite3");
+    // Version 9 as it was, holding rows.
+    other
+        .execute_batch(
+            "DROP TRIGGER worker_registrations_insert_is_digested;
+             DROP TRIGGER worker_registrations_version_is_digested;
+             DROP TRIGGER worker_registrations_delete_is_digested;
+             ALTER TABLE registry_changes DROP COLUMN worker_rows;
+             ALTER TABLE registry_changes DROP COLUMN worker_version_sum;
+             PRAGMA user_version = 9;",
+        )
+        .unwrap();
+    insert_row(&other, "wkr-a");
+    insert_row(&other, "wkr-b");
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::MustExist).unwrap());
+    let (kept, rows) = digests(&other);
+    assert_eq!((kept, rows.0), (rows, 2), "seeded on upgrade");
+
+    // Removed by hand, then built again by `registry init`.
+    other.execute_batch("DROP TABLE registry_changes").unwrap();
+    drop(registry);
+    registry = Registry::new(SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap());
+    let (kept, rows) = digests(&other);
+    assert_eq!((kept, rows.0), (rows, 2), "seeded on repair");
+    let mut kept = fleet_registry::RegistryDump::default();
+    let (at, _) = follow(&mut registry, &mut kept, None);
+    other
+        .execute("UPDATE worker_registrations SET status = 'released' WHERE worker_identity = 'wkr-b'", [])
+        .unwrap();
+    let (_, read) = follow(&mut registry, &mut kept, at);
+    assert_eq!(read, Some(1), "one changed row read, the rest proven by the digest");
 }
 
 /// An operator restores an older backup in place (`sqlite3 registry ".restore bak"`,
