@@ -32,42 +32,55 @@ pub struct HeartbeatComparison {
 /// ([`LiveHeartbeats::from_json`]), as `fleetctl snapshot --json` prints it. Kept compact
 /// (the identities side by side in one string, in identity order): a server keeps one
 /// for each of its recent answers, and builds one on every snapshot call.
-/// A clone shares the workers with the original.
+/// A clone shares the workers with the original; one whose heartbeats moved
+/// ([`LiveHeartbeats::moved_at`]) still shares their identities, and copies only the
+/// heartbeats.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveHeartbeats {
     at: Timestamp,
-    live: std::sync::Arc<Live>,
+    names: std::sync::Arc<Names>,
+    /// Each worker's heartbeat, in the order of `names.spans`.
+    beats: std::sync::Arc<Vec<Option<Timestamp>>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Live {
+#[derive(Debug, PartialEq, Eq)]
+struct Names {
     /// Every live worker's identity, one after another.
-    names: String,
-    /// Each worker's identity (its span of `names`) and heartbeat, in identity order.
-    entries: Vec<(u32, u32, Option<Timestamp>)>,
+    text: String,
+    /// Each worker's identity (its span of `text`), in identity order.
+    spans: Vec<(u32, u32)>,
 }
 
 impl LiveHeartbeats {
     fn from_sorted<'n>(at: Timestamp, live: impl Iterator<Item = (&'n str, Option<Timestamp>)>) -> Self {
-        let mut names = String::new();
-        let mut entries = Vec::new();
+        let mut text = String::new();
+        let mut spans = Vec::new();
+        let mut beats = Vec::new();
         for (name, beat) in live {
-            let start = u32::try_from(names.len()).unwrap_or(u32::MAX);
-            names.push_str(name);
-            entries.push((start, u32::try_from(names.len()).unwrap_or(u32::MAX), beat));
+            let start = u32::try_from(text.len()).unwrap_or(u32::MAX);
+            text.push_str(name);
+            spans.push((start, u32::try_from(text.len()).unwrap_or(u32::MAX)));
+            beats.push(beat);
         }
-        Self { at, live: std::sync::Arc::new(Live { names, entries }) }
+        Self { at, names: std::sync::Arc::new(Names { text, spans }), beats: std::sync::Arc::new(beats) }
     }
 
-    fn name(&self, entry: &(u32, u32, Option<Timestamp>)) -> &str {
-        self.live.names.get(entry.0 as usize..entry.1 as usize).unwrap_or_default()
+    /// The identity of the worker at `i`.
+    fn name(&self, i: usize) -> &str {
+        let Some(&(start, end)) = self.names.spans.get(i) else { return "" };
+        self.names.text.get(start as usize..end as usize).unwrap_or_default()
+    }
+
+    /// How many live workers.
+    fn len(&self) -> usize {
+        self.names.spans.len()
     }
 
     /// The same live workers and heartbeats, as seen by a snapshot taken at `at` (one
     /// that judged every worker as this one did).
     #[must_use]
     pub fn seen_at(&self, at: Timestamp) -> Self {
-        Self { at, live: self.live.clone() }
+        Self { at, ..self.clone() }
     }
 
     /// These live workers as seen at `at`, with the heartbeats of `moved` (workers among
@@ -75,16 +88,16 @@ impl LiveHeartbeats {
     /// did, while those workers heartbeated, holds.
     #[must_use]
     pub fn moved_at<'n>(&self, at: Timestamp, moved: impl IntoIterator<Item = (&'n str, Timestamp)>) -> Self {
-        let mut live = std::sync::Arc::clone(&self.live);
+        let mut beats = std::sync::Arc::clone(&self.beats);
         for (name, beat) in moved {
-            let found = live.entries.binary_search_by(|entry| {
-                live.names.get(entry.0 as usize..entry.1 as usize).unwrap_or_default().cmp(name)
+            let found = self.names.spans.binary_search_by(|&(start, end)| {
+                self.names.text.get(start as usize..end as usize).unwrap_or_default().cmp(name)
             });
             if let Ok(i) = found {
-                std::sync::Arc::make_mut(&mut live).entries[i].2 = Some(beat);
+                std::sync::Arc::make_mut(&mut beats)[i] = Some(beat);
             }
         }
-        Self { at, live }
+        Self { at, names: std::sync::Arc::clone(&self.names), beats }
     }
 
     /// The live workers of `snapshot` (its workers are in identity order).
@@ -167,37 +180,36 @@ pub fn compare_heartbeats(earlier: &LiveHeartbeats, later: &LiveHeartbeats) -> H
         continuous: false,
     };
     let id = |name: &str| WorkerIdentity::new(name).ok();
-    let (mut before, mut after) =
-        (earlier.live.entries.iter().peekable(), later.live.entries.iter().peekable());
+    let (mut b, mut a) = (0, 0);
     loop {
-        match (before.peek(), after.peek()) {
-            (None, None) => break,
-            (Some(b), None) => {
+        match (b < earlier.len(), a < later.len()) {
+            (false, false) => break,
+            (true, false) => {
                 out.lost.extend(id(earlier.name(b)));
-                before.next();
+                b += 1;
             }
-            (None, Some(a)) => {
+            (false, true) => {
                 out.appeared.extend(id(later.name(a)));
-                after.next();
+                a += 1;
             }
-            (Some(b), Some(a)) => match earlier.name(b).cmp(later.name(a)) {
+            (true, true) => match earlier.name(b).cmp(later.name(a)) {
                 std::cmp::Ordering::Less => {
                     out.lost.extend(id(earlier.name(b)));
-                    before.next();
+                    b += 1;
                 }
                 std::cmp::Ordering::Greater => {
                     out.appeared.extend(id(later.name(a)));
-                    after.next();
+                    a += 1;
                 }
                 std::cmp::Ordering::Equal => {
-                    let group = match a.2.cmp(&b.2) {
+                    let group = match later.beats[a].cmp(&earlier.beats[b]) {
                         std::cmp::Ordering::Greater => &mut out.advanced,
                         std::cmp::Ordering::Equal => &mut out.unchanged,
                         std::cmp::Ordering::Less => &mut out.regressed,
                     };
                     group.extend(id(earlier.name(b)));
-                    before.next();
-                    after.next();
+                    b += 1;
+                    a += 1;
                 }
             },
         }
