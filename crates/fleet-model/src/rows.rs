@@ -500,8 +500,30 @@ pub fn probe_active_rows<P: LivenessProbe + ?Sized>(
     rows: &[WorkerRow],
     probe: &P,
 ) -> std::collections::BTreeMap<WorkerIdentity, crate::ProcessVerdict> {
+    probe_places(rows, &probed_places(rows, probe), probe)
+}
+
+/// The places in `rows` of the rows [`probe_active_rows`] probes: the active rows `probe`
+/// speaks for. A reader that keeps them probes rows that changed only in their
+/// heartbeats ([`WorkerRow::differs_only_in_heartbeat`]) at the same places, without
+/// walking every row again.
+pub fn probed_places<P: LivenessProbe + ?Sized>(rows: &[WorkerRow], probe: &P) -> Vec<usize> {
     rows.iter()
-        .filter(|r| r.status == WorkerStatus::Active && probe.speaks_for(r.host_id.as_ref()))
+        .enumerate()
+        .filter(|(_, r)| r.status == WorkerStatus::Active && probe.speaks_for(r.host_id.as_ref()))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Probes the rows at `places` (from [`probed_places`]), as [`probe_active_rows`] does.
+pub fn probe_places<P: LivenessProbe + ?Sized>(
+    rows: &[WorkerRow],
+    places: &[usize],
+    probe: &P,
+) -> std::collections::BTreeMap<WorkerIdentity, crate::ProcessVerdict> {
+    places
+        .iter()
+        .filter_map(|&i| rows.get(i))
         .filter_map(|r| Some((r.worker_identity.clone(), probe.probe(&r.process()?))))
         .collect()
 }

@@ -51,5 +51,5 @@ pub use store::{
 pub use fleet_model::{
     Claim, DumpError, HeartbeatJudge, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW,
     OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
-    heartbeat_expiry, probe_active_rows,
+    heartbeat_expiry, probe_active_rows, probe_places, probed_places,
 };

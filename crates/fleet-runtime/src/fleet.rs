@@ -10,7 +10,7 @@ use fleet_probe::{LocalProbe, TrackingProbe};
 use fleet_registry::OpenMode;
 use fleet_registry::{
     ApplyReport, ApplyRequest, ReadMark, Registry, RegistryDump, StoreError, StoreErrorKind, WorkerRow,
-    probe_active_rows,
+    probe_active_rows, probe_places, probed_places,
 };
 use fleet_retirement::{Plan, RetirementContext};
 use fleet_snapshot::{
@@ -78,6 +78,9 @@ pub struct Fleet {
     tracking: Option<TrackingProbe>,
     /// This host's probe for plans and applies, once made.
     local: Option<LocalProbe>,
+    /// The places of the rows the tracking probe speaks for, and the rows' generation
+    /// they stand for (carried along while only heartbeats move, as `judged` is).
+    probed: Option<(u64, Vec<usize>)>,
     /// Moves each time rows are read: rows of one generation are the same.
     generation: u64,
     /// What the last snapshot rested on (none after one taken with a manifest).
@@ -164,6 +167,7 @@ impl Fleet {
             track: false,
             tracking: None,
             local: None,
+            probed: None,
             generation: 0,
             judged: None,
             next_number: 0,
@@ -232,13 +236,21 @@ impl Fleet {
             mark: None,
             dump: RegistryDump::default(),
         });
-        // Only a judgement that stands for the rows as they were is brought along a
-        // heartbeat: without one, the rows are not compared.
+        // Only a judgement (or probed places) that stands for the rows as they were is
+        // brought along a heartbeat: without one, the rows are not compared.
         let current = self.judged.as_mut().filter(|j| j.generation == self.generation);
-        let beats = if current.is_some() { read.changes.heartbeats_only(&last.dump) } else { None };
+        let probed = self.probed.as_mut().filter(|(generation, _)| *generation == self.generation);
+        let beats = if current.is_some() || probed.is_some() {
+            read.changes.heartbeats_only(&last.dump)
+        } else {
+            None
+        };
         let origins = read.changes.apply(&mut last.dump);
         self.json.follow(&origins);
         self.generation += 1;
+        if let (Some(probed), Some(_)) = (probed, &beats) {
+            probed.0 = self.generation;
+        }
         if let (Some(judged), Some(places)) = (current, beats) {
             judged.judgement.follow(&last.dump.worker_registrations, &places);
             judged.generation = self.generation;
@@ -322,14 +334,20 @@ impl Fleet {
         }
         self.read()?;
         let Some(LastRead { dump, .. }) = &self.last else { return Err(not_read()) };
+        let rows = &dump.worker_registrations;
         Ok(match &self.tracking {
             Some(probe) => {
+                let generation = self.generation;
+                let places = match &mut self.probed {
+                    Some((at, places)) if *at == generation => places,
+                    slot => &mut slot.insert((generation, probed_places(rows, probe))).1,
+                };
                 probe.begin_round();
-                let probes = probe_active_rows(&dump.worker_registrations, probe);
+                let probes = probe_places(rows, places, probe);
                 probe.end_round();
                 probes
             }
-            None => probe_local(&dump.worker_registrations),
+            None => probe_local(rows),
         })
     }
 

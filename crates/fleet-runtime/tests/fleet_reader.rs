@@ -173,6 +173,57 @@ fn kept_worker_json_is_written_as_serde_writes_the_snapshot_after_every_change()
     drop((author, merger));
 }
 
+/// A tracking session keeps the places of the rows it probes while only heartbeats
+/// move, and still probes each of them at every snapshot: a worker whose process exits
+/// while another worker's heartbeat moved is seen gone, and a worker added is probed.
+#[test]
+fn a_tracking_session_probes_its_workers_while_only_heartbeats_move() {
+    use fleet_identity::{ClientType, Namespace};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let location = RegistryLocation::Sqlite(path.clone());
+    let launch =
+        fleet_runtime::Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
+    let sleep = || std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let mut children = [sleep(), sleep(), sleep()];
+    let author = worker(&location, &launch, Namespace::Author, &children[0]);
+    let reviewer = worker(&location, &launch, Namespace::Reviewer, &children[1]);
+    let other = rusqlite::Connection::open(&path).unwrap();
+    let beat = |row: &fleet_registry::WorkerRow| {
+        let sql = "UPDATE worker_registrations SET last_heartbeat_at = ?1 WHERE worker_identity = ?2";
+        let now = fleet_runtime::now().to_string();
+        assert_eq!(other.execute(sql, [now.as_str(), row.worker_identity.as_str()]).unwrap(), 1);
+    };
+    let mut reader = Fleet::new(location.clone()).tracking_processes();
+    let first = written(&mut reader, fleet_runtime::now());
+    assert_eq!(field(&first, reviewer.row(), "liveness"), "alive");
+
+    beat(author.row());
+    let moved = written(&mut reader, fleet_runtime::now());
+    assert_eq!(field(&moved, reviewer.row(), "liveness"), "alive");
+    children[1].kill().unwrap();
+    children[1].wait().unwrap();
+    beat(author.row());
+    let after = written(&mut reader, fleet_runtime::now());
+    assert_eq!(field(&after, reviewer.row(), "liveness"), "gone", "probed though only a heartbeat moved");
+    assert_eq!(field(&after, author.row(), "liveness"), "alive");
+
+    let merger = worker(&location, &launch, Namespace::Merger, &children[2]);
+    children[2].kill().unwrap();
+    children[2].wait().unwrap();
+    let added = written(&mut reader, fleet_runtime::now());
+    assert_eq!(field(&added, merger.row(), "liveness"), "gone", "a worker added is probed");
+    for (row, liveness) in [(author.row(), "alive"), (reviewer.row(), "gone")] {
+        assert_eq!(field(&added, row, "liveness"), liveness, "each worker probed where it now is");
+    }
+
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop((author, reviewer, merger));
+}
+
 /// A row added before the others moves them all one place on; rows judged alike (the
 /// same heartbeat, no process to probe) still each get their own JSON.
 #[test]
