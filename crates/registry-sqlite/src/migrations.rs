@@ -222,6 +222,15 @@ const MIGRATIONS: &[&str] = &[
     BEGIN
         UPDATE registry_changes SET worker_rows = worker_rows - 1,
             worker_version_sum = worker_version_sum - (OLD.change_seq & 4294967295);
+    END;
+    -- The counters' guard watches only the columns it guards, so a heartbeat's update of
+    -- the digest runs no guard (and the heartbeat's write lock is held that much less).
+    DROP TRIGGER IF EXISTS registry_changes_only_rise;
+    CREATE TRIGGER registry_changes_only_rise
+        BEFORE UPDATE OF id, worker_removals, instances ON registry_changes
+        WHEN NEW.id IS NOT OLD.id OR NEW.worker_removals < OLD.worker_removals OR NEW.instances < OLD.instances
+    BEGIN
+        SELECT RAISE(ABORT, 'the registry''s change counters only rise');
     END;",
 ];
 
