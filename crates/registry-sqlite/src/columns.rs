@@ -8,7 +8,7 @@ use fleet_lease::LeaseRecord;
 use fleet_registry::columns::{self, RowColumns};
 use fleet_registry::{InstanceRecord, StoreError, WorkerRow};
 use rusqlite::Row;
-use rusqlite::types::Value;
+use rusqlite::types::{Value, ValueRef};
 
 /// Every column of `worker_registrations`, in the order of [`values`] and [`read_worker`].
 pub(crate) use fleet_registry::WORKER_COLUMNS as COLUMNS;
@@ -83,23 +83,36 @@ struct Columns<'r, 's>(&'r Row<'s>);
 impl RowColumns for Columns<'_, '_> {
     /// The text in column `idx`, borrowed from SQLite's buffer.
     fn text(&self, idx: usize) -> Result<Option<&str>, String> {
-        let value = self.0.get_ref(idx).map_err(|e| e.to_string())?;
-        value.as_str_or_null().map_err(|e| e.to_string())
+        text_of(self.0.get_ref(idx).map_err(|e| e.to_string())?)
     }
 
     fn integer(&self, idx: usize) -> Result<Option<i64>, String> {
-        // A REAL such as 900.0 reads back as its integer value.
-        let value: Option<Value> = self.0.get(idx).map_err(|e| e.to_string())?;
-        match value {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Integer(n)) => Ok(Some(n)),
-            Some(Value::Real(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
-                #[allow(clippy::cast_possible_truncation)]
-                let n = f as i64;
-                Ok(Some(n))
-            }
-            Some(other) => Err(format!("{other:?} is not an integer")),
+        integer_of(self.0.get_ref(idx).map_err(|e| e.to_string())?)
+    }
+}
+
+/// A column's value as text; `None` for NULL.
+pub(crate) fn text_of(value: ValueRef<'_>) -> Result<Option<&str>, String> {
+    value.as_str_or_null().map_err(|e| e.to_string())
+}
+
+/// A column's value as an integer; `None` for NULL. A REAL such as 900.0 reads back as
+/// its integer value.
+pub(crate) fn integer_of(value: ValueRef<'_>) -> Result<Option<i64>, String> {
+    match value {
+        ValueRef::Null => Ok(None),
+        ValueRef::Integer(n) => Ok(Some(n)),
+        ValueRef::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
+            #[allow(clippy::cast_possible_truncation)]
+            let n = f as i64;
+            Ok(Some(n))
         }
+        ValueRef::Real(f) => Err(format!("{:?} is not an integer", Value::Real(f))),
+        ValueRef::Text(t) => match std::str::from_utf8(t) {
+            Ok(text) => Err(format!("{:?} is not an integer", Value::Text(text.to_owned()))),
+            Err(e) => Err(e.to_string()),
+        },
+        ValueRef::Blob(b) => Err(format!("{:?} is not an integer", Value::Blob(b.to_vec()))),
     }
 }
 

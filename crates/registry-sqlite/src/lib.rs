@@ -14,6 +14,7 @@
 mod columns;
 mod leases;
 mod migrations;
+mod two_threads;
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -328,6 +329,9 @@ impl SqliteTx<'_> {
         count: usize,
     ) -> Result<Vec<WorkerRow>, StoreError> {
         let mut stmt = self.conn.prepare_cached(sql).map_err(map_error)?;
+        if count >= two_threads::FROM_ROWS {
+            return two_threads::read_workers(&mut stmt, params, count);
+        }
         let rows = stmt.query_map(params, columns::read_worker).map_err(map_error)?;
         let mut out = Vec::with_capacity(count);
         for row in rows {

@@ -445,6 +445,46 @@ fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
     assert_eq!(read, Some(1), "one changed row read, the rest proven by the digest");
 }
 
+/// A read of many rows is decoded on a second thread as SQLite steps: the rows come back
+/// whole and in order, and a bad row amid them fails the read naming it (the rows after
+/// it are not served), as a read decoded row by row does.
+#[test]
+fn a_large_read_decoded_on_a_second_thread_is_whole_in_order_or_names_its_bad_row() {
+    let (_dir, mut registry, other) = new_registry();
+    other
+        .execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) \
+             INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at, pid) \
+             SELECT printf('wkr-%05d', i), 'author', 'active', '2026-07-30T12:00:00Z', i FROM n;",
+        )
+        .unwrap();
+    let workers = registry.workers().unwrap();
+    assert_eq!(workers.len(), 20000);
+    for (i, row) in workers.iter().enumerate() {
+        assert_eq!(row.worker_identity.as_str(), format!("wkr-{:05}", i + 1));
+        assert_eq!(row.pid.map(|p| i64::from(p.get())), Some(i64::try_from(i + 1).unwrap()));
+    }
+    for bad in ["namespace = 'wizard'", "pid = -5", "last_heartbeat_at = x'ff'"] {
+        other
+            .execute(
+                &format!("UPDATE worker_registrations SET {bad} WHERE worker_identity = 'wkr-12345'"),
+                [],
+            )
+            .unwrap();
+        let err = registry.workers().unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Corrupt, "{bad}: {err}");
+        assert!(err.to_string().contains("wkr-12345"), "{bad}: {err}");
+        other
+            .execute(
+                "UPDATE worker_registrations SET namespace = 'author', pid = 12345, last_heartbeat_at = NULL \
+                 WHERE worker_identity = 'wkr-12345'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(registry.workers().unwrap().len(), 20000, "read whole again after {bad}");
+    }
+}
+
 /// An operator restores an older backup in place (`sqlite3 registry ".restore bak"`,
 /// which is SQLite's backup API writing the old pages into the open file), and the
 /// fleet then writes a few ordinary changes, enough to carry the counters past where the
