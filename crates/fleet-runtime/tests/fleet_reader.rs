@@ -107,6 +107,14 @@ fn worker(
     fleet_runtime::WorkerSession::start(location, &launch.env, options).unwrap()
 }
 
+/// A launch minted at `location` and three sleeping processes for its workers.
+fn launch_with_sleepers(location: &RegistryLocation) -> (fleet_runtime::Launch, [std::process::Child; 3]) {
+    let client = fleet_identity::ClientType::new("codex").unwrap();
+    let launch = fleet_runtime::Launch::mint(location, client, None, None).unwrap();
+    let sleep = || std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    (launch, [sleep(), sleep(), sleep()])
+}
+
 /// Writes the snapshot at `at` from the JSON the reader keeps, checks it is byte for
 /// byte what serde writes of the same snapshot, and returns it as a value.
 fn written(reader: &mut Fleet, at: fleet_identity::Timestamp) -> serde_json::Value {
@@ -135,13 +143,10 @@ fn field(snapshot: &serde_json::Value, row: &fleet_registry::WorkerRow, field: &
 /// that lapses, a process that exits, a row released in place, a row added.
 #[test]
 fn kept_worker_json_is_written_as_serde_writes_the_snapshot_after_every_change() {
-    use fleet_identity::{ClientType, Namespace};
+    use fleet_identity::Namespace;
     let dir = tempfile::tempdir().unwrap();
     let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
-    let launch =
-        fleet_runtime::Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
-    let sleep = || std::process::Command::new("sleep").arg("600").spawn().unwrap();
-    let mut children = [sleep(), sleep(), sleep()];
+    let (launch, mut children) = launch_with_sleepers(&location);
     let author = worker(&location, &launch, Namespace::Author, &children[0]);
     let reviewer = worker(&location, &launch, Namespace::Reviewer, &children[1]);
     let mut reader = Fleet::new(location.clone()).tracking_processes();
@@ -178,14 +183,11 @@ fn kept_worker_json_is_written_as_serde_writes_the_snapshot_after_every_change()
 /// while another worker's heartbeat moved is seen gone, and a worker added is probed.
 #[test]
 fn a_tracking_session_probes_its_workers_while_only_heartbeats_move() {
-    use fleet_identity::{ClientType, Namespace};
+    use fleet_identity::Namespace;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     let location = RegistryLocation::Sqlite(path.clone());
-    let launch =
-        fleet_runtime::Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
-    let sleep = || std::process::Command::new("sleep").arg("600").spawn().unwrap();
-    let mut children = [sleep(), sleep(), sleep()];
+    let (launch, mut children) = launch_with_sleepers(&location);
     let author = worker(&location, &launch, Namespace::Author, &children[0]);
     let reviewer = worker(&location, &launch, Namespace::Reviewer, &children[1]);
     let other = rusqlite::Connection::open(&path).unwrap();

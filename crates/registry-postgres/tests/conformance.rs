@@ -57,6 +57,15 @@ impl Store for Scratch {
     }
 }
 
+impl Scratch {
+    /// A plain connection to the scratch schema, writing behind the registry's back.
+    fn side_client(&self) -> postgres::Client {
+        let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+        client.batch_execute(&format!("SET search_path TO {}", self.schema)).unwrap();
+        client
+    }
+}
+
 fn fresh() -> Scratch {
     let url = url().expect("FLEET_TEST_POSTGRES_URL");
     let schema = format!("fleet_test_{}", uuid::Uuid::now_v7().simple());
@@ -84,8 +93,7 @@ fn a_corrupt_value_in_a_row_is_reported_with_its_column() {
         ("host_id", "'not hex'"),
     ] {
         let scratch = fresh();
-        let mut client = postgres::Client::connect(&scratch.url, postgres::NoTls).unwrap();
-        client.batch_execute(&format!("SET search_path TO {}", scratch.schema)).unwrap();
+        let mut client = scratch.side_client();
         client
             .batch_execute(
                 "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \
@@ -128,8 +136,7 @@ fn a_corrupt_row_amid_many_fails_the_read_and_the_connection_answers_the_next() 
         return;
     }
     let scratch = fresh();
-    let mut client = postgres::Client::connect(&scratch.url, postgres::NoTls).unwrap();
-    client.batch_execute(&format!("SET search_path TO {}", scratch.schema)).unwrap();
+    let mut client = scratch.side_client();
     client
         .batch_execute(
             "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \

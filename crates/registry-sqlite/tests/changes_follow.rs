@@ -8,6 +8,9 @@ use fleet_registry::{OpenMode, ReadMark, Registry, RegistryChanges, RegistryDump
 use proptest::prelude::*;
 use registry_sqlite::SqliteStore;
 
+mod common;
+use common::digests;
+
 /// One write by another SQL client, on identities `wkr-0` to `wkr-7`.
 #[derive(Debug, Clone)]
 enum Write {
@@ -77,23 +80,6 @@ fn run(conn: &rusqlite::Connection, write: &Write) {
             [format!("wkr-{w}")],
         ),
     };
-}
-
-/// The digest of the rows' versions as the triggers keep it, and as the rows give it.
-fn digests(conn: &rusqlite::Connection) -> ((i64, i64), (i64, i64)) {
-    let kept = conn
-        .query_row("SELECT worker_rows, worker_version_sum FROM registry_changes", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    let rows = conn
-        .query_row(
-            "SELECT count(*), coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    (kept, rows)
 }
 
 proptest! {

@@ -7,6 +7,9 @@ use fleet_registry::OpenMode;
 use fleet_registry::{Registry, StoreErrorKind};
 use registry_sqlite::{SCHEMA_VERSION, SqliteStore};
 
+mod common;
+use common::digests;
+
 #[test]
 fn a_new_registry_file_is_private_and_in_wal_mode() {
     let dir = tempfile::tempdir().unwrap();
@@ -395,21 +398,6 @@ fn without_its_history_row_the_reader_reads_everything() {
 /// is built again after a hand removed it; a reader then follows changes at once.
 #[test]
 fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
-    let digests = |conn: &rusqlite::Connection| -> ((i64, i64), (i64, i64)) {
-        let kept = conn
-            .query_row("SELECT worker_rows, worker_version_sum FROM registry_changes", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .unwrap();
-        let rows = conn
-            .query_row(
-                "SELECT count(*), coalesce(sum(change_seq & 4294967295), 0) FROM worker_registrations",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap();
-        (kept, rows)
-    };
     let (dir, registry, other) = new_registry();
     drop(registry);
     let path = dir.path().join("registry.sqlite3");
