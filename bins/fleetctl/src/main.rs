@@ -4,6 +4,7 @@
 mod connector_cmd;
 mod demo;
 mod examples;
+mod host_cmd;
 mod http;
 mod init_cmd;
 mod lease_cmd;
@@ -67,6 +68,9 @@ enum Cmd {
     Worker(worker_cmd::WorkerCmd),
     /// Take the fleet health snapshot: is the fleet safe to mutate, and if not, why.
     Snapshot(snapshot_cmd::SnapshotArgs),
+    /// List the fleet's hosts, and fence one that is gone for good.
+    #[command(subcommand)]
+    Host(host_cmd::HostCmd),
     /// Retire stale rows on proof that their process is gone: plan first, then apply.
     #[command(subcommand)]
     Retire(retire_cmd::RetireCmd),
@@ -163,6 +167,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Snapshot(args) => snapshot_cmd::run(&location, args),
         Cmd::Lease(cmd) => lease_cmd::run(&location, cmd),
         Cmd::Retire(cmd) => retire_cmd::run(&location, cmd),
+        Cmd::Host(cmd) => host_cmd::run(&location, cmd),
         Cmd::Initialize(args) => init_cmd::run(&location, args),
         Cmd::Connector(cmd) => connector_cmd::run(&location, cmd),
         Cmd::Demo { keep } => demo::run(keep),

@@ -157,9 +157,10 @@ fn run_worker(
             Ok(None) if session.registration_lost() => {
                 fleet_runtime::keeper::stop_kept(&mut child);
                 let worker = session.row().worker_identity.clone();
+                let why = session.lost_because().unwrap_or("retired, superseded or removed").to_owned();
                 session.abandon();
                 return Err(Failure::refused(format!(
-                    "worker {worker} is no longer registered (retired, superseded or removed); its command was stopped"
+                    "worker {worker} is no longer registered ({why}); its command was stopped"
                 )));
             }
             Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),

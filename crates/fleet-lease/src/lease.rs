@@ -63,6 +63,9 @@ fleet_identity::outward_codes! {
         /// The lease is at the largest fencing epoch; taking it over would reuse one.
         #[error("epoch_exhausted: the lease is at the largest fencing epoch and cannot change hands again")]
         EpochExhausted = "epoch_exhausted",
+        /// The caller's host, or its boot, is fenced by an operator as gone for good.
+        #[error("host_fenced: an operator fenced this host as gone for good; it may hold no lease")]
+        HostFenced = "host_fenced",
     }
 }
 

@@ -9,9 +9,11 @@
 
 #![warn(missing_docs)]
 
+mod hosts;
 mod process;
 mod rows;
 
+pub use hosts::{BootSpan, CloneConflict, FencedBoot, HostEvidence, HostFence, HostProof};
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
     Claim, DumpError, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump,

@@ -8,13 +8,18 @@ use std::str::FromStr;
 
 use fleet_identity::{Pid, PidNamespace, ProcessStartTime};
 use fleet_lease::{FencingEpoch, InitState, InitStatus, LEASE_COLUMNS, LeaseRecord, LeaseState};
-use fleet_model::{InstanceRecord, WORKER_COLUMNS, WorkerRow};
+use fleet_model::{HostFence, InstanceRecord, WORKER_COLUMNS, WorkerRow};
 
 use crate::StoreError;
 
 /// The columns of `instances`, in the order [`read_instance`] reads them.
 pub const INSTANCE_COLUMNS: [&str; 5] =
     ["client_instance_id", "client_type", "fleet_run_id", "minted_at", "host_id"];
+
+/// The columns of `host_fences`, in the order [`read_host_fence`] reads them; every one
+/// holds text. `boot_id` is a boot id, or `*` for every boot of the host.
+pub const HOST_FENCE_COLUMNS: [&str; 7] =
+    ["host_id", "boot_id", "reason", "fenced_by", "fenced_at", "lifted_at", "lifted_by"];
 
 /// One stored row's columns, as a backend reads them (for a worker row, in
 /// [`WORKER_COLUMNS`] order). An `Err` says why the column cannot be read as asked.
@@ -130,6 +135,59 @@ pub fn read_instance(row: &(impl RowColumns + ?Sized)) -> Result<InstanceRecord,
         minted_at: r.required(3)?,
         host_id: r.parsed(4)?,
     })
+}
+
+/// A host fence from its columns, in [`HOST_FENCE_COLUMNS`] order.
+pub fn read_host_fence(row: &(impl RowColumns + ?Sized)) -> Result<HostFence, StoreError> {
+    let r = Reader { row, noun: "host fence", columns: &HOST_FENCE_COLUMNS };
+    Ok(HostFence {
+        host_id: r.required(0)?,
+        boot_id: r.required(1)?,
+        reason: r.raw_text(2)?.unwrap_or_default(),
+        fenced_by: r.raw_text(3)?.unwrap_or_default(),
+        fenced_at: r.required(4)?,
+        lifted_at: r.parsed(5)?,
+        lifted_by: r.raw_text(6)?,
+    })
+}
+
+/// A host fence as the values of its columns, in [`HOST_FENCE_COLUMNS`] order.
+pub fn host_fence_cells(fence: &HostFence) -> [Cell; HOST_FENCE_COLUMNS.len()] {
+    [
+        Cell::Text(fence.host_id.to_string()),
+        Cell::Text(fence.boot_id.as_str().to_owned()),
+        Cell::Text(fence.reason.clone()),
+        Cell::Text(fence.fenced_by.clone()),
+        Cell::Text(fence.fenced_at.to_string()),
+        text(fence.lifted_at.map(|t| t.to_string())),
+        text(fence.lifted_by.as_ref()),
+    ]
+}
+
+/// Writes a host fence whole: inserts it, or replaces the fence of its host and boot.
+pub fn put_host_fence_sql(d: Dialect) -> String {
+    let update: Vec<String> =
+        HOST_FENCE_COLUMNS[2..].iter().map(|c| format!("{c} = excluded.{c}")).collect();
+    format!(
+        "{} ON CONFLICT (host_id, boot_id) DO UPDATE SET {}",
+        insert_sql(d, "host_fences", &HOST_FENCE_COLUMNS, &[]),
+        update.join(", ")
+    )
+}
+
+/// Every fence, in host and boot order.
+pub fn host_fences_sql() -> String {
+    format!("SELECT {} FROM host_fences ORDER BY host_id, boot_id", list(&HOST_FENCE_COLUMNS))
+}
+
+/// The condition a write by a process of host `host` and boot `boot` (SQL expressions)
+/// passes only when no fence stands against that host and boot: a fence of that boot,
+/// or of every boot of the host, not lifted.
+pub fn unfenced_sql(host: &str, boot: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM host_fences WHERE host_fences.host_id = {host} \
+         AND host_fences.boot_id IN ({boot}, '*') AND host_fences.lifted_at IS NULL)"
+    )
 }
 
 /// A lease from its columns, in [`LEASE_COLUMNS`] order: `init` from its three

@@ -11,6 +11,12 @@ use fleet_identity::{
 };
 use fleet_model::{Claim, LivenessProbe, ProcessIdentity, ProcessVerdict};
 
+mod hosts;
+pub use hosts::{
+    a_fenced_host_writes_nothing_and_its_rows_retire,
+    a_later_boot_proves_an_earlier_one_gone_and_a_clone_proves_nothing,
+};
+
 use crate::{
     HeartbeatTtl, InstanceRecord, InstanceRef, OwnershipState, Registration, RegistrationOutcome, Registry,
     RegistryDump, Revisions, Store, StoreError, StoreErrorKind, WorkerCredential, WorkerStatus, WorkerToken,
@@ -1471,7 +1477,9 @@ macro_rules! registry_conformance {
                 grants_are_issued_and_validated_against_the_stored_lease,
                 pruning_removes_only_old_terminal_rows,
                 the_change_marker_moves_with_every_commit,
-                reading_since_a_position_sees_what_a_full_read_sees
+                reading_since_a_position_sees_what_a_full_read_sees,
+                a_fenced_host_writes_nothing_and_its_rows_retire,
+                a_later_boot_proves_an_earlier_one_gone_and_a_clone_proves_nothing
             );
 
             #[test]

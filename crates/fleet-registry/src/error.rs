@@ -38,6 +38,9 @@ pub enum StoreErrorKind {
     Corrupt,
     /// The store was written by a newer Fleetward than this one.
     NewerSchema,
+    /// An operator fenced the caller's host (or its boot) as gone for good: the
+    /// registry refuses every write from it, for good.
+    Fenced,
 }
 
 /// A store failure: a kind, a one-line lowercase message, and the underlying cause.

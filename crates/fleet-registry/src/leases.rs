@@ -373,11 +373,18 @@ impl<S: Store> Registry<S> {
         ctx: &AuditContext,
         decide: impl FnOnce(Option<&LeaseRecord>, Timestamp) -> Result<(LeaseOutcome, LeaseRecord), LeaseDenial>,
     ) -> Result<LeaseResult, StoreError> {
+        let caller = self.caller.clone();
         self.store_mut().write_durable(|tx| {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let kind = current.as_ref().map_or(kind_if_absent, |c| c.kind);
-            let (outcome, mut result) = match decide(current.as_ref(), now) {
+            // A fenced host acts on nothing: its every lease operation is refused.
+            let fenced = match &caller {
+                Some(c) => crate::hosts::standing_fence(tx, &c.host_id, &c.boot_id)?.is_some(),
+                None => false,
+            };
+            let decision = if fenced { Err(LeaseDenial::HostFenced) } else { decide(current.as_ref(), now) };
+            let (outcome, mut result) = match decision {
                 Ok((outcome, record)) => (Some(outcome), Ok(record)),
                 Err(denial) => (None, Err(denial)),
             };
@@ -474,7 +481,11 @@ impl<S: Store> Registry<S> {
         ttl: Duration,
     ) -> Result<InitDecision, StoreError> {
         let lease_id = new_lease_id()?;
+        let caller = self.caller.clone();
         self.store_mut().write_durable(|tx| {
+            if let Some(c) = &caller {
+                crate::hosts::refuse_if_fenced(tx, &c.host_id, &c.boot_id)?;
+            }
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let tenure = Tenure { owner: owner.to_owned(), lease_id, ttl, scopes: Vec::new(), process: None };

@@ -15,6 +15,7 @@ mod changes;
 pub mod columns;
 mod error;
 mod gateway;
+mod hosts;
 mod identity;
 mod leases;
 mod registry;
@@ -28,6 +29,7 @@ pub use backup::{RegistryBackup, RestoreError};
 pub use changes::{RegistryChanges, RegistryRead, WHOLE_READ_EVERY};
 pub use error::{StoreError, StoreErrorKind, with_causes};
 pub use gateway::ConnectorExecutionContext;
+pub use hosts::{BootReport, FenceReport, HostList, HostReport, HostState, MAX_FENCE_REASON_LEN, host_list};
 pub use identity::RegistryId;
 pub use leases::{
     ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, MAX_OWNER_LEN,
@@ -49,7 +51,7 @@ pub use store::{
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.
 pub use fleet_model::{
-    Claim, DumpError, HeartbeatJudge, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW,
+    BootSpan, Claim, CloneConflict, DumpError, FencedBoot, HostEvidence, HostFence, HostProof, HeartbeatJudge, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW,
     OwnershipState, ProcessIdentity, ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus,
     heartbeat_expiry, probe_active_rows, probe_places, probed_places,
 };

@@ -171,6 +171,8 @@ pub struct Registered {
 #[derive(Debug)]
 pub struct Registry<S> {
     store: S,
+    /// The host and boot this registry's lease operations come from, when known.
+    pub(crate) caller: Option<crate::hosts::Caller>,
 }
 
 /// What a stale sweep did, and the fleet it looked at.
@@ -190,7 +192,7 @@ pub const SWEEP_BATCH: usize = 256;
 impl<S: Store> Registry<S> {
     /// Wraps a store.
     pub fn new(store: S) -> Self {
-        Self { store }
+        Self { store, caller: None }
     }
 
     /// The store underneath, for reads a backend offers beyond the registry's own.
@@ -330,8 +332,15 @@ impl<S: Store> Registry<S> {
         if self.store.touch_heartbeat(who, now, claim)? {
             return Ok(());
         }
-        let row = self.store.read(|tx| tx.worker(&who.worker_identity))?;
-        Err(lost_registration(who, row.as_ref()))
+        self.store.read(|tx| -> Result<(), StoreError> {
+            let row = tx.worker(&who.worker_identity)?;
+            if let Some(row) = row.as_ref().filter(|r| holds(who, r))
+                && let (Some(host), Some(boot)) = (&row.host_id, &row.boot_id)
+            {
+                crate::hosts::refuse_if_fenced(tx, host, boot)?;
+            }
+            Err(lost_registration(who, row.as_ref()))
+        })
     }
 
     /// Releases a registration on a clean exit.
@@ -342,6 +351,9 @@ impl<S: Store> Registry<S> {
                 Some(row) if holds(who, &row) => row,
                 other => return Err(lost_registration(who, other.as_ref())),
             };
+            if let (Some(host), Some(boot)) = (&current.host_id, &current.boot_id) {
+                crate::hosts::refuse_if_fenced(tx, host, boot)?;
+            }
             let mut released = current.clone();
             released.status = WorkerStatus::Released;
             released.last_heartbeat_at = Some(now.to_string());
@@ -534,6 +546,7 @@ fn register_in(
     probe: &dyn LivenessProbe,
     worker_identity: WorkerIdentity,
 ) -> Result<Registered, StoreError> {
+    crate::hosts::refuse_if_fenced(tx, &reg.process.host_id, &reg.process.boot_id)?;
     let slot = tx.slot(reg.instance.as_str(), reg.namespace)?;
     let own = slot.iter().find(|row| {
         row.status == WorkerStatus::Active

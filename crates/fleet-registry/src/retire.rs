@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use fleet_identity::{ClientInstanceId, WorkerIdentity};
-use fleet_model::{LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus, probe_active_rows};
+use fleet_model::{HostEvidence, LivenessProbe, ProcessVerdict, WorkerRow, WorkerStatus, probe_active_rows};
 use fleet_retirement::{
     CandidateFingerprint, Evidence, Plan, PreserveReason, RegistryFingerprint, RetirementContext, Verdict,
     plan, registry_fingerprint,
@@ -288,16 +288,17 @@ impl<S: Store> Registry<S> {
         ctx: &RetirementContext,
         probe: &dyn LivenessProbe,
     ) -> Result<Plan, StoreError> {
-        let (rows, ledger, owners) = self.store_mut().read(|tx| {
+        let (rows, ledger, owners, fences) = self.store_mut().read(|tx| {
             let ledger: BTreeSet<ClientInstanceId> =
                 tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
-            Ok::<_, StoreError>((tx.workers()?, ledger, active_workflow_owners_in(tx)?.owners))
+            Ok::<_, StoreError>((tx.workers()?, ledger, active_workflow_owners_in(tx)?.owners, tx.host_fences()?))
         })?;
         // Judged as the stale sweep leaves them: no dead worker waits for a live one to
         // sweep it (docs/RETIREMENT.md).
         let rows = crate::registry::as_swept(&rows, ctx.now);
         let probes = probe_active_rows(&rows, probe);
-        Ok(plan(&Evidence::new(&rows, &ledger, &owners, &probes), ctx))
+        let hosts = HostEvidence::new(&rows, &fences);
+        Ok(plan(&Evidence::with_hosts(&rows, &ledger, &owners, &probes, &hosts), ctx))
     }
 
     /// Applies a retirement plan as of `ctx.now`, re-probing each candidate with `probe`
@@ -367,7 +368,9 @@ impl<S: Store> Registry<S> {
             let ledger: BTreeSet<ClientInstanceId> =
                 tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
             let probes = probe_active_rows(&rows, probe);
-            let fresh = plan(&Evidence::new(&rows, &ledger, &fence.owners, &probes), ctx);
+            let hosts = HostEvidence::new(&rows, &tx.host_fences()?);
+            let evidence = Evidence::with_hosts(&rows, &ledger, &fence.owners, &probes, &hosts);
+            let fresh = plan(&evidence, ctx);
             let moved = fresh.registry_fingerprint != request.registry_fingerprint;
             if moved && request.registry_match == RegistryMatch::WholeRegistry {
                 return Ok(nothing(ApplyOutcome::RegistryRevisionMoved).read(&fresh.registry_fingerprint));
@@ -408,17 +411,23 @@ impl<S: Store> Registry<S> {
                     return Err(StoreError::conflict("workflow leases moved during apply; rolled back"));
                 }
                 // The liveness re-probe must affirmatively re-establish that this very
-                // process is gone.
-                let verdict = row.process().map(|p| probe.probe(&p));
+                // process is gone: the probe, where it speaks for the row's host and
+                // boot; elsewhere the host's later boot or its fence, read again in
+                // this transaction.
+                let probed = row.process().map(|p| probe.probe(&p));
+                let by_host = evidence.host_proof(row, probed);
+                let verdict = if by_host.is_some() { Some(ProcessVerdict::Gone) } else { probed };
                 if verdict != Some(ProcessVerdict::Gone) {
                     report.preserved.push(preserve(reprobe_reason(verdict)));
                     continue;
                 }
+                let reason =
+                    by_host.map_or(Verdict::EligibleStaleOrphan, Verdict::EligibleByHost).as_str();
                 let mut retired = row.clone();
                 retired.status = WorkerStatus::Retired;
                 retired.retired_at = Some(now);
                 retired.retired_by = Some(request.retired_by.clone());
-                retired.retirement_reason = Some("eligible_stale_orphan".into());
+                retired.retirement_reason = Some(reason.into());
                 let Some(stored_row) = stored_by_id.get(id).copied() else {
                     report.preserved.push(preserve(KeptReason::NotRegistered));
                     continue;

@@ -3,7 +3,7 @@
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
-use fleet_model::{Claim, InstanceRecord, WorkerRow};
+use fleet_model::{Claim, HostFence, InstanceRecord, WorkerRow};
 
 use crate::error::StoreError;
 use crate::leases::AuditEntry;
@@ -105,6 +105,10 @@ pub trait Tx {
     fn raise_high_waters(&mut self, marks: &[(String, u64)]) -> Result<(), StoreError> {
         marks.iter().try_for_each(|(scope, epoch)| self.raise_high_water(scope, *epoch))
     }
+    /// Every host fence, lifted ones included, ordered by host and boot.
+    fn host_fences(&mut self) -> Result<Vec<HostFence>, StoreError>;
+    /// Writes `fence`: inserts it, or replaces the fence of the same host and boot.
+    fn put_host_fence(&mut self, fence: &HostFence) -> Result<(), StoreError>;
     /// One lease.
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError>;
     /// Every lease, optionally of one kind, ordered by key.

@@ -53,6 +53,7 @@ struct Tables {
     audit: Vec<AuditEntry>,
     now: Option<Timestamp>,
     high_water: BTreeMap<String, u64>,
+    fences: BTreeMap<(String, String), fleet_model::HostFence>,
 }
 
 /// A store whose transactions copy the tables and commit the copy whole.
@@ -115,6 +116,14 @@ impl Tx for MemoryTx<'_> {
     fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
         let mark = self.0.high_water.entry(scope.to_owned()).or_default();
         *mark = (*mark).max(epoch);
+        Ok(())
+    }
+    fn host_fences(&mut self) -> Result<Vec<fleet_model::HostFence>, StoreError> {
+        Ok(self.0.fences.values().cloned().collect())
+    }
+    fn put_host_fence(&mut self, fence: &fleet_model::HostFence) -> Result<(), StoreError> {
+        let key = (fence.host_id.to_string(), fence.boot_id.as_str().to_owned());
+        self.0.fences.insert(key, fence.clone());
         Ok(())
     }
     fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {

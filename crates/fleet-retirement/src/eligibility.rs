@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use fleet_identity::{BootId, ClientInstanceId, HostId, Repository, Timestamp};
-use fleet_model::ProcessVerdict;
+use fleet_model::{HostEvidence, HostProof, ProcessVerdict};
 use fleet_model::{OwnershipState, WorkerRow, WorkerStatus};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -64,15 +64,26 @@ fleet_identity::outward_codes! {
 pub enum Verdict {
     /// Every requirement holds: `eligible_stale_orphan`.
     EligibleStaleOrphan,
+    /// Every requirement holds, and the proof that the process is gone is its host's
+    /// (`eligible_host_rebooted`, `eligible_host_fenced`): it ran on another host, or an
+    /// earlier boot, that a later boot or an operator's fence proves gone.
+    EligibleByHost(HostProof),
     /// Preserved for the first requirement that failed.
     Preserve(PreserveReason),
 }
 
 impl Verdict {
+    /// Whether the row is a candidate.
+    pub fn is_eligible(self) -> bool {
+        !matches!(self, Verdict::Preserve(_))
+    }
+
     /// The code as JSON spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::EligibleStaleOrphan => "eligible_stale_orphan",
+            Verdict::EligibleByHost(HostProof::HostRebooted) => "eligible_host_rebooted",
+            Verdict::EligibleByHost(HostProof::HostFenced) => "eligible_host_fenced",
             Verdict::Preserve(reason) => reason.as_str(),
         }
     }
@@ -106,6 +117,8 @@ pub struct Evidence<'a> {
     pub lease_owners: &'a BTreeSet<String>,
     /// Probe results by worker identity (absent: not probed).
     pub probes: &'a Probes,
+    /// The hosts' boots and fences, which speak for rows the probe cannot.
+    pub hosts: &'a HostEvidence,
     /// The rows in identity order, each with its probe result.
     ordered: Vec<(&'a WorkerRow, Option<ProcessVerdict>)>,
     live: LiveIndex<'a>,
@@ -131,9 +144,26 @@ impl<'a> Evidence<'a> {
         lease_owners: &'a BTreeSet<String>,
         probes: &'a Probes,
     ) -> Self {
+        Self::with_hosts(rows, ledger, lease_owners, probes, HostEvidence::none())
+    }
+
+    /// [`Evidence::new`], with what the hosts' boots and fences prove: a row the probe
+    /// gave no definite answer for, whose host and boot a later boot or a fence proves
+    /// gone, counts as gone (see [`HostEvidence::proof`]).
+    pub fn with_hosts(
+        rows: &'a [WorkerRow],
+        ledger: &'a BTreeSet<ClientInstanceId>,
+        lease_owners: &'a BTreeSet<String>,
+        probes: &'a Probes,
+        hosts: &'a HostEvidence,
+    ) -> Self {
         let ordered = fleet_model::rows_by_identity(rows);
-        let ordered: Vec<_> =
-            ordered.iter().copied().zip(verdicts(ordered.iter().copied(), probes)).collect();
+        let ordered: Vec<_> = ordered
+            .iter()
+            .copied()
+            .zip(verdicts(ordered.iter().copied(), probes))
+            .map(|(row, probe)| (row, with_host_proof(row, probe, hosts)))
+            .collect();
         let capacity = ordered.len();
         let mut live = LiveIndex {
             identities: HashMap::with_capacity_and_hasher(capacity, Default::default()),
@@ -156,7 +186,7 @@ impl<'a> Evidence<'a> {
             }
             *live.slots.entry((row.client_instance_id.as_deref(), row.namespace)).or_default() += 1;
         }
-        Self { rows, ledger, lease_owners, probes, ordered, live }
+        Self { rows, ledger, lease_owners, probes, hosts, ordered, live }
     }
 
     /// The rows in identity order (input order among rows that share one), each with
@@ -165,9 +195,16 @@ impl<'a> Evidence<'a> {
         &self.ordered
     }
 
-    /// The probe result for `row`, if it was probed.
+    /// The probe result for `row`, if it was probed, or `gone` where its host's boots
+    /// or fences prove it.
     pub fn probe_of(&self, row: &WorkerRow) -> Option<ProcessVerdict> {
-        self.probes.get(&row.worker_identity).copied()
+        with_host_proof(row, self.probes.get(&row.worker_identity).copied(), self.hosts)
+    }
+
+    /// What proves `row`'s process gone where no probe could: its host's, when the row
+    /// names a host and boot and the probe gave no definite answer for it.
+    pub fn host_proof(&self, row: &WorkerRow, probed: Option<ProcessVerdict>) -> Option<HostProof> {
+        host_proof(row, probed, self.hosts)
     }
 
     /// Whether a row other than `row` that may be live shares identity evidence with it:
@@ -194,6 +231,26 @@ impl<'a> Evidence<'a> {
     fn slot_claimed_by_a_live_row(&self, row: &WorkerRow, probe: Option<ProcessVerdict>) -> bool {
         let me = usize::from(may_be_live(row, probe));
         self.live.slots.get(&(row.client_instance_id.as_deref(), row.namespace)).copied().unwrap_or(0) > me
+    }
+}
+
+/// The host's proof for a row the probe gave no definite answer for.
+fn host_proof(row: &WorkerRow, probed: Option<ProcessVerdict>, hosts: &HostEvidence) -> Option<HostProof> {
+    if !matches!(probed, None | Some(ProcessVerdict::Unknown)) {
+        return None;
+    }
+    hosts.proof(row.host_id.as_ref()?, row.boot_id.as_ref()?)
+}
+
+/// `probed`, or `gone` where the row's host proves it.
+fn with_host_proof(
+    row: &WorkerRow,
+    probed: Option<ProcessVerdict>,
+    hosts: &HostEvidence,
+) -> Option<ProcessVerdict> {
+    match host_proof(row, probed, hosts) {
+        Some(_) => Some(ProcessVerdict::Gone),
+        None => probed,
     }
 }
 
@@ -259,6 +316,10 @@ pub(crate) fn assess_probed(
 ) -> Verdict {
     use PreserveReason as R;
     let preserve = Verdict::Preserve;
+    // The host's proof, for a row no probe could speak for; `probe` is already `gone`
+    // for such a row when the evidence was gathered with the hosts.
+    let by_host = ev.host_proof(row, ev.probes.get(&row.worker_identity).copied());
+    let probe = if by_host.is_some() { Some(ProcessVerdict::Gone) } else { probe };
     if row.status != WorkerStatus::Active {
         return preserve(R::AlreadyTerminalRegistration);
     }
@@ -301,6 +362,11 @@ pub(crate) fn assess_probed(
     let minted = row.instance_id().is_some_and(|id| ev.ledger.contains(&id));
     if !minted {
         return preserve(R::UntrustedIdentityProvenance);
+    }
+    // The host binding: the probe that proved the process gone ran on its host and boot,
+    // or the host's own later boot or its fence speaks for it.
+    if let Some(proof) = by_host {
+        return Verdict::EligibleByHost(proof);
     }
     if row.host_id.as_ref() != Some(&ctx.host_id) {
         return preserve(R::HostBindingUnproven);

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use fleet_identity::{Timestamp, WorkerIdentity};
-use fleet_model::{OwnershipState, ProcessVerdict, WorkerRow};
+use fleet_model::{HostProof, OwnershipState, ProcessVerdict, WorkerRow};
 use serde::Serialize;
 
 use crate::eligibility::{Evidence, PreserveReason, RetirementContext, Verdict, assess_probed};
@@ -128,7 +128,7 @@ fn eligible_after(
     let expiry = fleet_model::heartbeat_expiry(row.heartbeat()?, row.heartbeat_ttl_s?);
     let swept = WorkerRow { ownership_state: Some(OwnershipState::Stale), ..row.clone() };
     let later = RetirementContext { now: expiry.saturating_add(time::Duration::seconds(1)), ..ctx.clone() };
-    (assess_probed(&swept, probe, ev, &later) == Verdict::EligibleStaleOrphan).then_some(expiry)
+    assess_probed(&swept, probe, ev, &later).is_eligible().then_some(expiry)
 }
 
 /// Plans retirement: assesses every row and selects the eligible ones.
@@ -142,12 +142,20 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     let mut candidate_hashes = Vec::new();
     for (&(row, probe), hash) in rows.iter().zip(&hashes) {
         match assess_probed(row, probe, ev, ctx) {
-            Verdict::EligibleStaleOrphan => {
+            verdict @ (Verdict::EligibleStaleOrphan | Verdict::EligibleByHost(_)) => {
                 candidate_hashes.push(*hash);
                 candidates.push(Assessment {
                     worker_identity: row.worker_identity.clone(),
-                    reason_code: Verdict::EligibleStaleOrphan,
-                    detail: "every requirement holds: the process is provably gone",
+                    reason_code: verdict,
+                    detail: match verdict {
+                        Verdict::EligibleByHost(HostProof::HostRebooted) => {
+                            "every requirement holds: its host has booted again since, so the process is gone"
+                        }
+                        Verdict::EligibleByHost(HostProof::HostFenced) => {
+                            "every requirement holds: an operator fenced its host as gone for good"
+                        }
+                        _ => "every requirement holds: the process is provably gone",
+                    },
                     evidence: evidence(row, probe),
                     eligible_after: None,
                 });

@@ -8,6 +8,7 @@ pub mod clock;
 mod diagnostics;
 mod env;
 mod fleet;
+pub mod hosts;
 mod init;
 pub mod input;
 pub mod keeper;

@@ -164,7 +164,12 @@ pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Regi
             ));
         }
     };
-    Ok(Registry::new(store))
+    // Its lease operations come from this host and boot: a fenced one acts on nothing.
+    let registry = Registry::new(store);
+    Ok(match (fleet_probe::host_id(), fleet_probe::boot_id()) {
+        (Ok(host), Ok(boot)) => registry.acting_from(host, boot),
+        _ => registry,
+    })
 }
 
 impl Store for AnyStore {

@@ -4,7 +4,7 @@
 //! or stop heartbeating (and leave the row for the TTL to lapse) after a crash.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ pub struct WorkerSession {
     location: RegistryLocation,
     row: WorkerRow,
     credential: WorkerCredential,
-    lost: Arc<AtomicBool>,
+    lost: Arc<std::sync::OnceLock<String>>,
     stop: Option<mpsc::Sender<Stop>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -115,7 +115,7 @@ impl WorkerSession {
             generation_id,
             token,
         };
-        let lost = Arc::new(AtomicBool::new(false));
+        let lost = Arc::new(std::sync::OnceLock::new());
         let (stop, stopped) = mpsc::channel();
         let thread = {
             let location = location.clone();
@@ -151,7 +151,13 @@ impl WorkerSession {
     /// Whether the registry stopped accepting this worker's heartbeats (its row was
     /// released, retired or taken by another generation).
     pub fn registration_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.lost.get().is_some()
+    }
+
+    /// Why the registry refused this worker for good, once it has: its row retired,
+    /// superseded or removed, or its host fenced (one line).
+    pub fn lost_because(&self) -> Option<&str> {
+        self.lost.get().map(String::as_str)
     }
 
     fn stop_heartbeats(&mut self) {
@@ -224,7 +230,7 @@ fn heartbeat_loop(
     launch: Option<crate::LaunchProcess>,
     interval: Duration,
     stopped: &mpsc::Receiver<Stop>,
-    lost: &AtomicBool,
+    lost: &std::sync::OnceLock<String>,
     mut sweep_once: impl FnMut() -> Option<usize> + Send + 'static,
 ) {
     // The fleet's size as of this worker's last sweep; every worker sweeps until it knows.
@@ -273,9 +279,13 @@ fn heartbeat_loop(
                     let _ = sweep.try_send(());
                 }
             }
-            Err(e) if matches!(e.kind(), StoreErrorKind::NotFound | StoreErrorKind::Conflict) => {
+            Err(e) if matches!(
+                e.kind(),
+                StoreErrorKind::NotFound | StoreErrorKind::Conflict | StoreErrorKind::Fenced
+            ) =>
+            {
                 crate::warn(format_args!("fleet: registration lost: {e}"));
-                lost.store(true, Ordering::SeqCst);
+                let _ = lost.set(e.to_string());
                 break;
             }
             // A busy or briefly unreachable registry: try again next beat, on a fresh

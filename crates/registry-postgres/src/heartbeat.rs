@@ -9,9 +9,17 @@
 /// the TTL, and one lost makes its row look older, never younger: a stale mark that a
 /// live worker's next heartbeat undoes, never a retirement, which needs proof that the
 /// process is gone. Registrations, retirements and leases commit durably as before.
-pub(crate) const HEARTBEAT: &str = "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = $5 \
-     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed \
-     WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active'";
+/// A heartbeat from a host or boot an operator fenced matches no row
+/// (`fleet_registry::columns::unfenced_sql`).
+pub(crate) static HEARTBEAT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = $5 \
+         FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed \
+         WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active' \
+         AND {}",
+        fleet_registry::columns::unfenced_sql("worker_registrations.host_id", "worker_registrations.boot_id")
+    )
+});
 
 #[cfg(test)]
 mod tests {
@@ -55,7 +63,7 @@ mod tests {
         let mut tx = store.client.transaction(IsolationLevel::ReadCommitted, false).expect("begin");
         let matched = tx
             .execute(
-                HEARTBEAT,
+                &*HEARTBEAT,
                 &[
                     &beat,
                     &who.worker_identity.as_str(),

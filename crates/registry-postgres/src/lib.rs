@@ -405,6 +405,17 @@ impl Tx for PgTx<'_, '_> {
         Timestamp::parse(&text).map_err(|e| StoreError::corrupt(format!("store clock: {e}")))
     }
 
+    fn host_fences(&mut self) -> Result<Vec<fleet_registry::HostFence>, StoreError> {
+        let sql = fleet_registry::columns::host_fences_sql();
+        self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_host_fence).collect()
+    }
+
+    fn put_host_fence(&mut self, fence: &fleet_registry::HostFence) -> Result<(), StoreError> {
+        let values = rows::host_fence_values(fence);
+        self.tx.execute(rows::put_host_fence_sql(), &values.params()).map_err(map_error)?;
+        Ok(())
+    }
+
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError> {
         let sql = format!("SELECT {} FROM leases WHERE lease_key = $1", *rows::LEASE_LIST);
         self.tx
@@ -668,7 +679,7 @@ impl Store for PostgresStore {
         let statement = match &self.heartbeat {
             Some(statement) => statement.clone(),
             None => {
-                let statement = self.client.prepare(heartbeat::HEARTBEAT).map_err(map_error)?;
+                let statement = self.client.prepare(&heartbeat::HEARTBEAT).map_err(map_error)?;
                 self.heartbeat = Some(statement.clone());
                 statement
             }

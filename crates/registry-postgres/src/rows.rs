@@ -100,6 +100,20 @@ pub(crate) fn lease_insert_sql() -> &'static str {
     })
 }
 
+pub(crate) fn put_host_fence_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| columns::put_host_fence_sql(POSTGRES))
+}
+
+/// A host fence's parameters (every column text).
+pub(crate) fn host_fence_values(fence: &fleet_registry::HostFence) -> Values {
+    Values::of_cells(columns::host_fence_cells(fence), &columns::HOST_FENCE_COLUMNS, &[])
+}
+
+pub(crate) fn read_host_fence(row: &Row) -> Result<fleet_registry::HostFence, StoreError> {
+    columns::read_host_fence(&Columns(row))
+}
+
 pub(crate) fn lease_replace_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| columns::replace_sql(POSTGRES, "leases", &LEASE_COLUMNS, &LEASE_INTEGERS))

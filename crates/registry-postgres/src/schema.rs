@@ -146,13 +146,25 @@ const MIGRATIONS: &[&str] = &[
     // 8: the process that holds a tenure (`connector run`), so that a run of the same
     // connector on another host never resumes a tenure a live run holds.
     "ALTER TABLE leases ADD COLUMN holder_process TEXT;",
+    // 9: operators' fences of hosts gone for good (fleet_model::HostFence): a boot id,
+    // or '*' for every boot of the host until the fence is lifted.
+    "CREATE TABLE host_fences (
+        host_id   TEXT NOT NULL,
+        boot_id   TEXT NOT NULL,
+        reason    TEXT NOT NULL,
+        fenced_by TEXT NOT NULL,
+        fenced_at TEXT NOT NULL,
+        lifted_at TEXT,
+        lifted_by TEXT,
+        PRIMARY KEY (host_id, boot_id)
+    );",
 ];
 
 /// The schema version this build writes: the registry's data model, the registry's id
 /// (version 4), the fencing epochs' high-water marks (version 5), the lease decisions
 /// counted as they are written (version 6), once per statement (version 7), the process
-/// that holds a tenure (version 8).
-pub const SCHEMA_VERSION: i64 = 8;
+/// that holds a tenure (version 8), the fences of hosts gone for good (version 9).
+pub const SCHEMA_VERSION: i64 = 9;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

@@ -48,7 +48,8 @@ pub(crate) fn heartbeat_sql() -> &'static str {
         format!(
             "UPDATE worker_registrations SET last_heartbeat_at = ?1, ownership_state = ?5, \
              change_seq = {NEXT_CHANGE} WHERE worker_identity = ?2 AND generation_id = ?3 \
-             AND token_fingerprint = ?4 AND status = 'active'"
+             AND token_fingerprint = ?4 AND status = 'active' AND {}",
+            columns::unfenced_sql("worker_registrations.host_id", "worker_registrations.boot_id")
         )
     })
 }
@@ -122,6 +123,10 @@ pub(crate) fn read_worker(row: &Row<'_>) -> rusqlite::Result<Result<WorkerRow, S
 
 pub(crate) fn read_instance(row: &Row<'_>) -> rusqlite::Result<Result<InstanceRecord, StoreError>> {
     Ok(columns::read_instance(&Columns(row)))
+}
+
+pub(crate) fn read_host_fence(row: &Row<'_>) -> rusqlite::Result<Result<fleet_registry::HostFence, StoreError>> {
+    Ok(columns::read_host_fence(&Columns(row)))
 }
 
 pub(crate) fn read_lease(row: &Row<'_>) -> rusqlite::Result<Result<LeaseRecord, StoreError>> {

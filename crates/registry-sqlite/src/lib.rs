@@ -330,6 +330,21 @@ impl Tx for SqliteTx<'_> {
         fleet_registry::RegistryId::new(id)
     }
 
+    fn host_fences(&mut self) -> Result<Vec<fleet_registry::HostFence>, StoreError> {
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(fleet_registry::columns::host_fences_sql);
+        let mut stmt = self.conn().prepare_cached(&SQL).map_err(map_error)?;
+        let rows = stmt.query_map([], columns::read_host_fence).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+    }
+
+    fn put_host_fence(&mut self, fence: &fleet_registry::HostFence) -> Result<(), StoreError> {
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| fleet_registry::columns::put_host_fence_sql(columns::SQLITE));
+        let values = columns::sqlite_values(fleet_registry::columns::host_fence_cells(fence));
+        self.conn().execute(&SQL, rusqlite::params_from_iter(values)).map_err(map_error)?;
+        Ok(())
+    }
+
     fn lease(&mut self, key: &fleet_lease::LeaseKey) -> Result<Option<fleet_lease::LeaseRecord>, StoreError> {
         leases::lease(self.conn(), key)
     }

@@ -232,6 +232,18 @@ const MIGRATIONS: &[&str] = &[
     BEGIN
         SELECT RAISE(ABORT, 'the registry''s change counters only rise');
     END;",
+    // 11: operators' fences of hosts gone for good (fleet_model::HostFence): a boot id,
+    // or '*' for every boot of the host until the fence is lifted.
+    "CREATE TABLE host_fences (
+        host_id   TEXT NOT NULL,
+        boot_id   TEXT NOT NULL,
+        reason    TEXT NOT NULL,
+        fenced_by TEXT NOT NULL,
+        fenced_at TEXT NOT NULL,
+        lifted_at TEXT,
+        lifted_by TEXT,
+        PRIMARY KEY (host_id, boot_id)
+    );",
 ];
 
 /// The history's one row, built again: fresh counters, as migration 4 writes them, and
@@ -246,8 +258,8 @@ const HISTORY_ROW: &str = "INSERT OR IGNORE INTO registry_changes \
 /// fencing epochs' high-water marks (version 6), the lease decisions counted as they are
 /// written (version 7), a history that only moves forward (version 8), the process that
 /// holds a tenure (version 9), the digest of the rows' versions kept as they are
-/// written (version 10).
-pub const SCHEMA_VERSION: i64 = 10;
+/// written (version 10), the fences of hosts gone for good (version 11).
+pub const SCHEMA_VERSION: i64 = 11;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

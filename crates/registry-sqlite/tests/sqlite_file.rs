@@ -282,6 +282,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
                  DROP TRIGGER lease_decision_counted;
                  DROP TABLE lease_decision_counts;
                  ALTER TABLE leases DROP COLUMN holder_process;
+                 DROP TABLE host_fences;
                  PRAGMA user_version = 3;",
             )
             .unwrap();
@@ -409,6 +410,7 @@ fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
              DROP TRIGGER worker_registrations_delete_is_digested;
              ALTER TABLE registry_changes DROP COLUMN worker_rows;
              ALTER TABLE registry_changes DROP COLUMN worker_version_sum;
+             DROP TABLE host_fences;
              PRAGMA user_version = 9;",
         )
         .unwrap();
