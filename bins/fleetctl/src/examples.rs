@@ -25,7 +25,10 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "snapshot",
         "fleetctl snapshot --gate    exit 1 unless the fleet is safe to mutate\nfleetctl snapshot --json > before.json; fleetctl snapshot --compare before.json\nfleetctl snapshot --manifest fleet.json --watch",
     ),
-    ("host list", "fleetctl host list\nfleetctl host list -o wide    boots, first sign of life, leases and fences"),
+    (
+        "host list",
+        "fleetctl host list\nfleetctl host list -o wide    boots, first sign of life, leases and fences",
+    ),
     (
         "host fence",
         "fleetctl host fence 0f3c…e2 --reason 'VM deleted by the autoscaler'    then: fleetctl retire plan",

@@ -55,7 +55,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: HostCmd) -> Result<ExitCode,
                 Some(Format::Wide) => out!("{}", list_table(&list, true))?,
                 Some(Format::Json) => fleet_cli::print_json(&list)?,
                 Some(Format::Yaml) => output::print_yaml(&list)?,
-                Some(Format::Name) => output::print_names("host", list.hosts.iter().map(|h| h.host_id.as_str()))?,
+                Some(Format::Name) => {
+                    output::print_names("host", list.hosts.iter().map(|h| h.host_id.as_str()))?
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -68,7 +70,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: HostCmd) -> Result<ExitCode,
             } else if report.fences.is_empty() {
                 out!("host {host} was already fenced; nothing written\n")?;
             } else {
-                let boots: Vec<&str> = report.fences.iter().map(|f| f.boot_id.as_str()).filter(|b| *b != "*").collect();
+                let boots: Vec<&str> =
+                    report.fences.iter().map(|f| f.boot_id.as_str()).filter(|b| *b != "*").collect();
                 let boots = if boots.is_empty() { "none known".to_owned() } else { boots.join(", ") };
                 out!(
                     "fenced host {host} (every boot until unfenced; boots {boots} for good): the registry refuses its writes, and its rows are retirement candidates once their heartbeats lapse\n"
@@ -115,26 +118,25 @@ fn list_table(list: &HostList, wide: bool) -> String {
         let rows: Vec<Vec<String>> = list.hosts.iter().map(cells).collect();
         return table::render(&HEADER, &rows);
     }
-    let rows: Vec<Vec<String>> = list
-        .hosts
-        .iter()
-        .map(|h| {
-            let mut row = cells(h);
-            let current = h.boots.last().map_or_else(|| "-".into(), |b| b.boot_id.to_string());
-            let fence = h
-                .fences
-                .iter()
-                .find(|f| f.lifted_at.is_none())
-                .map_or_else(|| "-".into(), |f| format!("{} by {}: {}", f.fenced_at, f.fenced_by, f.reason));
-            row.extend([
-                current,
-                h.first_seen.map_or_else(|| "-".into(), |t| t.to_string()),
-                h.leases_held.join(","),
-                fence,
-            ]);
-            row
-        })
-        .collect();
+    let rows: Vec<Vec<String>> =
+        list.hosts
+            .iter()
+            .map(|h| {
+                let mut row = cells(h);
+                let current = h.boots.last().map_or_else(|| "-".into(), |b| b.boot_id.to_string());
+                let fence = h.fences.iter().find(|f| f.lifted_at.is_none()).map_or_else(
+                    || "-".into(),
+                    |f| format!("{} by {}: {}", f.fenced_at, f.fenced_by, f.reason),
+                );
+                row.extend([
+                    current,
+                    h.first_seen.map_or_else(|| "-".into(), |t| t.to_string()),
+                    h.leases_held.join(","),
+                    fence,
+                ]);
+                row
+            })
+            .collect();
     let mut header = HEADER.to_vec();
     header.extend(["LATEST BOOT", "FIRST SEEN", "LEASE KEYS", "FENCE"]);
     table::render_whole(&header, &rows)

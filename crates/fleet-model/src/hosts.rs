@@ -227,9 +227,10 @@ impl HostEvidence {
     /// Whether `host`'s boot `boot` is in a [`CloneConflict`].
     fn cloned(&self, host: &HostId, boot: &BootId) -> bool {
         let spans = self.boots(host);
-        spans.iter().find(|s| &s.boot_id == boot).is_some_and(|me| {
-            spans.iter().any(|other| other.boot_id != me.boot_id && other.overlaps(me))
-        })
+        spans
+            .iter()
+            .find(|s| &s.boot_id == boot)
+            .is_some_and(|me| spans.iter().any(|other| other.boot_id != me.boot_id && other.overlaps(me)))
     }
 
     /// The proof that every process of `host` under `boot` is gone, if there is one:

@@ -166,8 +166,7 @@ pub fn host_fence_cells(fence: &HostFence) -> [Cell; HOST_FENCE_COLUMNS.len()] {
 
 /// Writes a host fence whole: inserts it, or replaces the fence of its host and boot.
 pub fn put_host_fence_sql(d: Dialect) -> String {
-    let update: Vec<String> =
-        HOST_FENCE_COLUMNS[2..].iter().map(|c| format!("{c} = excluded.{c}")).collect();
+    let update: Vec<String> = HOST_FENCE_COLUMNS[2..].iter().map(|c| format!("{c} = excluded.{c}")).collect();
     format!(
         "{} ON CONFLICT (host_id, boot_id) DO UPDATE SET {}",
         insert_sql(d, "host_fences", &HOST_FENCE_COLUMNS, &[]),

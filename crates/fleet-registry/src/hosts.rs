@@ -189,8 +189,7 @@ pub fn host_list(
                 .map(|l| l.lease_key.to_string())
                 .collect();
             let host_fences: Vec<HostFence> = evidence.fences(host).cloned().collect();
-            let fenced =
-                host_fences.iter().any(|f| f.boot_id == FencedBoot::Every && f.lifted_at.is_none());
+            let fenced = host_fences.iter().any(|f| f.boot_id == FencedBoot::Every && f.lifted_at.is_none());
             let state = if fenced {
                 HostState::Fenced
             } else if live_rows > 0 {
@@ -315,7 +314,8 @@ impl<S: Store> Registry<S> {
                 .into_iter()
                 .find(|f| f.host_id == *host && f.boot_id == FencedBoot::Every && f.lifted_at.is_none())
                 .ok_or_else(|| StoreError::not_found(format!("host {host} is not fenced")))?;
-            let lifted = HostFence { lifted_at: Some(now), lifted_by: Some(lifted_by.to_owned()), ..standing };
+            let lifted =
+                HostFence { lifted_at: Some(now), lifted_by: Some(lifted_by.to_owned()), ..standing };
             tx.put_host_fence(&lifted)?;
             Ok::<_, StoreError>(lifted)
         })?;

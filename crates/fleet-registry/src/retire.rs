@@ -291,7 +291,12 @@ impl<S: Store> Registry<S> {
         let (rows, ledger, owners, fences) = self.store_mut().read(|tx| {
             let ledger: BTreeSet<ClientInstanceId> =
                 tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
-            Ok::<_, StoreError>((tx.workers()?, ledger, active_workflow_owners_in(tx)?.owners, tx.host_fences()?))
+            Ok::<_, StoreError>((
+                tx.workers()?,
+                ledger,
+                active_workflow_owners_in(tx)?.owners,
+                tx.host_fences()?,
+            ))
         })?;
         // Judged as the stale sweep leaves them: no dead worker waits for a live one to
         // sweep it (docs/RETIREMENT.md).
@@ -421,8 +426,7 @@ impl<S: Store> Registry<S> {
                     report.preserved.push(preserve(reprobe_reason(verdict)));
                     continue;
                 }
-                let reason =
-                    by_host.map_or(Verdict::EligibleStaleOrphan, Verdict::EligibleByHost).as_str();
+                let reason = by_host.map_or(Verdict::EligibleStaleOrphan, Verdict::EligibleByHost).as_str();
                 let mut retired = row.clone();
                 retired.status = WorkerStatus::Retired;
                 retired.retired_at = Some(now);

@@ -32,7 +32,10 @@ pub fn fence_host(
     by: &str,
 ) -> Result<FenceReport, StoreError> {
     let own = fleet_probe::host_id().map_err(|e| {
-        StoreError::new(fleet_registry::StoreErrorKind::Unavailable, format!("cannot read this host's id: {e}"))
+        StoreError::new(
+            fleet_registry::StoreErrorKind::Unavailable,
+            format!("cannot read this host's id: {e}"),
+        )
     })?;
     open_registry(location, OpenMode::MustExist)?.fence_host(host, reason, by, &own)
 }

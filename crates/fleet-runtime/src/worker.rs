@@ -279,10 +279,11 @@ fn heartbeat_loop(
                     let _ = sweep.try_send(());
                 }
             }
-            Err(e) if matches!(
-                e.kind(),
-                StoreErrorKind::NotFound | StoreErrorKind::Conflict | StoreErrorKind::Fenced
-            ) =>
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    StoreErrorKind::NotFound | StoreErrorKind::Conflict | StoreErrorKind::Fenced
+                ) =>
             {
                 crate::warn(format_args!("fleet: registration lost: {e}"));
                 let _ = lost.set(e.to_string());

@@ -125,7 +125,9 @@ pub(crate) fn read_instance(row: &Row<'_>) -> rusqlite::Result<Result<InstanceRe
     Ok(columns::read_instance(&Columns(row)))
 }
 
-pub(crate) fn read_host_fence(row: &Row<'_>) -> rusqlite::Result<Result<fleet_registry::HostFence, StoreError>> {
+pub(crate) fn read_host_fence(
+    row: &Row<'_>,
+) -> rusqlite::Result<Result<fleet_registry::HostFence, StoreError>> {
     Ok(columns::read_host_fence(&Columns(row)))
 }
 

@@ -331,7 +331,8 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn host_fences(&mut self) -> Result<Vec<fleet_registry::HostFence>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(fleet_registry::columns::host_fences_sql);
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(fleet_registry::columns::host_fences_sql);
         let mut stmt = self.conn().prepare_cached(&SQL).map_err(map_error)?;
         let rows = stmt.query_map([], columns::read_host_fence).map_err(map_error)?;
         rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()

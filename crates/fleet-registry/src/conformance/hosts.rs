@@ -8,7 +8,8 @@ use fleet_model::ProcessIdentity;
 use time::Duration;
 
 use super::{
-    ScriptedProbe, at, credential, ctx, ledger_entry, lkey, registration, repository, retirement_context, token,
+    ScriptedProbe, at, credential, ctx, ledger_entry, lkey, registration, repository, retirement_context,
+    token,
 };
 use crate::{ApplyOutcome, ApplyRequest, Registration, Registry, Store, StoreErrorKind, WorkerStatus};
 
@@ -40,7 +41,11 @@ fn plan<S: Store>(registry: &mut Registry<S>, now: i64) -> fleet_retirement::Pla
     registry.plan_retirement(&retirement_context(at(now)), &ScriptedProbe::default()).expect("plan")
 }
 
-fn apply_every<S: Store>(registry: &mut Registry<S>, plan: &fleet_retirement::Plan, now: i64) -> crate::ApplyReport {
+fn apply_every<S: Store>(
+    registry: &mut Registry<S>,
+    plan: &fleet_retirement::Plan,
+    now: i64,
+) -> crate::ApplyReport {
     let request = ApplyRequest {
         registry_fingerprint: plan.registry_fingerprint.clone(),
         candidate_fingerprint: plan.candidate_fingerprint.clone(),
@@ -97,7 +102,14 @@ pub fn a_fenced_host_writes_nothing_and_its_rows_retire<S: Store>(store: S) {
     let renew = registry.renew_lease(&key, &held.holder(), Duration::seconds(60), &ctx()).expect("store");
     assert_eq!(renew.expect_err("fenced renewal").as_str(), "host_fenced");
     let acquire = registry
-        .acquire_lease(&lkey("workflow:new"), LeaseKind::Workflow, "b-owner", Duration::seconds(60), &[], &ctx())
+        .acquire_lease(
+            &lkey("workflow:new"),
+            LeaseKind::Workflow,
+            "b-owner",
+            Duration::seconds(60),
+            &[],
+            &ctx(),
+        )
         .expect("store");
     assert_eq!(acquire.expect_err("fenced acquisition").as_str(), "host_fenced");
     let audit = registry.lease_audit(Some(&key)).expect("audit");
@@ -107,7 +119,7 @@ pub fn a_fenced_host_writes_nothing_and_its_rows_retire<S: Store>(store: S) {
     let mut registry = registry.acting_from(here.clone(), super::process(1, 1).boot_id);
     registry.mark_expired_stale(at(45)).expect("sweep");
     let plan = plan(&mut registry, 50);
-    assert_eq!(plan.candidate_worker_identities, [on_b.row.worker_identity.clone()], "{plan:?}");
+    assert_eq!(plan.candidate_worker_identities, std::slice::from_ref(&on_b.row.worker_identity), "{plan:?}");
     assert_eq!(plan.candidates[0].reason_code.as_str(), "eligible_host_fenced");
     let report = apply_every(&mut registry, &plan, 51);
     assert_eq!((report.outcome, report.retired_count), (ApplyOutcome::Applied, 1), "{report:?}");
@@ -160,7 +172,7 @@ pub fn a_later_boot_proves_an_earlier_one_gone_and_a_clone_proves_nothing<S: Sto
     registry.mark_expired_stale(at(48)).expect("sweep");
 
     let plan = plan(&mut registry, 50);
-    assert_eq!(plan.candidate_worker_identities, [old.row.worker_identity.clone()], "{plan:?}");
+    assert_eq!(plan.candidate_worker_identities, std::slice::from_ref(&old.row.worker_identity), "{plan:?}");
     assert_eq!(plan.candidates[0].reason_code.as_str(), "eligible_host_rebooted");
     let reason = |id: &fleet_identity::WorkerIdentity| {
         plan.preserved.iter().find(|p| &p.worker_identity == id).map(|p| p.reason_code.as_str())
@@ -169,7 +181,7 @@ pub fn a_later_boot_proves_an_earlier_one_gone_and_a_clone_proves_nothing<S: Sto
     assert_eq!(reason(&clone_b.row.worker_identity), Some("host_binding_unproven"));
     assert_eq!(reason(&new.row.worker_identity), Some("worker_live"));
     let report = apply_every(&mut registry, &plan, 51);
-    assert_eq!(report.retired, [old.row.worker_identity.clone()], "{report:?}");
+    assert_eq!(report.retired, std::slice::from_ref(&old.row.worker_identity), "{report:?}");
 
     let hosts = registry.hosts().expect("hosts");
     let of = |h: char| hosts.hosts.iter().find(|r| r.host_id == host(h)).expect("listed");
