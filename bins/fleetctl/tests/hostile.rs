@@ -236,6 +236,104 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
     }
 }
 
+/// On SQLite a lease's expiry is judged on the store's clock, which is the wall clock of
+/// the host the file lives on as its kernel keeps it, never on the caller's: a caller
+/// whose own clock was set an hour back cannot grant itself a lease that lapsed an hour
+/// ago, nor one an hour ahead hold a 2 s lease for an hour.
+#[test]
+fn a_lease_is_judged_on_the_stores_clock_whatever_the_callers_clock_says() {
+    let Some(faketime) = faketime() else {
+        eprintln!(
+            "faketime is not installed (apt-get install faketime): no process can be given a skewed clock here"
+        );
+        return;
+    };
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let skewed = |offset: &str, key: &str, ttl: &str| {
+        let mut cmd = Command::new(&faketime);
+        cmd.args(["-f", offset])
+            .arg(fleetctl_bin())
+            .args(["lease", "acquire", "--key", key, "--owner", "skewed", "--ttl", ttl, "--json"])
+            .env("FLEET_REGISTRY", &fleet.registry)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let honest = |key: &str| {
+        fleet.ctl(&["lease", "acquire", "--key", key, "--owner", "honest", "--ttl", "5", "--json"])
+    };
+    skewed("-1h", "workflow:behind", "120");
+    let out = honest("workflow:behind");
+    assert_eq!(out.status.code(), Some(1), "a live lease is held: {}", String::from_utf8_lossy(&out.stdout));
+    let said = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+    assert!(String::from_utf8_lossy(&said).contains("lease_held"), "{}", String::from_utf8_lossy(&said));
+    skewed("+1h", "workflow:ahead", "2");
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = honest("workflow:ahead");
+    assert!(out.status.success(), "a 2 s lease lapsed after 2.5 s: {}", String::from_utf8_lossy(&out.stderr));
+    let taken: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(taken["lease"]["fencing_epoch"], 2, "{taken}");
+}
+
+/// A worker on the registry's own host whose clock alone is an hour off (a preloaded
+/// time library) marks no healthy worker stale: the store's clock, which it does not
+/// share, holds its sweeps back, and it says so.
+#[test]
+fn a_process_whose_clock_alone_is_off_marks_no_healthy_worker_stale() {
+    let Some(faketime) = faketime() else {
+        eprintln!(
+            "faketime is not installed (apt-get install faketime): no process can be given a skewed clock here"
+        );
+        return;
+    };
+    for offset in ["+1h", "-1h"] {
+        let fleet = Fleet::new();
+        let id = fleet.mint("codex");
+        let said = fleet.dir.path().join("skewed.stderr");
+        let worker = |namespace: &str, skew: Option<&str>| {
+            let mut cmd = Command::new(skew.map_or(fleetctl_bin(), |_| faketime.clone()));
+            if let Some(skew) = skew {
+                cmd.args(["-f", skew]).arg(fleetctl_bin()).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                cmd.stderr(std::fs::File::create(&said).unwrap());
+            } else {
+                cmd.stderr(Stdio::null());
+            }
+            cmd.args(["worker", "run", "--namespace", namespace, "--ttl", "2", "--", "sleep", "60"])
+                .env("FLEET_REGISTRY", &fleet.registry)
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .current_dir(fleet.dir.path())
+                .stdout(Stdio::null());
+            cmd.spawn().unwrap()
+        };
+        let mut children: Vec<_> = ["author", "reviewer"].iter().map(|ns| worker(ns, None)).collect();
+        common::wait_for(Duration::from_secs(30), || {
+            (fleet.workers_once_created()?.len() == 2).then_some(())
+        });
+        children.push(worker("reconciler", Some(offset)));
+        common::wait_for(Duration::from_secs(30), || (fleet.workers().len() == 3).then_some(()));
+        let watch = Instant::now();
+        while watch.elapsed() < Duration::from_secs(5) {
+            for row in fleet.workers().iter().filter(|r| r.namespace.as_str() != "reconciler") {
+                assert_ne!(
+                    row.ownership_state,
+                    Some(fleet_registry::OwnershipState::Stale),
+                    "{offset}: healthy worker {} marked stale",
+                    row.worker_identity
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let said = std::fs::read_to_string(&said).unwrap();
+        assert!(said.contains("does not sweep") && said.contains("off the registry's"), "{offset}: {said}");
+    }
+}
+
 /// A "database server" on loopback that accepts every connection and never says a
 /// word (a stalled host, a port that swallows bytes). Connections are kept open for
 /// as long as the listener lives.

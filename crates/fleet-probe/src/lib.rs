@@ -10,6 +10,9 @@
 
 #![warn(missing_docs)]
 
+mod clock;
+pub use clock::{host_now, kernel_wall_clock_ms, process_skew_ms};
+
 use std::collections::HashMap;
 use std::fs;
 use std::io;

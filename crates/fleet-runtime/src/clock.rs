@@ -5,7 +5,9 @@
 //! and mark them all stale. So a sweeper first checks its clock against witnesses that
 //! are not its own clock:
 //!
-//! * the store's clock, where the store has one of its own (PostgreSQL's server clock);
+//! * the store's clock: PostgreSQL's server clock, and for a SQLite file the wall clock
+//!   of the host it lives on as the kernel keeps it ([`fleet_probe::host_now`]), which
+//!   a process whose own clock alone lies (a preloaded time library) does not share;
 //! * the heartbeats of other hosts: each other host is one witness, its newest
 //!   heartbeat, which a host with any live worker renews every third of a TTL; so by a
 //!   clock that agrees, most hosts' newest heartbeats are neither lapsed nor in the
@@ -13,8 +15,7 @@
 //!
 //! Workers of the sweeper's own host are never witnesses: the processes of one host read
 //! one kernel clock, so a worker that stopped beating there (a Ctrl-Z'd agent, a hung
-//! process) says something about that worker, nothing about the clock. A SQLite registry
-//! lives on one host, so its sweeps are never held back by this check.
+//! process) says something about that worker, nothing about the clock.
 //!
 //! When either disagrees beyond [`CLOCK_AGREEMENT`], the sweep is skipped and the
 //! disagreement reported. The skewed host's own rows are what the fleet then reports:
@@ -38,7 +39,7 @@ pub const CLOCK_AGREEMENT: Duration = Duration::seconds(5);
 /// Why this process's clock is not trusted to judge others, and by how much it is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClockDisagreement {
-    /// The store's own clock reads `offset` behind this one (negative: ahead).
+    /// The store's clock reads `offset` behind this one (negative: ahead).
     Store {
         /// This clock minus the store's.
         offset: Duration,
@@ -57,7 +58,7 @@ impl std::fmt::Display for ClockDisagreement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ClockDisagreement::Store { offset } => {
-                write!(f, "this clock is {} s off the registry server's", offset.whole_seconds())
+                write!(f, "this clock is {} s off the registry's", offset.whole_seconds())
             }
             ClockDisagreement::Fleet { median_age, witnesses } => write!(
                 f,

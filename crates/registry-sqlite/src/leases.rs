@@ -18,11 +18,12 @@ fn values(lease: &LeaseRecord) -> Vec<Value> {
 static LIST: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| fleet_registry::columns::list(&LEASE_COLUMNS));
 
-pub(crate) fn store_now(conn: &Connection) -> Result<Timestamp, StoreError> {
-    let text: String = conn
-        .query_row("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')", [], |r| r.get(0))
-        .map_err(map_error)?;
-    Timestamp::parse(&text).map_err(|e| StoreError::corrupt(format!("store clock: {e}")))
+/// The store's clock: the wall clock of the host the file lives on, as its kernel keeps
+/// it ([`fleet_probe::host_now`]). Every process that opens the file runs on that
+/// host, so they share it, and none whose own clock was set back or ahead (a preloaded
+/// time library, which SQLite's `'now'` would follow) judges a lease's expiry by it.
+pub(crate) fn store_now() -> Timestamp {
+    fleet_probe::host_now()
 }
 
 pub(crate) fn lease(conn: &Connection, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError> {

@@ -295,7 +295,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn store_now(&mut self) -> Result<Timestamp, StoreError> {
-        leases::store_now(self.conn())
+        Ok(leases::store_now())
     }
 
     fn high_water(&mut self, scope: &str) -> Result<u64, StoreError> {
