@@ -444,6 +444,13 @@ impl FleetServer {
             let snap = fleet.snapshot(None, &Policy::default(), now()).ok()?;
             Some(mutation_gate(&snap, &me.worker_identity))
         });
+        // The host this server runs on, and the operator's fence that stands against it
+        // (its every write is then refused).
+        let host = fleet_runtime::process::current_host();
+        let fence = host.as_ref().and_then(|(h, b)| {
+            let fences = fleet.with_registry(|r| r.host_fences()).ok()?;
+            fences.into_iter().find(|f| f.stands_against(h, b))
+        });
         drop(fleet);
         ok(json!({
             "namespace": ctx.namespace,
@@ -457,6 +464,11 @@ impl FleetServer {
             "registry_available": read.is_ok(),
             "registry_error": read.as_ref().err().map(ToString::to_string),
             "pid": std::process::id(),
+            "host": host.map(|(host_id, boot_id)| json!({
+                "host_id": host_id,
+                "boot_id": boot_id,
+                "fence": fence,
+            })),
             "mutation_gate": gate,
             "tools": self.tool_router.list_all().into_iter().map(|t| t.name).collect::<Vec<_>>(),
         }))

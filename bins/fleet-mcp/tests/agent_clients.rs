@@ -281,6 +281,10 @@ async fn a_server_started_without_the_launcher_says_what_is_missing_and_how_its_
     let error = context["environment_error"].as_str().unwrap();
     assert!(error.starts_with("GITEA_MCP_CLIENT is not set"), "{error}");
     assert!(error.contains("env_vars") && error.contains("fleet-launch run"), "{error}");
+    // The host it runs on, and no fence against it.
+    let host = &context["host"];
+    assert_eq!(host["host_id"].as_str(), Some(fleet_probe::host_id().unwrap().as_str()), "{context}");
+    assert!(host["boot_id"].is_string() && host["fence"].is_null(), "{context}");
     server.cancel().await.unwrap();
 }
 

@@ -66,7 +66,7 @@ const DECISIONS: [(&str, &[&str]); 8] = [
 ];
 
 /// Every reason a lease or grant decision can be refused for (the seeds' codes).
-const REASONS: [&str; 20] = [
+const REASONS: [&str; 21] = [
     "lease_held",
     "takeover_required",
     "epoch_mismatch",
@@ -79,6 +79,7 @@ const REASONS: [&str; 20] = [
     "ttl_exceeds_cap",
     "policy_denied",
     "epoch_exhausted",
+    "host_fenced",
     "not_minted_here",
     "grant_expired",
     "lease_replaced",
@@ -155,6 +156,7 @@ pub(crate) fn render_counting(
     let mut registry = open_registry(location, OpenMode::MustExist)?;
     let rows = registry.workers()?;
     let (leases, store_now) = registry.leases_now(None)?;
+    let fences = registry.host_fences()?;
     counts.update(&mut registry)?;
     let mut m = Exposition(String::new());
 
@@ -231,6 +233,36 @@ pub(crate) fn render_counting(
     m.family("fleet_retired_workers", "gauge", "Rows stale retirement has retired.");
     let retired = rows.iter().filter(|r| r.status == WorkerStatus::Retired).count();
     m.sample("fleet_retired_workers", &[], retired as f64);
+
+    // One series per host, never per row: a fleet's hosts are few.
+    let hosts = fleet_registry::host_list(&rows, &leases, &fences, store_now);
+    m.family("fleet_host_workers", "gauge", "Each host's rows: live, stale (active, lapsed) and terminal.");
+    for host in &hosts.hosts {
+        for (state, n) in
+            [("live", host.live_rows), ("stale", host.stale_rows), ("terminal", host.terminal_rows)]
+        {
+            m.sample("fleet_host_workers", &[("host", host.host_id.as_str()), ("state", state)], n as f64);
+        }
+    }
+    m.family("fleet_host_fenced", "gauge", "1 while an operator's fence of every boot of the host stands.");
+    for host in &hosts.hosts {
+        let fenced = host.state == fleet_registry::HostState::Fenced;
+        m.sample("fleet_host_fenced", &[("host", host.host_id.as_str())], f64::from(u8::from(fenced)));
+    }
+    m.family(
+        "fleet_host_last_seen_age_seconds",
+        "gauge",
+        "Seconds from each host's newest registration or heartbeat to the store's clock.",
+    );
+    for host in &hosts.hosts {
+        if let Some(age) = host.last_seen_age_s {
+            m.sample("fleet_host_last_seen_age_seconds", &[("host", host.host_id.as_str())], age as f64);
+        }
+    }
+    m.family("fleet_host_boots", "gauge", "How many boots of each host its rows show.");
+    for host in &hosts.hosts {
+        m.sample("fleet_host_boots", &[("host", host.host_id.as_str())], host.boots.len() as f64);
+    }
 
     m.family("fleet_lease_epoch", "gauge", "Each lease's fencing epoch.");
     for lease in &leases {

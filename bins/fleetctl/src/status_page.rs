@@ -27,6 +27,8 @@ pub(crate) struct Extras {
     pub(crate) decisions: Vec<AuditEntry>,
     /// Retirement's dry run for the repository the server was given (or its directory).
     pub(crate) plan: Option<Plan>,
+    /// The fleet's hosts.
+    pub(crate) hosts: fleet_registry::HostList,
 }
 
 /// The page as it stands now, and a digest of what it shows (times as they read aside):
@@ -51,9 +53,10 @@ pub(crate) fn current(fleet: &mut Fleet, ctx: Option<&RetirementContext>) -> Res
         newest_first: true,
         limit: RECENT_DECISIONS,
     };
-    let (leases, decisions) = fleet
-        .with_registry(|registry| Ok((registry.leases_now(None)?, registry.lease_audit_page(&newest)?)))?;
-    let extras = Extras { leases, decisions, plan };
+    let (leases, decisions, hosts) = fleet.with_registry(|registry| {
+        Ok((registry.leases_now(None)?, registry.lease_audit_page(&newest)?, registry.hosts()?))
+    })?;
+    let extras = Extras { leases, decisions, plan, hosts };
     let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now())?;
     let digest = digest(&snap, &extras);
     Ok(Current { html: page(&snap, &extras, &digest), digest })
@@ -94,6 +97,18 @@ fn digest(snap: &FleetSnapshot<'_>, extras: &Extras) -> String {
     }
     for d in &extras.decisions {
         fact(&d.id.to_string());
+    }
+    for h in &extras.hosts.hosts {
+        fact(&format!(
+            "{} {} {} {} {} {} {}",
+            h.host_id,
+            h.state,
+            h.boots.len(),
+            h.live_rows,
+            h.stale_rows,
+            h.terminal_rows,
+            h.fences.len()
+        ));
     }
     if let Some(plan) = &extras.plan {
         for a in plan.candidates.iter().chain(&plan.preserved) {
@@ -225,6 +240,7 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
         );
     }
     leases_section(&mut html, &extras.leases.0, extras.leases.1);
+    hosts_section(&mut html, &extras.hosts);
     decisions_section(&mut html, &extras.decisions);
     if let Some(plan) = &extras.plan {
         retirement_section(&mut html, plan);
@@ -256,6 +272,40 @@ fn leases_section(html: &mut String, leases: &[LeaseRecord], now: Timestamp) {
             escape(&l.owner),
             l.fencing_epoch,
             escape(&l.expires_at.to_string()),
+        );
+    }
+    html.push_str("</table>\n");
+}
+
+fn hosts_section(html: &mut String, hosts: &fleet_registry::HostList) {
+    let _ = writeln!(html, "<h2>Hosts</h2>\n<p>{}.</p>", counted(hosts.hosts.len(), "host", "hosts"));
+    if hosts.hosts.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<table id=\"hosts\"><tr><th>host</th><th>state</th><th>boots</th><th>live</th><th>stale</th>\
+         <th>terminal</th><th>leases</th><th>last seen</th><th>fence</th></tr>\n",
+    );
+    for h in hosts.hosts.iter().take(MAX_ROWS) {
+        let fence = h
+            .fences
+            .iter()
+            .find(|f| f.lifted_at.is_none())
+            .map_or_else(String::new, |f| format!("{} by {}: {}", f.fenced_at, f.fenced_by, f.reason));
+        let state = if h.cloned { format!("{} (cloned)", h.state) } else { h.state.to_string() };
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(h.host_id.as_str()),
+            h.state,
+            escape(&state),
+            h.boots.len(),
+            h.live_rows,
+            h.stale_rows,
+            h.terminal_rows,
+            h.leases_held.len(),
+            h.last_seen.map_or_else(String::new, |t| escape(&t.to_string())),
+            escape(&fence),
         );
     }
     html.push_str("</table>\n");

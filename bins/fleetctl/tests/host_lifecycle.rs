@@ -198,6 +198,9 @@ fn a_host_gone_for_good_is_fenced_and_the_fleet_is_safe_again() {
 
     let fenced = fleet.ctl(&["host", "fence", &gone.machine_id, "--reason", "VM deleted by the autoscaler"]);
     assert!(fenced.status.success(), "{}", String::from_utf8_lossy(&fenced.stderr));
+    let metrics = String::from_utf8(fleet.ctl(&["metrics"]).stdout).unwrap();
+    let fenced_series = format!("fleet_host_fenced{{host=\"{}\"}} 1", gone.machine_id);
+    assert!(metrics.contains(&fenced_series), "one series per host says it is fenced:\n{metrics}");
     let plan = json(&fleet.ctl(&["retire", "plan", "--json"]));
     assert_eq!(reasons(&plan, &fleet, &gone), ["eligible_host_fenced"; 2], "{plan}");
     let applied = apply_every(&fleet, &plan);

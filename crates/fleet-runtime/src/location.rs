@@ -166,9 +166,9 @@ pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Regi
     };
     // Its lease operations come from this host and boot: a fenced one acts on nothing.
     let registry = Registry::new(store);
-    Ok(match (fleet_probe::host_id(), fleet_probe::boot_id()) {
-        (Ok(host), Ok(boot)) => registry.acting_from(host, boot),
-        _ => registry,
+    Ok(match crate::process::current_host() {
+        Some((host, boot)) => registry.acting_from(host, boot),
+        None => registry,
     })
 }
 

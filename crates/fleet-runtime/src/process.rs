@@ -27,3 +27,8 @@ pub fn holder_process() -> Result<fleet_lease::HolderProcess, ProbeError> {
         .map_err(|e| ProbeError::Invalid { path: "getpid()".to_owned(), detail: e.to_string() })?;
     Ok(fleet_lease::HolderProcess { host_id: host_id()?, boot_id: fleet_probe::boot_id()?, pid })
 }
+
+/// This host and this boot of it, where the OS says (`/etc/machine-id`, the boot id).
+pub fn current_host() -> Option<(fleet_identity::HostId, fleet_identity::BootId)> {
+    Some((host_id().ok()?, fleet_probe::boot_id().ok()?))
+}
