@@ -265,7 +265,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         kept.spawn().map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
 
     let period = fleet_lease::renew_period(binding.ttl.unsigned_abs());
-    let mut next = Instant::now() + period;
+    // The first renewal is due a period after the lease was secured, not after the
+    // command started: the grant's round trips between them come out of the same window.
+    let mut next =
+        Instant::now() + period.saturating_sub(fleet_runtime::process::boot_clock().saturating_sub(sent));
     let outcome = loop {
         match child.try_wait() {
             // The keeper ended the command at the deadline: its authority lapsed.
@@ -321,14 +324,17 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
             }
             Ok(renewed) => renewed,
         };
-        let authorized = renewed.map_err(|d| refused(&binding.identity, d)).and_then(|l| {
-            lease = l;
-            binding.authorize()
-        });
+        // A committed renewal extends the command's deadline at once, before the grant's
+        // round trips: the lease is the authority, and a grant refused below stops the
+        // command straight away.
+        if let Ok(l) = &renewed {
+            lease = l.clone();
+            act_until = act_until.max(sent.saturating_add(window.act));
+            line.extend(act_until);
+        }
+        let authorized = renewed.map_err(|d| refused(&binding.identity, d)).and_then(|_| binding.authorize());
         match authorized {
             Ok(context) => {
-                act_until = act_until.max(sent.saturating_add(window.act));
-                line.extend(act_until);
                 if let Err(e) = publish(&context, &context_file) {
                     fleet_runtime::keeper::stop_kept(&mut child);
                     break Err(e);

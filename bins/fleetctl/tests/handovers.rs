@@ -19,11 +19,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use common::acts::{check, epochs_acted};
 use common::{Fleet, Schema, StallingProxy, base_url};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -52,36 +52,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % below
     }
-}
-
-/// Checks the log; returns how many epochs it saw.
-fn check(log: &str) -> usize {
-    let mut newest = 0u64;
-    let mut pids: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    for (n, line) in log.lines().enumerate() {
-        let mut parts = line.split_whitespace();
-        let (Some("tick"), Some(epoch), Some(pid)) = (parts.next(), parts.next(), parts.next()) else {
-            panic!("line {n} is not a tick: {line:?}");
-        };
-        let (epoch, pid): (u64, u32) = (epoch.parse().unwrap(), pid.parse().unwrap());
-        assert!(epoch >= newest, "line {n}: epoch {epoch} acted after epoch {newest}");
-        newest = epoch;
-        let seen = pids.entry(epoch).or_default();
-        match seen.iter().position(|p| *p == pid) {
-            None => seen.push(pid),
-            Some(i) => {
-                assert_eq!(i, seen.len() - 1, "line {n}: pid {pid} of epoch {epoch} acted after a newer one")
-            }
-        }
-    }
-    pids.len()
-}
-
-/// How many epochs have acted so far (lines of the log still being written may be cut).
-fn epochs_acted(log: &str) -> usize {
-    let epochs: std::collections::BTreeSet<&str> =
-        log.lines().filter_map(|l| l.strip_prefix("tick ")?.split_whitespace().next()).collect();
-    epochs.len()
 }
 
 /// Runs `starters` contending starters for `run_for` under random pauses and kills.

@@ -2,6 +2,9 @@
 //! directory.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod acts;
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
