@@ -98,11 +98,13 @@ fn host_id(text: &str) -> Result<HostId, Failure> {
     HostId::new(text).map_err(|e| Failure::usage(format!("{text:?} is not a host id: {e}")))
 }
 
-const HEADER: [&str; 8] = ["HOST", "STATE", "BOOTS", "LIVE", "STALE", "TERMINAL", "LEASES", "LAST SEEN"];
+const HEADER: [&str; 9] =
+    ["HOST", "NAME", "STATE", "BOOTS", "LIVE", "STALE", "TERMINAL", "LEASES", "LAST SEEN"];
 
 fn cells(host: &HostReport) -> Vec<String> {
     vec![
         host.host_id.to_string(),
+        host.hostname.clone().unwrap_or_else(|| "-".into()),
         host.state.to_string() + if host.cloned { " (cloned)" } else { "" },
         host.boots.len().to_string(),
         host.live_rows.to_string(),
@@ -131,6 +133,7 @@ fn list_table(list: &HostList, wide: bool) -> String {
                 row.extend([
                     current,
                     h.first_seen.map_or_else(|| "-".into(), |t| t.to_string()),
+                    h.clock_offset_ms.map_or_else(|| "-".into(), |ms| format!("{:+.3}s", ms as f64 / 1000.0)),
                     h.leases_held.join(","),
                     fence,
                 ]);
@@ -138,6 +141,6 @@ fn list_table(list: &HostList, wide: bool) -> String {
             })
             .collect();
     let mut header = HEADER.to_vec();
-    header.extend(["LATEST BOOT", "FIRST SEEN", "LEASE KEYS", "FENCE"]);
+    header.extend(["LATEST BOOT", "FIRST SEEN", "CLOCK OFFSET", "LEASE KEYS", "FENCE"]);
     table::render_whole(&header, &rows)
 }

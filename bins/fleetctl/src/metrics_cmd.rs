@@ -157,6 +157,7 @@ pub(crate) fn render_counting(
     let rows = registry.workers()?;
     let (leases, store_now) = registry.leases_now(None)?;
     let fences = registry.host_fences()?;
+    let reports = registry.host_boots()?;
     counts.update(&mut registry)?;
     let mut m = Exposition(String::new());
 
@@ -235,7 +236,7 @@ pub(crate) fn render_counting(
     m.sample("fleet_retired_workers", &[], retired as f64);
 
     // One series per host, never per row: a fleet's hosts are few.
-    let hosts = fleet_registry::host_list(&rows, &leases, &fences, store_now);
+    let hosts = fleet_registry::host_list(&rows, &leases, &fences, &reports, store_now);
     m.family("fleet_host_workers", "gauge", "Each host's rows: live, stale (active, lapsed) and terminal.");
     for host in &hosts.hosts {
         for (state, n) in
@@ -257,6 +258,20 @@ pub(crate) fn render_counting(
     for host in &hosts.hosts {
         if let Some(age) = host.last_seen_age_s {
             m.sample("fleet_host_last_seen_age_seconds", &[("host", host.host_id.as_str())], age as f64);
+        }
+    }
+    m.family(
+        "fleet_host_clock_offset_seconds",
+        "gauge",
+        "Each host's clock minus the store's, as measured at its latest registration.",
+    );
+    for host in &hosts.hosts {
+        if let Some(offset) = host.clock_offset_ms {
+            m.sample(
+                "fleet_host_clock_offset_seconds",
+                &[("host", host.host_id.as_str())],
+                offset as f64 / 1000.0,
+            );
         }
     }
     m.family("fleet_host_boots", "gauge", "How many boots of each host its rows show.");

@@ -283,7 +283,7 @@ fn hosts_section(html: &mut String, hosts: &fleet_registry::HostList) {
         return;
     }
     html.push_str(
-        "<table id=\"hosts\"><tr><th>host</th><th>state</th><th>boots</th><th>live</th><th>stale</th>\
+        "<table id=\"hosts\"><tr><th>host</th><th>name</th><th>state</th><th>boots</th><th>live</th><th>stale</th>\
          <th>terminal</th><th>leases</th><th>last seen</th><th>fence</th></tr>\n",
     );
     for h in hosts.hosts.iter().take(MAX_ROWS) {
@@ -295,8 +295,9 @@ fn hosts_section(html: &mut String, hosts: &fleet_registry::HostList) {
         let state = if h.cloned { format!("{} (cloned)", h.state) } else { h.state.to_string() };
         let _ = writeln!(
             html,
-            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(h.host_id.as_str()),
+            escape(h.hostname.as_deref().unwrap_or("")),
             h.state,
             escape(&state),
             h.boots.len(),

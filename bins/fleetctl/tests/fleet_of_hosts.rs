@@ -379,6 +379,22 @@ fn a_fleet_of_three_hosts_outlives_a_death_a_partition_a_reboot_and_a_skewed_clo
         std::thread::sleep(Duration::from_millis(1500));
         let honest: Vec<&NetHost> = hosts.iter().filter(|h| h.name != first).collect();
         no_false_stale(&fleet, &honest, Duration::from_secs(5));
+        // The host list names each host as it calls itself, and the skewed one's offset.
+        let listed = fleet.json(&["host", "list", "-o", "json"]);
+        for host in hosts.iter().filter(|h| h.name != first) {
+            let report =
+                listed["hosts"].as_array().unwrap().iter().find(|r| r["host_id"] == host.machine_id.as_str());
+            let report = report.unwrap_or_else(|| panic!("{} listed: {listed}", host.name));
+            assert_eq!(report["hostname"], host.name, "{report}");
+            let offset = report["clock_offset_ms"].as_i64().unwrap();
+            let expected = if host.name == second { 600_000 } else { 0 };
+            assert!(
+                (offset - expected).abs() < 5_000,
+                "{}: offset {offset} ms: {report}\n{}",
+                host.name,
+                fleet.explain()
+            );
+        }
 
         // Across it all: the log shows no two commands at once, none at an older epoch.
         let epochs = common::acts::check(&fleet.log());

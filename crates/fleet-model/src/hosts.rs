@@ -111,6 +111,39 @@ impl HostFence {
     }
 }
 
+/// What a host said of itself when a process of one of its boots last registered:
+/// its name, for people (never evidence), and how far its clock read from the store's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostBoot {
+    /// The host.
+    pub host_id: HostId,
+    /// The boot.
+    pub boot_id: BootId,
+    /// Its hostname as it reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// When a process of this boot first registered, on the store's clock.
+    pub first_seen_at: Timestamp,
+    /// When one last registered, on the store's clock.
+    pub last_seen_at: Timestamp,
+    /// The registering process's clock minus the store's at that moment, in
+    /// milliseconds (positive: the host's clock is ahead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<i64>,
+}
+
+/// The longest hostname kept (a DNS name's limit).
+pub const MAX_HOSTNAME_LEN: usize = 253;
+
+/// `name` as a hostname worth keeping: trimmed, non-empty, at most
+/// [`MAX_HOSTNAME_LEN`] bytes, no control character; `None` otherwise.
+pub fn reported_hostname(name: &str) -> Option<String> {
+    let name = name.trim();
+    (!name.is_empty() && name.len() <= MAX_HOSTNAME_LEN && !name.chars().any(char::is_control))
+        .then(|| name.to_owned())
+}
+
 fleet_identity::outward_codes! {
     /// Why a process of another host (or an earlier boot) is known to be gone.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

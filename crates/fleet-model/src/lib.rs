@@ -13,7 +13,10 @@ mod hosts;
 mod process;
 mod rows;
 
-pub use hosts::{BootSpan, CloneConflict, FencedBoot, HostEvidence, HostFence, HostProof};
+pub use hosts::{
+    BootSpan, CloneConflict, FencedBoot, HostBoot, HostEvidence, HostFence, HostProof, MAX_HOSTNAME_LEN,
+    reported_hostname,
+};
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
     Claim, DumpError, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump,

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use fleet_identity::{Pid, PidNamespace, ProcessStartTime};
 use fleet_lease::{FencingEpoch, InitState, InitStatus, LEASE_COLUMNS, LeaseRecord, LeaseState};
-use fleet_model::{HostFence, InstanceRecord, WORKER_COLUMNS, WorkerRow};
+use fleet_model::{HostBoot, HostFence, InstanceRecord, WORKER_COLUMNS, WorkerRow};
 
 use crate::StoreError;
 
@@ -162,6 +162,49 @@ pub fn host_fence_cells(fence: &HostFence) -> [Cell; HOST_FENCE_COLUMNS.len()] {
         text(fence.lifted_at.map(|t| t.to_string())),
         text(fence.lifted_by.as_ref()),
     ]
+}
+
+/// The columns of `host_boots`, in the order [`read_host_boot`] reads them.
+pub const HOST_BOOT_COLUMNS: [&str; 6] =
+    ["host_id", "boot_id", "hostname", "first_seen_at", "last_seen_at", "clock_offset_ms"];
+
+/// A host boot from its columns, in [`HOST_BOOT_COLUMNS`] order.
+pub fn read_host_boot(row: &(impl RowColumns + ?Sized)) -> Result<HostBoot, StoreError> {
+    let r = Reader { row, noun: "host boot", columns: &HOST_BOOT_COLUMNS };
+    Ok(HostBoot {
+        host_id: r.required(0)?,
+        boot_id: r.required(1)?,
+        hostname: r.raw_text(2)?,
+        first_seen_at: r.required(3)?,
+        last_seen_at: r.required(4)?,
+        clock_offset_ms: r.integer(5)?,
+    })
+}
+
+/// A host boot as the values of its columns, in [`HOST_BOOT_COLUMNS`] order.
+pub fn host_boot_cells(boot: &HostBoot) -> [Cell; HOST_BOOT_COLUMNS.len()] {
+    [
+        Cell::Text(boot.host_id.to_string()),
+        Cell::Text(boot.boot_id.to_string()),
+        text(boot.hostname.as_ref()),
+        Cell::Text(boot.first_seen_at.to_string()),
+        Cell::Text(boot.last_seen_at.to_string()),
+        integer(boot.clock_offset_ms),
+    ]
+}
+
+/// Records a host boot: inserts it, or keeps its first sighting and replaces the rest.
+pub fn note_host_boot_sql(d: Dialect) -> String {
+    format!(
+        "{} ON CONFLICT (host_id, boot_id) DO UPDATE SET hostname = excluded.hostname, \
+         last_seen_at = excluded.last_seen_at, clock_offset_ms = excluded.clock_offset_ms",
+        insert_sql(d, "host_boots", &HOST_BOOT_COLUMNS, &["clock_offset_ms"])
+    )
+}
+
+/// Every host boot, in host and boot order.
+pub fn host_boots_sql() -> String {
+    format!("SELECT {} FROM host_boots ORDER BY host_id, boot_id", list(&HOST_BOOT_COLUMNS))
 }
 
 /// Writes a host fence whole: inserts it, or replaces the fence of its host and boot.

@@ -80,6 +80,7 @@ pub fn registration(namespace: Namespace, process: ProcessIdentity, generation: 
         heartbeat_ttl: HeartbeatTtl::from_secs(30).expect("valid"),
         revisions: Revisions::default(),
         claim: Claim::Owned,
+        hostname: Some("test-host".into()),
     }
 }
 

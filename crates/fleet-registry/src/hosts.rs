@@ -56,6 +56,24 @@ pub(crate) fn refuse_if_fenced(tx: &mut dyn Tx, host: &HostId, boot: &BootId) ->
     }
 }
 
+/// Records what the registering process's boot says of itself: its hostname, and its
+/// clock (`now`, the caller's) against the store's.
+pub(crate) fn note_boot(
+    tx: &mut dyn Tx,
+    reg: &crate::Registration,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let at = tx.store_now()?;
+    tx.note_host_boot(&fleet_model::HostBoot {
+        host_id: reg.process.host_id.clone(),
+        boot_id: reg.process.boot_id.clone(),
+        hostname: reg.hostname.as_deref().and_then(fleet_model::reported_hostname),
+        first_seen_at: at,
+        last_seen_at: at,
+        clock_offset_ms: Some(now.unix_millis() - at.unix_millis()),
+    })
+}
+
 fleet_identity::outward_codes! {
     /// What a host looks like from the registry.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,6 +116,13 @@ pub struct HostReport {
     pub host_id: HostId,
     /// Live, silent, idle or fenced.
     pub state: HostState,
+    /// Its hostname as its latest registering process reported it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Its clock minus the store's, in milliseconds, as measured at its latest
+    /// registration (positive: the host's clock is ahead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<i64>,
     /// Its boots, earliest first.
     pub boots: Vec<BootReport>,
     /// Its first sign of life.
@@ -145,19 +170,24 @@ pub struct FenceReport {
     pub fences: Vec<HostFence>,
 }
 
-/// Builds the list from the rows, leases and fences read at `now`.
+/// Builds the list from the rows, leases, fences and boots' own reports read at `now`.
 pub fn host_list(
     rows: &[fleet_model::WorkerRow],
     leases: &[LeaseRecord],
     fences: &[HostFence],
+    reports: &[fleet_model::HostBoot],
     now: Timestamp,
 ) -> HostList {
     let evidence = HostEvidence::new(rows, fences);
     let clones = evidence.clones();
-    let hosts = evidence
-        .hosts()
+    let mut ids: Vec<&HostId> = evidence.hosts();
+    ids.extend(reports.iter().map(|r| &r.host_id));
+    ids.sort();
+    ids.dedup();
+    let hosts = ids
         .into_iter()
         .map(|host| {
+            let latest = reports.iter().filter(|r| &r.host_id == host).max_by_key(|r| r.last_seen_at);
             let spans = evidence.boots(host);
             let boots: Vec<BootReport> = spans
                 .iter()
@@ -202,6 +232,8 @@ pub fn host_list(
             HostReport {
                 host_id: host.clone(),
                 state,
+                hostname: latest.and_then(|r| r.hostname.clone()),
+                clock_offset_ms: latest.and_then(|r| r.clock_offset_ms),
                 boots,
                 first_seen,
                 last_seen,
@@ -233,13 +265,18 @@ impl<S: Store> Registry<S> {
     pub fn hosts(&mut self) -> Result<HostList, StoreError> {
         self.store_mut().read(|tx| {
             let now = tx.store_now()?;
-            Ok(host_list(&tx.workers()?, &tx.leases(None)?, &tx.host_fences()?, now))
+            Ok(host_list(&tx.workers()?, &tx.leases(None)?, &tx.host_fences()?, &tx.host_boots()?, now))
         })
     }
 
     /// Every host fence, lifted ones included.
     pub fn host_fences(&mut self) -> Result<Vec<HostFence>, StoreError> {
         self.store_mut().read(|tx| tx.host_fences())
+    }
+
+    /// What each host's boots last said of themselves.
+    pub fn host_boots(&mut self) -> Result<Vec<fleet_model::HostBoot>, StoreError> {
+        self.store_mut().read(|tx| tx.host_boots())
     }
 
     /// Fences `host` as gone for good: every boot of it, until lifted, and each boot of

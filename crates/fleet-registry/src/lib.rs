@@ -51,7 +51,7 @@ pub use store::{
 /// The rows the registry stores and the probe values its rules consult, from the data
 /// model at the bottom of the graph.
 pub use fleet_model::{
-    BootSpan, Claim, CloneConflict, DumpError, FencedBoot, HeartbeatJudge, HostEvidence, HostFence,
+    BootSpan, Claim, CloneConflict, DumpError, FencedBoot, HeartbeatJudge, HostBoot, HostEvidence, HostFence,
     HostProof, InstanceRecord, Liveness, LivenessProbe, MAX_CLOCK_SKEW, OwnershipState, ProcessIdentity,
     ProcessVerdict, RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry,
     probe_active_rows, probe_places, probed_places,

@@ -95,6 +95,9 @@ pub struct Registration {
     /// What the worker says of its ownership: owned by its launch, orphaned (its
     /// launch's client is gone), or unowned (started outside any launch).
     pub claim: Claim,
+    /// The host's name as it reports it, for people: `host list` shows it. Never
+    /// evidence of anything.
+    pub hostname: Option<String>,
 }
 
 /// A secret only the registered process holds. The registry keeps only its fingerprint,
@@ -547,6 +550,7 @@ fn register_in(
     worker_identity: WorkerIdentity,
 ) -> Result<Registered, StoreError> {
     crate::hosts::refuse_if_fenced(tx, &reg.process.host_id, &reg.process.boot_id)?;
+    crate::hosts::note_boot(tx, reg, now)?;
     let slot = tx.slot(reg.instance.as_str(), reg.namespace)?;
     let own = slot.iter().find(|row| {
         row.status == WorkerStatus::Active

@@ -3,7 +3,7 @@
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
-use fleet_model::{Claim, HostFence, InstanceRecord, WorkerRow};
+use fleet_model::{Claim, HostBoot, HostFence, InstanceRecord, WorkerRow};
 
 use crate::error::StoreError;
 use crate::leases::AuditEntry;
@@ -109,6 +109,11 @@ pub trait Tx {
     fn host_fences(&mut self) -> Result<Vec<HostFence>, StoreError>;
     /// Writes `fence`: inserts it, or replaces the fence of the same host and boot.
     fn put_host_fence(&mut self, fence: &HostFence) -> Result<(), StoreError>;
+    /// What each host's boots last said of themselves, ordered by host and boot.
+    fn host_boots(&mut self) -> Result<Vec<HostBoot>, StoreError>;
+    /// Records what a boot says of itself: inserts it, or keeps its `first_seen_at` and
+    /// replaces the rest.
+    fn note_host_boot(&mut self, boot: &HostBoot) -> Result<(), StoreError>;
     /// One lease.
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError>;
     /// Every lease, optionally of one kind, ordered by key.

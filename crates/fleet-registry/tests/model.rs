@@ -54,6 +54,7 @@ struct Tables {
     now: Option<Timestamp>,
     high_water: BTreeMap<String, u64>,
     fences: BTreeMap<(String, String), fleet_model::HostFence>,
+    host_boots: BTreeMap<(String, String), fleet_model::HostBoot>,
 }
 
 /// A store whose transactions copy the tables and commit the copy whole.
@@ -124,6 +125,15 @@ impl Tx for MemoryTx<'_> {
     fn put_host_fence(&mut self, fence: &fleet_model::HostFence) -> Result<(), StoreError> {
         let key = (fence.host_id.to_string(), fence.boot_id.as_str().to_owned());
         self.0.fences.insert(key, fence.clone());
+        Ok(())
+    }
+    fn host_boots(&mut self) -> Result<Vec<fleet_model::HostBoot>, StoreError> {
+        Ok(self.0.host_boots.values().cloned().collect())
+    }
+    fn note_host_boot(&mut self, boot: &fleet_model::HostBoot) -> Result<(), StoreError> {
+        let key = (boot.host_id.to_string(), boot.boot_id.to_string());
+        let first = self.0.host_boots.get(&key).map_or(boot.first_seen_at, |b| b.first_seen_at);
+        self.0.host_boots.insert(key, fleet_model::HostBoot { first_seen_at: first, ..boot.clone() });
         Ok(())
     }
     fn registry_id(&mut self) -> Result<fleet_registry::RegistryId, StoreError> {
@@ -417,6 +427,7 @@ impl Model for Retirement {
                 heartbeat_ttl: HeartbeatTtl::from_secs(TTL_S).unwrap(),
                 revisions: Revisions::default(),
                 claim: fleet_registry::Claim::Owned,
+                hostname: None,
             };
             registry.register(&registration, &token(n), at(0), &world).unwrap();
         }

@@ -91,6 +91,7 @@ fn register(location: &RegistryLocation, first: usize, workers: usize, ttl: u32)
                 heartbeat_ttl: HeartbeatTtl::from_secs(ttl).expect("ttl"),
                 revisions: Revisions::default(),
                 claim: Claim::Owned,
+                hostname: None,
             };
             let mut bytes = [0u8; 32];
             bytes[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());

@@ -106,6 +106,7 @@ impl WorkerSession {
             heartbeat_ttl: options.heartbeat_ttl,
             revisions: options.revisions,
             claim: crate::claim_of(options.launch),
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
         };
         let token = WorkerToken::generate()?;
         let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;

@@ -416,6 +416,17 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
+    fn host_boots(&mut self) -> Result<Vec<fleet_registry::HostBoot>, StoreError> {
+        let sql = fleet_registry::columns::host_boots_sql();
+        self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_host_boot).collect()
+    }
+
+    fn note_host_boot(&mut self, boot: &fleet_registry::HostBoot) -> Result<(), StoreError> {
+        let values = rows::host_boot_values(boot);
+        self.tx.execute(rows::note_host_boot_sql(), &values.params()).map_err(map_error)?;
+        Ok(())
+    }
+
     fn lease(&mut self, key: &LeaseKey) -> Result<Option<LeaseRecord>, StoreError> {
         let sql = format!("SELECT {} FROM leases WHERE lease_key = $1", *rows::LEASE_LIST);
         self.tx

@@ -114,6 +114,20 @@ pub(crate) fn read_host_fence(row: &Row) -> Result<fleet_registry::HostFence, St
     columns::read_host_fence(&Columns(row))
 }
 
+pub(crate) fn note_host_boot_sql() -> &'static str {
+    static SQL: OnceLock<String> = OnceLock::new();
+    SQL.get_or_init(|| columns::note_host_boot_sql(POSTGRES))
+}
+
+/// A host boot's parameters.
+pub(crate) fn host_boot_values(boot: &fleet_registry::HostBoot) -> Values {
+    Values::of_cells(columns::host_boot_cells(boot), &columns::HOST_BOOT_COLUMNS, &["clock_offset_ms"])
+}
+
+pub(crate) fn read_host_boot(row: &Row) -> Result<fleet_registry::HostBoot, StoreError> {
+    columns::read_host_boot(&Columns(row))
+}
+
 pub(crate) fn lease_replace_sql() -> &'static str {
     static SQL: OnceLock<String> = OnceLock::new();
     SQL.get_or_init(|| columns::replace_sql(POSTGRES, "leases", &LEASE_COLUMNS, &LEASE_INTEGERS))

@@ -158,13 +158,25 @@ const MIGRATIONS: &[&str] = &[
         lifted_by TEXT,
         PRIMARY KEY (host_id, boot_id)
     );",
+    // 10: what each host's boot last said of itself when one of its processes
+    // registered: its hostname, and its clock against the store's (fleet_model::HostBoot).
+    "CREATE TABLE host_boots (
+        host_id         TEXT NOT NULL,
+        boot_id         TEXT NOT NULL,
+        hostname        TEXT,
+        first_seen_at   TEXT NOT NULL,
+        last_seen_at    TEXT NOT NULL,
+        clock_offset_ms BIGINT,
+        PRIMARY KEY (host_id, boot_id)
+    );",
 ];
 
 /// The schema version this build writes: the registry's data model, the registry's id
 /// (version 4), the fencing epochs' high-water marks (version 5), the lease decisions
 /// counted as they are written (version 6), once per statement (version 7), the process
-/// that holds a tenure (version 8), the fences of hosts gone for good (version 9).
-pub const SCHEMA_VERSION: i64 = 9;
+/// that holds a tenure (version 8), the fences of hosts gone for good (version 9), what
+/// each host's boots said of themselves (version 10).
+pub const SCHEMA_VERSION: i64 = 10;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

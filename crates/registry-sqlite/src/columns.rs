@@ -131,6 +131,12 @@ pub(crate) fn read_host_fence(
     Ok(columns::read_host_fence(&Columns(row)))
 }
 
+pub(crate) fn read_host_boot(
+    row: &Row<'_>,
+) -> rusqlite::Result<Result<fleet_registry::HostBoot, StoreError>> {
+    Ok(columns::read_host_boot(&Columns(row)))
+}
+
 pub(crate) fn read_lease(row: &Row<'_>) -> rusqlite::Result<Result<LeaseRecord, StoreError>> {
     Ok(columns::read_lease(&Columns(row)))
 }

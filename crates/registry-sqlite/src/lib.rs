@@ -346,6 +346,22 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn host_boots(&mut self) -> Result<Vec<fleet_registry::HostBoot>, StoreError> {
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(fleet_registry::columns::host_boots_sql);
+        let mut stmt = self.conn().prepare_cached(&SQL).map_err(map_error)?;
+        let rows = stmt.query_map([], columns::read_host_boot).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+    }
+
+    fn note_host_boot(&mut self, boot: &fleet_registry::HostBoot) -> Result<(), StoreError> {
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| fleet_registry::columns::note_host_boot_sql(columns::SQLITE));
+        let values = columns::sqlite_values(fleet_registry::columns::host_boot_cells(boot));
+        self.conn().execute(&SQL, rusqlite::params_from_iter(values)).map_err(map_error)?;
+        Ok(())
+    }
+
     fn lease(&mut self, key: &fleet_lease::LeaseKey) -> Result<Option<fleet_lease::LeaseRecord>, StoreError> {
         leases::lease(self.conn(), key)
     }

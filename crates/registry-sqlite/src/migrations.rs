@@ -244,6 +244,17 @@ const MIGRATIONS: &[&str] = &[
         lifted_by TEXT,
         PRIMARY KEY (host_id, boot_id)
     );",
+    // 12: what each host's boot last said of itself when one of its processes
+    // registered: its hostname, and its clock against the store's (fleet_model::HostBoot).
+    "CREATE TABLE host_boots (
+        host_id         TEXT NOT NULL,
+        boot_id         TEXT NOT NULL,
+        hostname        TEXT,
+        first_seen_at   TEXT NOT NULL,
+        last_seen_at    TEXT NOT NULL,
+        clock_offset_ms INTEGER,
+        PRIMARY KEY (host_id, boot_id)
+    );",
 ];
 
 /// The history's one row, built again: fresh counters, as migration 4 writes them, and
@@ -258,8 +269,9 @@ const HISTORY_ROW: &str = "INSERT OR IGNORE INTO registry_changes \
 /// fencing epochs' high-water marks (version 6), the lease decisions counted as they are
 /// written (version 7), a history that only moves forward (version 8), the process that
 /// holds a tenure (version 9), the digest of the rows' versions kept as they are
-/// written (version 10), the fences of hosts gone for good (version 11).
-pub const SCHEMA_VERSION: i64 = 11;
+/// written (version 10), the fences of hosts gone for good (version 11), what each
+/// host's boots said of themselves (version 12).
+pub const SCHEMA_VERSION: i64 = 12;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

@@ -283,6 +283,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
                  DROP TABLE lease_decision_counts;
                  ALTER TABLE leases DROP COLUMN holder_process;
                  DROP TABLE host_fences;
+                 DROP TABLE host_boots;
                  PRAGMA user_version = 3;",
             )
             .unwrap();
@@ -411,6 +412,7 @@ fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
              ALTER TABLE registry_changes DROP COLUMN worker_rows;
              ALTER TABLE registry_changes DROP COLUMN worker_version_sum;
              DROP TABLE host_fences;
+             DROP TABLE host_boots;
              PRAGMA user_version = 9;",
         )
         .unwrap();

@@ -11,7 +11,8 @@
 //! processes with it. The registry server listens on this namespace's loopback, so
 //! each link ends in a small TCP relay here; taking the link down partitions the host.
 //! Each host has a runtime directory of its own (`XDG_RUNTIME_DIR`, another host's
-//! `/run/user`). The hosts share the machine's kernel and its clock: a skewed clock is
+//! `/run/user`) and a `/dev/shm` of its own (where faketime(1) keeps its semaphores,
+//! named by pids that another host's PID namespace reuses). The hosts share the machine's kernel and its clock: a skewed clock is
 //! played with faketime(1).
 
 use std::net::{TcpListener, TcpStream};
@@ -116,7 +117,7 @@ impl NetHost {
         cmd.args(["netns", "exec", &self.netns, "unshare", "--mount", "--uts", "--pid", "--fork"])
             .args(["--mount-proc", "--propagation", "private", "--kill-child=SIGKILL", "--", "sh", "-c"])
             .arg(
-                r#"mount --bind "$0" /etc/machine-id && mount --bind "$1" /proc/sys/kernel/random/boot_id && hostname "$2" && shift 2 && exec "$@""#,
+                r#"mount --bind "$0" /etc/machine-id && mount --bind "$1" /proc/sys/kernel/random/boot_id && mount -t tmpfs tmpfs /dev/shm && hostname "$2" && shift 2 && exec "$@""#,
             )
             .arg(&self.machine_id_file)
             .arg(&self.boot_id_file)

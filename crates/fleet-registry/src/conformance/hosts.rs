@@ -141,6 +141,8 @@ pub fn a_fenced_host_writes_nothing_and_its_rows_retire<S: Store>(store: S) {
     let hosts = registry.hosts().expect("hosts");
     let b = hosts.hosts.iter().find(|h| h.host_id == host('b')).expect("host b listed");
     assert_eq!(b.fences.len(), 2, "{b:?}");
+    assert_eq!(b.hostname.as_deref(), Some("test-host"), "as its latest registration reported it");
+    assert!(b.clock_offset_ms.is_some(), "{b:?}");
     assert_eq!(b.terminal_rows, 1);
 }
 
