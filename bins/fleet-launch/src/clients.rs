@@ -54,6 +54,15 @@ pub enum EditError {
         /// What it runs.
         command: String,
     },
+    /// A file this edit would replace whole was not written by Fleetward: it is the
+    /// user's.
+    #[error(
+        "{path} exists and is not one Fleetward wrote (its first line is not Fleetward's); move it aside, or add the rules to it by hand"
+    )]
+    NotOurs {
+        /// The file.
+        path: String,
+    },
     /// A key this edit must write into holds something else.
     #[error("{path}: {key} is not a table/object, so the entries cannot be merged into it")]
     NotATable {
@@ -450,6 +459,17 @@ pub fn gemini_read_only_policy() -> String {
         text.push_str(&doc.to_string());
     }
     text
+}
+
+/// The policy file's new text, given what is there: written when the file is missing
+/// or empty or one Fleetward wrote (its first line says so), refused otherwise — the
+/// same test by which `uninstall` leaves a file alone.
+pub fn gemini_policy_edit(current: &str, path: &Path) -> Result<String, EditError> {
+    if current.trim().is_empty() || current.starts_with(GEMINI_POLICY_HEADER) {
+        Ok(gemini_read_only_policy())
+    } else {
+        Err(EditError::NotOurs { path: path.display().to_string() })
+    }
 }
 
 /// Claude Code's settings file that sits with `config`: `.claude/settings.json` beside a

@@ -263,7 +263,7 @@ fn allow_read_only_tools(client: Client, config: &Path) -> Result<String, Failur
         }
         ReadOnlyApproval::GeminiPolicy => {
             let policy = clients::gemini_policy_path(&home_dir()?);
-            edit_config(&policy, |_| Ok(clients::gemini_read_only_policy()))?;
+            edit_config(&policy, |text| clients::gemini_policy_edit(text, &policy))?;
             format!("read-only tools run without approval: policy rules in {}", policy.display())
         }
         ReadOnlyApproval::NoSetting => format!(

@@ -553,6 +553,41 @@ fn concurrent_installs_of_different_commands_take_turns_and_the_loser_is_refused
 
 /// `fleet-launch install` in `project` with `HOME` at `home`, for `client`'s default
 /// (project) file.
+/// A policy file of the user's own at the path `--allow-read-only` writes (no
+/// Fleetward first line, which is how `uninstall` tells it is not ours) is refused,
+/// named, and left exactly as it was; one Fleetward wrote is rewritten.
+#[test]
+fn a_users_own_gemini_policy_of_that_name_is_never_replaced() {
+    let root = tempfile::tempdir().unwrap();
+    let (project, home) = (root.path().join("project"), root.path().join("home"));
+    std::fs::create_dir_all(&project).unwrap();
+    let policy = home.join(".gemini/policies/fleetward-read-only.toml");
+    std::fs::create_dir_all(policy.parent().unwrap()).unwrap();
+    let mine = "[[rule]]\ntoolName = \"run_shell_command\"\ndecision = \"deny\"\npriority = 500\n";
+    std::fs::write(&policy, mine).unwrap();
+    let out = install_in_project(&project, &home, "gemini", &["--allow-read-only"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("fleetward-read-only.toml") && stderr.contains("not one Fleetward wrote"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), mine, "the user's file is as it was");
+    // Fleetward's own file, from an earlier install, is rewritten.
+    std::fs::write(
+        &policy,
+        format!(
+            "{}\n# an older version\n",
+            "# fleetward: the fleet servers' read-only tools run without a prompt."
+        ),
+    )
+    .unwrap();
+    let out = install_in_project(&project, &home, "gemini", &["--allow-read-only"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_to_string(&policy).unwrap().contains("[[rule]]"));
+}
+
 fn install_in_project(project: &Path, home: &Path, client: &str, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fleet-launch"))
         .args(["install", "--client", client, "--server-command", "/opt/fleetward/bin/fleet-mcp"])
