@@ -467,6 +467,41 @@ fn an_input_past_its_limit_is_refused_naming_the_flag_that_raises_it() {
     assert_eq!(fleet.export(), before);
 }
 
+/// A file one byte past its limit is refused before anything is written, even though
+/// the parser could have read it whole; a directory is refused as bad input; a row that
+/// names one field twice is refused, never imported with the last value.
+#[test]
+fn an_import_one_byte_past_its_limit_a_directory_and_a_field_named_twice_write_nothing() {
+    let (fleet, _) = populated();
+    let before = fleet.export();
+    let path = fleet.dir.path().join("export.json");
+    let text = serde_json::to_string(&before).unwrap();
+    std::fs::write(&path, &text).unwrap();
+    let fresh = Fleet::new();
+    let limit = (text.len() - 1).to_string();
+    let out = fresh.ctl(&["registry", "import", path.to_str().unwrap(), "--max-input-bytes", &limit]);
+    assert_one_line_error(&out, 2, &format!("larger than {limit} bytes"));
+    assert!(fresh.workers_once_created().is_none_or(|rows| rows.is_empty()), "nothing was written");
+    let exact = text.len().to_string();
+    let out = fresh.ctl(&["registry", "import", path.to_str().unwrap(), "--max-input-bytes", &exact]);
+    assert!(
+        out.status.success(),
+        "a file exactly at its limit is read: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = fleet.ctl(&["registry", "import", fleet.dir.path().to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "is a directory");
+
+    let row = serde_json::to_string(&before.worker_registrations[0]).unwrap();
+    let twice = row.replacen('{', "{\"pid\":4242,", 1);
+    let dup = fleet.dir.path().join("dup.json");
+    std::fs::write(&dup, format!("{{\"worker_registrations\":[{twice}]}}")).unwrap();
+    let out = fleet.ctl(&["registry", "import", dup.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "duplicate field `pid`");
+    assert_eq!(fleet.export(), before);
+}
+
 /// An import checks each lease and audit entry by the rules of the commands that write
 /// them, and refuses fields and tables it does not know, before anything is written.
 #[test]

@@ -293,20 +293,22 @@ impl<'t> Restorer<'t> {
         Ok(self.summary)
     }
 
-    /// One row of `table`, the `i`th, still as JSON.
-    fn row(&mut self, table: Table, i: usize, value: serde_json::Value) -> Result<(), RestoreError> {
-        fn typed<T: serde::de::DeserializeOwned>(
+    /// One row of `table`, the `i`th, as its JSON text: read straight into its type,
+    /// never through a JSON value, whose map would keep the last of a field named twice,
+    /// so a field named twice is refused.
+    fn row(&mut self, table: Table, i: usize, raw: &serde_json::value::RawValue) -> Result<(), RestoreError> {
+        fn typed<'a, T: serde::Deserialize<'a>>(
             table: Table,
             i: usize,
-            value: serde_json::Value,
+            raw: &'a serde_json::value::RawValue,
         ) -> Result<T, DumpError> {
-            serde_json::from_value(value).map_err(|e| DumpError::new(format!("{}[{i}]: {e}", table.name())))
+            serde_json::from_str(raw.get()).map_err(|e| DumpError::new(format!("{}[{i}]: {e}", table.name())))
         }
         match table {
-            Table::Instances => self.instance(i, typed(table, i, value)?),
-            Table::Workers => self.worker(typed(table, i, value)?),
-            Table::Leases => self.lease(i, typed(table, i, value)?),
-            Table::Audit => self.audit(i, typed(table, i, value)?),
+            Table::Instances => self.instance(i, typed(table, i, raw)?),
+            Table::Workers => self.worker(typed(table, i, raw)?),
+            Table::Leases => self.lease(i, typed(table, i, raw)?),
+            Table::Audit => self.audit(i, typed(table, i, raw)?),
         }
     }
 
@@ -383,8 +385,8 @@ impl<'de> serde::de::Visitor<'de> for Rows<'_, '_> {
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut i = 0;
-        while let Some(value) = seq.next_element::<serde_json::Value>()? {
-            if let Err(e) = self.r.row(self.table, i, value) {
+        while let Some(raw) = seq.next_element::<Box<serde_json::value::RawValue>>()? {
+            if let Err(e) = self.r.row(self.table, i, &raw) {
                 let message = e.to_string();
                 self.r.failure = Some(e);
                 return Err(serde::de::Error::custom(message));

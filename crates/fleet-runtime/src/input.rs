@@ -40,11 +40,17 @@ pub fn read_streamed<T>(
     let source: Box<dyn Read> = if path.as_os_str() == "-" {
         Box::new(io::stdin().lock())
     } else {
-        Box::new(std::fs::File::open(path).map_err(|e| format!("cannot read {shown}: {e}"))?)
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(format!("{shown} is a directory, not a file"));
+        }
+        Box::new(file)
     };
-    let mut counted = Counted { inner: source.take(max_bytes.saturating_add(1)), read: 0 };
+    // The byte past the limit is never handed on: the read fails there, so `parse` fails
+    // before it could act on a whole document that is over the limit.
+    let mut counted = Counted { inner: source, read: 0, limit: max_bytes, over: false };
     let parsed = parse(&mut counted);
-    if counted.read > max_bytes {
+    if counted.over {
         return Err(format!(
             "{shown} is larger than {max_bytes} bytes, this input's limit (raise it with {flag})"
         ));
@@ -52,15 +58,27 @@ pub fn read_streamed<T>(
     Ok(parsed)
 }
 
-/// A reader that counts the bytes it has passed on.
+/// A reader that counts the bytes it has passed on, and fails rather than pass on one
+/// past `limit`.
 struct Counted<R> {
     inner: R,
     read: u64,
+    limit: u64,
+    over: bool,
 }
 
 impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
+        // One byte more than the limit allows is asked for, to tell "exactly at the
+        // limit" from "past it".
+        let room =
+            usize::try_from(self.limit.saturating_sub(self.read).saturating_add(1)).unwrap_or(usize::MAX);
+        let take = buf.len().min(room);
+        let n = self.inner.read(&mut buf[..take])?;
+        if self.read + n as u64 > self.limit {
+            self.over = true;
+            return Err(io::Error::other("the input is larger than its limit"));
+        }
         self.read += n as u64;
         Ok(n)
     }
