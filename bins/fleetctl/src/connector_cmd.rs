@@ -92,6 +92,16 @@ impl Binding<'_> {
                 let Some(mine) = current.filter(|c| c.owner == connector) else {
                     return Err(refused(&self.identity, LeaseDenial::LeaseHeld));
                 };
+                // The run that holds this tenure may live here still, whatever lock this
+                // run could take: it is never resumed beside it.
+                if let Some(live) =
+                    mine.holder_process.as_ref().filter(|p| fleet_runtime::process::holder_alive_here(p))
+                {
+                    return Err(Failure::refused(format!(
+                        "cannot hold {}: {connector} already holds it in a live run on this host ({live})",
+                        self.identity.lease_key()
+                    )));
+                }
                 let resume = ConnectorRequest::Resume { holder: &mine.holder(), ttl, process: &process };
                 match self.lease(resume)? {
                     Ok(lease) => Ok(lease),

@@ -272,6 +272,66 @@ fn a_second_run_of_a_live_holder_is_refused_naming_it() {
     assert!(ran.exists(), "a restart after the first died resumes");
 }
 
+/// The same with each run in another environment (its own `XDG_RUNTIME_DIR`, none and
+/// another `HOME`, an `XDG_STATE_HOME`): the lock is the host's, not the environment's,
+/// and the lease row's live holder on this host is never resumed beside.
+#[test]
+fn a_second_run_in_another_environment_is_refused_too() {
+    let fleet = Fleet::new();
+    let policy = policy(&fleet);
+    let dir = fleet.dir.path();
+    let run = |script: &str, env: &[(&str, std::path::PathBuf)]| {
+        let mut cmd = fleet.fleetctl();
+        cmd.args([
+            "connector",
+            "run",
+            "--key",
+            KEY,
+            "--owner",
+            "conn-a",
+            "--scope",
+            "chat.read",
+            "--ttl",
+            "30",
+        ])
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--", "sh", "-c", script])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("XDG_STATE_HOME");
+        for (k, v) in env {
+            std::fs::create_dir_all(v).unwrap();
+            cmd.env(k, v);
+        }
+        cmd
+    };
+    let ran = dir.join("ran");
+    let mut first = run("exec sleep 60", &[("XDG_RUNTIME_DIR", dir.join("xa"))])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(10), || {
+        let out = fleet.ctl(&["lease", "show", "--key", KEY, "--json"]);
+        String::from_utf8_lossy(&out.stdout).contains("conn-a").then_some(())
+    });
+    let touch = format!("touch {}", ran.display());
+    for env in [
+        vec![("XDG_RUNTIME_DIR", dir.join("xb"))],
+        vec![("HOME", dir.join("other-home"))],
+        vec![("XDG_STATE_HOME", dir.join("state"))],
+    ] {
+        let out = run(&touch, &env).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{env:?}: {stderr}");
+        assert!(stderr.contains(&format!("pid {}", first.id())), "{env:?} names the live holder: {stderr}");
+        assert!(!ran.exists(), "{env:?}: the second run's command never ran");
+    }
+    assert!(first.try_wait().unwrap().is_none(), "the first run's command was left alone");
+    kill(Pid::from_raw(i32::try_from(first.id()).unwrap()), Signal::SIGKILL).unwrap();
+    let _ = first.wait();
+}
+
 /// A run of the same connector on another host, started while the first lives, is
 /// refused (exit 1, naming the live run's pid and host) instead of resuming the first's
 /// tenure beside it: the host lock cannot see across hosts, so the lease row records the

@@ -32,3 +32,15 @@ pub fn holder_process() -> Result<fleet_lease::HolderProcess, ProbeError> {
 pub fn current_host() -> Option<(fleet_identity::HostId, fleet_identity::BootId)> {
     Some((host_id().ok()?, fleet_probe::boot_id().ok()?))
 }
+
+/// Whether `holder` is a live process on this very host and boot running this same
+/// program: the run that holds a tenure, still there. A pid that a process of another
+/// program now holds is not taken for it.
+pub fn holder_alive_here(holder: &fleet_lease::HolderProcess) -> bool {
+    let Some((host, boot)) = current_host() else { return false };
+    if holder.host_id != host || holder.boot_id != boot || holder.pid.get() == std::process::id() {
+        return false;
+    }
+    let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    exe(&holder.pid.get().to_string()).is_some_and(|theirs| exe("self").is_some_and(|mine| mine == theirs))
+}

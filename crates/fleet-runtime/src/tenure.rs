@@ -126,9 +126,10 @@ pub enum SameEpoch {
 }
 
 /// One live process per tenure on this host: an exclusive `flock` on a file named by the
-/// registry's id, the lease key and the owner, held for the life of the process that holds the
-/// lease (the kernel lets go of it however the process ends). The file records who holds
-/// it, for the refusal to name.
+/// registry's id, this host's id, the lease key and the owner, in a directory that no
+/// environment variable moves ([`lock_dir`]), held for the life of the process that holds
+/// the lease (the kernel lets go of it however the process ends). The file records who
+/// holds it, for the refusal to name.
 #[derive(Debug)]
 pub struct HostLock {
     _file: nix::fcntl::Flock<std::fs::File>,
@@ -140,7 +141,8 @@ impl HostLock {
     pub fn take(registry: &fleet_registry::RegistryId, lease_key: &str, owner: &str) -> Result<Self, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir = lock_dir().map_err(|e| format!("cannot make a directory for tenure locks: {e}"))?;
-        let name = blake3::hash(format!("{registry} {lease_key} {owner}").as_bytes()).to_hex();
+        let host = crate::process::host_id().map(|h| h.to_string()).unwrap_or_default();
+        let name = blake3::hash(format!("{registry} {host} {lease_key} {owner}").as_bytes()).to_hex();
         let path = dir.join(format!("{}.lock", &name[..32]));
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -153,7 +155,6 @@ impl HostLock {
             .map_err(|e| format!("cannot open the tenure lock {}: {e}", path.display()))?;
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
             Ok(mut file) => {
-                let host = crate::process::host_id().map(|h| h.to_string()).unwrap_or_default();
                 let _ = file.set_len(0);
                 let _ = std::io::Seek::rewind(&mut *file);
                 let _ = write!(*file, "pid {} on host {host}", std::process::id());
@@ -172,26 +173,31 @@ impl HostLock {
     }
 }
 
-/// The caller's own directory for tenure locks, created 0700 where missing: the user's
-/// runtime directory, else its state directory, else one under the system's temporary
-/// directory that this user owns (a planted one is refused).
+/// The user's directory for tenure locks on this host, created 0700 where missing: under
+/// the user's runtime directory `/run/user/UID` where the system keeps one, else
+/// `/tmp/fleetward-UID`. Never one an environment variable names (`XDG_RUNTIME_DIR`,
+/// `HOME`, `TMPDIR`): two runs of one tenure with different environments must meet at
+/// one lock. A directory planted by another user, or writable by others, is refused.
 fn lock_dir() -> std::io::Result<std::path::PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     use std::path::PathBuf;
-    let absolute = |var: &str| std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_absolute());
-    let dir = absolute("XDG_RUNTIME_DIR")
-        .map(|d| d.join("fleetward"))
-        .or_else(|| absolute("XDG_STATE_HOME").map(|d| d.join("fleetward")))
-        .or_else(|| absolute("HOME").map(|h| h.join(".local/state/fleetward")))
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("fleetward-{}", nix::unistd::getuid())))
-        .join("tenures");
+    let uid = nix::unistd::getuid();
+    let owned = |p: &std::path::Path| {
+        std::fs::symlink_metadata(p)
+            .is_ok_and(|m| m.is_dir() && m.uid() == uid.as_raw() && m.mode() & 0o022 == 0)
+    };
+    let run = PathBuf::from(format!("/run/user/{uid}"));
+    let dir =
+        if owned(&run) { run.join("fleetward") } else { PathBuf::from(format!("/tmp/fleetward-{uid}")) };
+    let dir = dir.join("tenures");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-    let meta = std::fs::symlink_metadata(&dir)?;
-    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() || meta.mode() & 0o022 != 0 {
-        return Err(std::io::Error::other(format!(
-            "{} is not a directory of this user's that only it may write",
-            dir.display()
-        )));
+    for d in [dir.parent().unwrap_or(&dir), &dir] {
+        if !owned(d) {
+            return Err(std::io::Error::other(format!(
+                "{} is not a directory of this user's that only it may write",
+                d.display()
+            )));
+        }
     }
     Ok(dir)
 }
