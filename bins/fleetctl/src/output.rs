@@ -35,11 +35,102 @@ impl OutputArgs {
     }
 }
 
-/// `value` as YAML on stdout.
+/// `value` as YAML on stdout (see [`yaml`]).
 pub(crate) fn print_yaml(value: &impl serde::Serialize) -> Result<(), Failure> {
-    let text = serde_norway::to_string(value)
+    let value = serde_json::to_value(value)
         .map_err(|e| Failure::store(format!("cannot write the answer as YAML: {e}")))?;
-    out!("{text}")
+    out!("{}", yaml(&value))
+}
+
+/// `value` as block-style YAML that every reader reads back as the same values, YAML
+/// 1.1 readers too (PyYAML, Ruby's Psych, Go's yaml.v2), as kubectl writes it: a string
+/// is plain only when no reader can take it for anything but that string — it starts
+/// with a letter, `_` or `/`, holds only letters, digits and `_-./`, and is none of
+/// YAML 1.1's booleans and nulls (`yes`, `on`, `y`, `null`, …) — and is double-quoted
+/// otherwise, in JSON's escapes, which YAML's double-quoted style shares.
+pub(crate) fn yaml(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    match value {
+        serde_json::Value::Object(map) if !map.is_empty() => yaml_map(&mut out, map, 0, false),
+        serde_json::Value::Array(items) if !items.is_empty() => yaml_seq(&mut out, items, 0),
+        other => {
+            out.push_str(&yaml_scalar(other).unwrap_or_default());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A string as YAML: plain where that is unambiguous, else double-quoted.
+fn yaml_string(s: &str) -> String {
+    const KEYWORDS: [&str; 12] =
+        ["y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf", "~"];
+    let plain = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || matches!(c, '_' | '/'))
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
+        && !KEYWORDS.contains(&s.to_ascii_lowercase().as_str());
+    if plain { s.to_owned() } else { serde_json::Value::String(s.to_owned()).to_string() }
+}
+
+/// A value that fits on one line (a scalar, an empty map or sequence), as YAML.
+fn yaml_scalar(value: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    Some(match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => yaml_string(s),
+        Value::Array(a) if a.is_empty() => "[]".to_owned(),
+        Value::Object(m) if m.is_empty() => "{}".to_owned(),
+        _ => return None,
+    })
+}
+
+/// A map's entries at `indent`; the first on the current line when `inline` (after a
+/// sequence's `- `).
+fn yaml_map(out: &mut String, map: &serde_json::Map<String, serde_json::Value>, indent: usize, inline: bool) {
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 || !inline {
+            out.push_str(&" ".repeat(indent));
+        }
+        out.push_str(&yaml_string(key));
+        out.push(':');
+        yaml_value(out, value, indent);
+    }
+}
+
+/// What follows a map key's colon: the value on this line, or nested below it.
+fn yaml_value(out: &mut String, value: &serde_json::Value, indent: usize) {
+    if let Some(scalar) = yaml_scalar(value) {
+        out.push(' ');
+        out.push_str(&scalar);
+        out.push('\n');
+        return;
+    }
+    out.push('\n');
+    match value {
+        serde_json::Value::Object(map) => yaml_map(out, map, indent + 2, false),
+        serde_json::Value::Array(items) => yaml_seq(out, items, indent),
+        _ => {}
+    }
+}
+
+/// A sequence's items at `indent`, each after `- `.
+fn yaml_seq(out: &mut String, items: &[serde_json::Value], indent: usize) {
+    for item in items {
+        out.push_str(&" ".repeat(indent));
+        out.push_str("- ");
+        match item {
+            serde_json::Value::Object(map) if !map.is_empty() => yaml_map(out, map, indent + 2, true),
+            serde_json::Value::Array(inner) if !inner.is_empty() => {
+                out.push('\n');
+                yaml_seq(out, inner, indent + 2);
+            }
+            scalar => {
+                out.push_str(&yaml_scalar(scalar).unwrap_or_default());
+                out.push('\n');
+            }
+        }
+    }
 }
 
 /// One `KIND/NAME` line per name.

@@ -41,6 +41,73 @@ fn yaml_holds_what_json_holds_on_every_listing() {
     assert_eq!(none, serde_json::json!([]), "nothing selected is an empty sequence");
 }
 
+/// A YAML 1.1 reader (PyYAML, the library kubectl users' Python tools read YAML with;
+/// its `safe_load` resolves `yes`, `on`, dates, sexagesimal numbers and the merge key
+/// `<<` as YAML 1.1 says) reads every owner back as the string it is.
+#[test]
+fn yaml_reads_back_as_the_same_strings_in_a_yaml_1_1_reader() {
+    let has_pyyaml =
+        std::process::Command::new("python3").args(["-c", "import yaml"]).status().is_ok_and(|s| s.success());
+    if !has_pyyaml {
+        eprintln!("skipped: python3 with PyYAML is not installed (pip install pyyaml)");
+        return;
+    }
+    let fleet = Fleet::new();
+    let owners = [
+        "yes",
+        "no",
+        "on",
+        "off",
+        "y",
+        "<<",
+        "2026-01-01",
+        "2026-12-07T04:07:05.666Z",
+        "12:30",
+        "0x1F",
+        "1e3",
+        "0o17",
+        "~",
+        "null",
+        "-",
+        "a: b",
+        "#x",
+        " lead",
+        "true",
+        "!tag",
+        "*alias",
+        "&anchor",
+        "plain-owner",
+    ];
+    for (i, owner) in owners.iter().enumerate() {
+        let key = format!("workflow:k{i}");
+        let out = fleet.ctl(&["lease", "acquire", "--key", &key, "--owner", owner, "--ttl", "300"]);
+        assert!(out.status.success(), "{owner}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let yaml = stdout(&fleet, &["lease", "show", "-o", "yaml"]);
+    let json = stdout(&fleet, &["lease", "show", "-o", "json"]);
+    let read = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(sys.stdin.read()), default=repr))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(yaml.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "PyYAML cannot read it: {}\n{yaml}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let by_python: Value = serde_json::from_slice(&read.stdout).unwrap();
+    assert_eq!(by_python, serde_json::from_str::<Value>(&json).unwrap(), "{yaml}");
+}
+
 #[test]
 fn name_prints_one_kind_and_name_per_line() {
     let fleet = fleet_with_a_lease_and_a_worker();
