@@ -209,7 +209,7 @@ impl Heads {
                 .pending
                 .front()
                 .map_or(CLIENT_TIMEOUT, |p| (p.since + CLIENT_TIMEOUT).saturating_duration_since(now))
-                .min(Duration::from_secs(1));
+                .min(crate::notify::turn_every());
             let timeout = PollTimeout::try_from(wait + Duration::from_millis(1)).unwrap_or(PollTimeout::MAX);
             let ready: Vec<bool> = {
                 let mut fds = Vec::with_capacity(self.pending.len() + 1);

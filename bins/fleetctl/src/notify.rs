@@ -27,11 +27,28 @@ pub(crate) fn send(state: &str) {
     }
 }
 
+/// The interval systemd's watchdog asks for (`WATCHDOG_USEC`), if any.
+fn watchdog() -> Option<Duration> {
+    std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|u| *u > 0)
+        .map(Duration::from_micros)
+}
+
+/// How long the server's loop may wait before it turns again: a second, or a quarter of
+/// the watchdog's interval where that is shorter, so that every ping (at half the
+/// interval) finds the loop turned since the last.
+pub(crate) fn turn_every() -> Duration {
+    watchdog()
+        .map_or(Duration::from_secs(1), |w| (w / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)))
+}
+
 /// Pings the watchdog at half the interval systemd asks for (`WATCHDOG_USEC`), while
 /// `turns` keeps moving between two pings; does nothing without a watchdog.
 pub(crate) fn watch(turns: &'static AtomicU64) {
-    let Some(usec) = std::env::var("WATCHDOG_USEC").ok().and_then(|v| v.parse::<u64>().ok()) else { return };
-    let period = Duration::from_micros(usec / 2).max(Duration::from_secs(2));
+    let Some(interval) = watchdog() else { return };
+    let period = (interval / 2).max(Duration::from_millis(20));
     let _ = std::thread::Builder::new().name("fleetctl-watchdog".into()).spawn(move || {
         let mut last = turns.load(Ordering::Relaxed);
         loop {

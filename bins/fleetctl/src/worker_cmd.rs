@@ -163,7 +163,13 @@ fn run_worker(
                     "worker {worker} is no longer registered ({why}); its command was stopped"
                 )));
             }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Ok(None) => {
+                // As a container's pid 1, the orphans the kernel hands this process.
+                if fleet_runtime::keeper::is_namespace_init() {
+                    fleet_runtime::keeper::reap_orphans_but(child.id());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
             Err(e) => return Err(Failure::store(format!("cannot wait for the worker: {e}"))),
         }
     };

@@ -275,6 +275,46 @@ fn serve_tells_systemd_it_is_ready_and_pings_its_watchdog() {
     let _ = server.wait();
 }
 
+/// Under `WatchdogSec=1` (systemd.service(5): the service must ping within every
+/// interval) a healthy, idle server pings more often than once a second, for seconds on
+/// end.
+#[test]
+fn serve_pings_a_one_second_watchdog_in_time() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let socket_path = fleet.dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "1000000")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let mut last = None;
+    let mut pings = 0;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        let n = socket.recv(&mut buf).expect("a ping within the read timeout");
+        if &buf[..n] != b"WATCHDOG=1" {
+            continue;
+        }
+        let now = std::time::Instant::now();
+        if let Some(before) = last {
+            let gap: Duration = now - before;
+            assert!(gap < Duration::from_secs(1), "{gap:?} between two pings of a 1 s watchdog");
+        }
+        last = Some(now);
+        pings += 1;
+    }
+    assert!(pings >= 5, "{pings} pings in 4 s");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// Twenty launches that ran and finished leave counts, not series of their own: every
 /// historical row is counted without its launch, so `fleet_workers` has one series per
 /// namespace and status for them all.

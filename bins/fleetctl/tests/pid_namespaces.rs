@@ -150,3 +150,69 @@ fn every_keeping_command_runs_its_command_as_pid_1() {
         assert_eq!(out.status.code(), Some(expected), "{args:?}: {stderr}");
     }
 }
+
+/// The zombies among the children of host pid `pid`.
+fn zombie_children(pid: i32) -> usize {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat"))
+                .ok()
+                .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+/// `worker run` and `serve` as pid 1 of a PID namespace (a container's entrypoint) reap
+/// the orphans the kernel hands them: processes started from outside the namespace
+/// (`docker exec`, here nsenter(1) into it) whose shell exits before its background
+/// jobs leave those jobs to pid 1 (pid_namespaces(7)); none stays a zombie.
+#[test]
+fn as_pid_1_worker_run_and_serve_leave_no_zombies() {
+    if !pid_namespaces_available() {
+        eprintln!(
+            "skipped: this machine cannot create a PID namespace (unshare -p needs root or user namespaces)"
+        );
+        return;
+    }
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let instance = fleet.mint("codex");
+    let entrypoints: [&[&str]; 2] = [
+        &["worker", "run", "--namespace", "author", "--", "sleep", "60"],
+        &["serve", "--listen", "127.0.0.1:0"],
+    ];
+    for args in entrypoints {
+        let mut unshare = Command::new("unshare")
+            .args(["-p", "-f", "--mount-proc", "--kill-child", "--"])
+            .arg(common::fleetctl_bin())
+            .args(args)
+            .env("FLEET_REGISTRY", &fleet.registry)
+            .env("GITEA_MCP_CLIENT", "codex")
+            .env("GITEA_MCP_CLIENT_INSTANCE", &instance)
+            .current_dir(fleet.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let init = wait_for(Duration::from_secs(10), || {
+            let children =
+                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", unshare.id())).ok()?;
+            children.split_whitespace().next()?.parse::<i32>().ok()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        for _ in 0..5 {
+            let status = Command::new("nsenter")
+                .args(["-t", &init.to_string(), "-p", "-m", "--", "sh", "-c", "sleep 0.2 & exit 0"])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(zombie_children(init), 0, "{args:?} as pid 1 left zombies");
+        let _ = kill(Pid::from_raw(i32::try_from(unshare.id()).unwrap()), Signal::SIGKILL);
+        let _ = unshare.wait();
+    }
+}

@@ -524,3 +524,47 @@ pub fn running(pid: u32) -> bool {
     let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
     !matches!(state, Some("Z" | "X") | None)
 }
+
+/// Whether this process is pid 1 of its PID namespace (a container's entrypoint): the
+/// kernel hands it every orphan of the namespace, which only it can reap.
+pub fn is_namespace_init() -> bool {
+    std::process::id() == 1
+}
+
+/// Reaps, without waiting, every exited child of this process but `ours` (whose status
+/// its owner waits for): the orphans pid 1 inherits (what `docker exec … sh -c 'cmd &'`
+/// leaves), which stay zombies until reaped. Stops at `ours` when it has exited: its
+/// owner reaps it, and the next call sees the rest. Returns how many it reaped.
+pub fn reap_orphans_but(ours: u32) -> usize {
+    use nix::sys::wait::{Id, waitid};
+    let mut reaped = 0;
+    loop {
+        let peek = waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT);
+        let Some(pid) = peek.ok().and_then(|status| status.pid()) else { return reaped };
+        if u32::try_from(pid.as_raw()).ok() == Some(ours) {
+            return reaped;
+        }
+        if matches!(waitpid(pid, Some(WaitPidFlag::WNOHANG)), Ok(WaitStatus::StillAlive) | Err(_)) {
+            return reaped;
+        }
+        reaped += 1;
+    }
+}
+
+/// As pid 1 of a PID namespace, reaps every orphan the kernel hands this process, on a
+/// thread of its own, for as long as the process lives: for a process that has no
+/// children of its own to wait for (`serve`). Does nothing otherwise.
+pub fn reap_orphans_as_init() {
+    if !is_namespace_init() {
+        return;
+    }
+    let _ = std::thread::Builder::new().name("fleet-reaper".into()).spawn(|| {
+        loop {
+            match waitpid(None::<nix::unistd::Pid>, None) {
+                Ok(_) => {}
+                // No child at all: orphans arrive later.
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    });
+}
