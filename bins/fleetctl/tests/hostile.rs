@@ -334,6 +334,76 @@ fn a_process_whose_clock_alone_is_off_marks_no_healthy_worker_stale() {
     }
 }
 
+/// A row written with the file's triggers switched off (`.dbconfig enable_trigger off`,
+/// sqlite3(1); here rusqlite's `set_db_config`) leaves no trace in the history a
+/// long-lived reader follows, and a change marker that moves once and then stands
+/// still. `snapshot --watch` must still show it within the bound on what fools that
+/// proof (`WHOLE_READ_EVERY`, a minute): the rows are read whole at least that often,
+/// marker or not.
+#[test]
+fn a_long_lived_reader_sees_a_write_that_fooled_its_proof_within_the_bound() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    fleet.register_and_release(&fleet.mint("codex"), "author");
+    let mut watch = fleet
+        .fleetctl()
+        .args(["snapshot", "--watch", "--interval", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let verdict = |line: &str| {
+        if line.contains("UNSAFE") {
+            Some(false)
+        } else if line.contains("SAFE") {
+            Some(true)
+        } else {
+            None
+        }
+    };
+    // The watch has read the fleet: SAFE.
+    loop {
+        let line = seen.recv_timeout(Duration::from_secs(30)).expect("the watch draws");
+        if verdict(&line) == Some(true) {
+            break;
+        }
+    }
+    let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false).unwrap();
+    conn.execute(
+        "INSERT INTO worker_registrations (worker_identity, namespace, status, ownership_state, registered_at, \
+         last_heartbeat_at, heartbeat_ttl_s) VALUES ('wkr-author-ghost', 'author', 'active', 'stale', \
+         '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', 2)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let written = Instant::now();
+    assert_eq!(fleet.ctl(&["snapshot", "--gate"]).status.code(), Some(1), "a fresh snapshot: UNSAFE");
+    let shown = loop {
+        let line = seen
+            .recv_timeout(Duration::from_secs(90).saturating_sub(written.elapsed()))
+            .expect("the watch shows the row within the bound");
+        if verdict(&line) == Some(false) {
+            break written.elapsed();
+        }
+    };
+    eprintln!("the watch showed the row {shown:?} after it was written");
+    assert!(shown <= fleet_registry::WHOLE_READ_EVERY + Duration::from_secs(3), "{shown:?}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
 /// A "database server" on loopback that accepts every connection and never says a
 /// word (a stalled host, a port that swallows bytes). Connections are kept open for
 /// as long as the listener lives.

@@ -111,6 +111,8 @@ struct LastRead {
     /// with the rows.
     mark: Option<ReadMark>,
     dump: RegistryDump,
+    /// When the registry was last read whole for these rows.
+    whole_at: std::time::Instant,
 }
 
 /// A snapshot, or word that it would say what the last one said.
@@ -225,17 +227,26 @@ impl Fleet {
     fn refresh(&mut self) -> Result<(), StoreError> {
         let registry = open(&mut self.registry, &self.location)?;
         let marker = registry.change_marker()?;
-        if let (Some(now), Some(LastRead { marker: Some(then), .. })) = (marker, &self.last)
+        // A marker that stands still proves nothing changed only for as long as what
+        // fools the proof of a follow may be served: the rows are read whole at least
+        // every WHOLE_READ_EVERY, marker or not.
+        if let (Some(now), Some(LastRead { marker: Some(then), whole_at, .. })) = (marker, &self.last)
             && now == *then
+            && whole_at.elapsed() < fleet_registry::WHOLE_READ_EVERY
         {
             return Ok(());
         }
         let read = registry.read_since(self.last.as_mut().and_then(|last| last.mark.take()))?;
+        let whole = matches!(read.changes, fleet_registry::RegistryChanges::Everything(_));
         let last = self.last.get_or_insert_with(|| LastRead {
             marker: None,
             mark: None,
             dump: RegistryDump::default(),
+            whole_at: std::time::Instant::now(),
         });
+        if whole {
+            last.whole_at = std::time::Instant::now();
+        }
         // Only a judgement (or probed places) that stands for the rows as they were is
         // brought along a heartbeat: without one, the rows are not compared.
         let current = self.judged.as_mut().filter(|j| j.generation == self.generation);
