@@ -116,6 +116,11 @@ fn stream_events(mut stream: TcpStream, mut events: Events) {
         }
         let (started, mut quiet_since) = (Instant::now(), Instant::now());
         while started.elapsed() < STREAM_FOR {
+            // A client that hung up frees its slot within a second, not on the second
+            // write that fails: its end of the connection reads as closed.
+            if hung_up(&stream) {
+                return;
+            }
             let written = match (events.0)() {
                 Some(data) => stream.write_all(format!("data: {data}\n\n").as_bytes()),
                 None if quiet_since.elapsed() >= STREAM_QUIET => stream.write_all(b": still here\n\n"),
@@ -135,6 +140,25 @@ fn stream_events(mut stream: TcpStream, mut events: Events) {
         STREAMS.fetch_sub(1, SeqCst);
     }
 }
+
+/// Whether the client closed its end: an event stream's client sends nothing after its
+/// request, so a read that would find the end of the stream means it is gone.
+fn hung_up(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let closed = matches!(stream.peek(&mut byte), Ok(0));
+    // Writes wait again as before (each within the write timeout).
+    closed || stream.set_nonblocking(false).is_err()
+}
+
+/// What every answer tells the browser: run no script but the server's own page script,
+/// load nothing from elsewhere, be framed by no one, and take each body for what its
+/// type says.
+const SECURITY_HEADERS: &str = "Content-Security-Policy: default-src 'none'; script-src 'self'; \
+     connect-src 'self'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\n";
 
 fn reason(status: u16) -> &'static str {
     match status {
@@ -345,6 +369,7 @@ fn answer(
     if let Some(allow) = response.allow {
         head.push_str(&format!("Allow: {allow}\r\n"));
     }
+    head.push_str(SECURITY_HEADERS);
     head.push_str("\r\n");
     // A client that hung up, or does not read within the timeout, is its own business.
     let body = if head_only { &[][..] } else { response.body.as_bytes() };

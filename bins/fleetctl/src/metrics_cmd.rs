@@ -428,6 +428,10 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                 }
             },
             "/healthz" => Response::text(200, "ok\n"),
+            "/page.js" => Response {
+                content_type: "text/javascript; charset=utf-8",
+                ..Response::text(200, crate::status_page::PAGE_SCRIPT)
+            },
             "/events" => {
                 let Some(since) = request.query.strip_prefix("since=") else {
                     return Response::text(400, "events need the page's digest: /events?since=DIGEST\n");

@@ -118,6 +118,29 @@ fn digest(snap: &FleetSnapshot<'_>, extras: &Extras) -> String {
     facts.finalize().to_hex()[..32].to_owned()
 }
 
+/// The page's one script, served at `/page.js` (the page's security policy runs no
+/// inline script): it reloads the page when the server says what it shows changed. A
+/// stream the server refused (every slot taken, or the server restarting) fails for
+/// good in the browser (an `EventSource` whose answer is not 200 does not retry), so
+/// the script opens a new one after a pause, doubling up to 5 s.
+pub(crate) const PAGE_SCRIPT: &str = r#"(() => {
+  const since = document.currentScript.dataset.since;
+  let pause = 500;
+  const follow = () => {
+    const events = new EventSource("/events?since=" + encodeURIComponent(since));
+    events.onopen = () => { pause = 500; };
+    events.onmessage = () => location.reload();
+    events.onerror = () => {
+      if (events.readyState === EventSource.CLOSED) {
+        setTimeout(follow, pause);
+        pause = Math.min(pause * 2, 5000);
+      }
+    };
+  };
+  follow();
+})();
+"#;
+
 /// The most launches (and blockers) the page lists; the counts cover the rest.
 const MAX_ROWS: usize = 500;
 
@@ -246,10 +269,7 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
         retirement_section(&mut html, plan);
     }
     // Reloads when the server says the page changed; the digest says what it shows.
-    let _ = writeln!(
-        html,
-        "<script>new EventSource(\"/events?since={digest}\").onmessage = () => location.reload();</script>"
-    );
+    let _ = writeln!(html, "<script src=\"/page.js\" data-since=\"{}\"></script>", escape(digest));
     html.push_str("</body></html>\n");
     html
 }
@@ -295,7 +315,7 @@ fn hosts_section(html: &mut String, hosts: &fleet_registry::HostList) {
         let state = if h.cloned { format!("{} (cloned)", h.state) } else { h.state.to_string() };
         let _ = writeln!(
             html,
-            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"host-{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(h.host_id.as_str()),
             escape(h.hostname.as_deref().unwrap_or("")),
             h.state,

@@ -212,7 +212,18 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
     assert!(page.contains(&instance), "the launch has its row: {page}");
     assert!(page.contains("<td class=\"live\">live</td>"), "{page}");
     assert_eq!(page.matches("<script").count(), 1, "one script, the page's own: {page}");
-    assert!(!page.contains(" src="), "nothing loaded from elsewhere");
+    assert!(page.contains("<script src=\"/page.js\""), "served by this server: {page}");
+    assert_eq!(page.matches(" src=").count(), 1, "nothing loaded from elsewhere");
+    assert!(
+        page.contains("Content-Security-Policy: default-src 'none'; script-src 'self'"),
+        "no inline or foreign script runs: {page:.600}"
+    );
+    let script = get("/page.js");
+    assert!(script.starts_with("HTTP/1.1 200") && script.contains("text/javascript"), "{script:.300}");
+    assert!(
+        script.contains("EventSource") && script.contains("onerror"),
+        "a refused stream is tried again: {script}"
+    );
     assert!(page.contains("<h2>Leases</h2>") && page.contains("<h2>Retirement</h2>"), "{page}");
     // The page's event stream: a digest other than the fleet's is news at once.
     assert!(get("/events").starts_with("HTTP/1.1 400"), "a stream needs the page's digest");
