@@ -499,6 +499,20 @@ fn an_import_one_byte_past_its_limit_a_directory_and_a_field_named_twice_write_n
     std::fs::write(&dup, format!("{{\"worker_registrations\":[{twice}]}}")).unwrap();
     let out = fleet.ctl(&["registry", "import", dup.to_str().unwrap()]);
     assert_one_line_error(&out, 2, "duplicate field `pid`");
+
+    // One value of 8 MiB (a launch id) in a file well within its limit: refused as the
+    // row streams in, never held whole.
+    let huge = fleet.dir.path().join("huge.json");
+    let id = "x".repeat(8 << 20);
+    std::fs::write(
+        &huge,
+        format!(
+            "{{\"worker_registrations\":[{{\"worker_identity\":\"w\",\"namespace\":\"author\",\"status\":\"active\",\"registered_at\":\"2026-07-30T12:00:00Z\",\"client_instance_id\":\"{id}\"}}]}}"
+        ),
+    )
+    .unwrap();
+    let out = fleet.ctl(&["registry", "import", huge.to_str().unwrap()]);
+    assert_one_line_error(&out, 2, "a row is larger than 1048576 bytes");
     assert_eq!(fleet.export(), before);
 }
 

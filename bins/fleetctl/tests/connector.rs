@@ -233,25 +233,7 @@ fn a_takeover_by_connector_run_ends_a_paused_former_holders_command_first() {
 fn a_second_run_of_a_live_holder_is_refused_naming_it() {
     let fleet = Fleet::new();
     let policy = policy(&fleet);
-    let run = |script: &str| {
-        let mut cmd = fleet.fleetctl();
-        cmd.args([
-            "connector",
-            "run",
-            "--key",
-            KEY,
-            "--owner",
-            "conn-a",
-            "--scope",
-            "chat.read",
-            "--ttl",
-            "30",
-        ])
-        .arg("--policy")
-        .arg(&policy)
-        .args(["--", "sh", "-c", script]);
-        cmd
-    };
+    let run = |script: &str| run_as_conn_a(&fleet, &policy, script);
     let ran = fleet.dir.path().join("ran");
     let mut first = run("exec sleep 60").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     wait_for(Duration::from_secs(10), || {
@@ -272,6 +254,16 @@ fn a_second_run_of_a_live_holder_is_refused_naming_it() {
     assert!(ran.exists(), "a restart after the first died resumes");
 }
 
+/// `connector run` of connector `conn-a` on the test binding, running `script`.
+fn run_as_conn_a(fleet: &Fleet, policy: &std::path::Path, script: &str) -> std::process::Command {
+    let mut cmd = fleet.fleetctl();
+    cmd.args(["connector", "run", "--key", KEY, "--owner", "conn-a", "--scope", "chat.read", "--ttl", "30"])
+        .arg("--policy")
+        .arg(policy)
+        .args(["--", "sh", "-c", script]);
+    cmd
+}
+
 /// The same with each run in another environment (its own `XDG_RUNTIME_DIR`, none and
 /// another `HOME`, an `XDG_STATE_HOME`): the lock is the host's, not the environment's,
 /// and the lease row's live holder on this host is never resumed beside.
@@ -281,24 +273,8 @@ fn a_second_run_in_another_environment_is_refused_too() {
     let policy = policy(&fleet);
     let dir = fleet.dir.path();
     let run = |script: &str, env: &[(&str, std::path::PathBuf)]| {
-        let mut cmd = fleet.fleetctl();
-        cmd.args([
-            "connector",
-            "run",
-            "--key",
-            KEY,
-            "--owner",
-            "conn-a",
-            "--scope",
-            "chat.read",
-            "--ttl",
-            "30",
-        ])
-        .arg("--policy")
-        .arg(&policy)
-        .args(["--", "sh", "-c", script])
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("XDG_STATE_HOME");
+        let mut cmd = run_as_conn_a(&fleet, &policy, script);
+        cmd.env_remove("XDG_RUNTIME_DIR").env_remove("XDG_STATE_HOME");
         for (k, v) in env {
             std::fs::create_dir_all(v).unwrap();
             cmd.env(k, v);

@@ -261,6 +261,37 @@ fn a_slots_fencing_epoch_never_repeats_across_prune_and_import() {
     assert!(fleet.workers().iter().any(|r| r.fencing_epoch == Some(3)), "and on from there");
 }
 
+/// A whole backup carries each scope's fencing high-water mark: a registry restored
+/// from it into a new file never hands out an epoch the old one handed out, even where
+/// no row shows it any longer (pruned).
+#[test]
+fn a_restored_backup_never_hands_out_an_epoch_again() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    for _ in 0..3 {
+        fleet.register_and_release(&id, "author");
+    }
+    let out = fleet.ctl(&[
+        "registry",
+        "prune",
+        "--before",
+        "2999-01-01T00:00:00Z",
+        "--export",
+        fleet.dir.path().join("pruned.json").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(fleet.workers().is_empty(), "the rows of epochs 1 to 3 were pruned");
+    let backup = fleet.dir.path().join("backup.json");
+    let out = fleet.ctl(&["registry", "export"]);
+    assert!(out.status.success());
+    std::fs::write(&backup, &out.stdout).unwrap();
+    let restored = Fleet::new();
+    let out = restored.ctl(&["registry", "import", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    restored.register_and_release(&id, "author");
+    assert_eq!(restored.workers()[0].fencing_epoch, Some(4), "never 1 again");
+}
+
 /// `registry prune --before` takes a bare date as its first instant, UTC; a malformed one
 /// is bad input naming the flag.
 #[test]

@@ -194,16 +194,7 @@ fn retire(fleet: &Fleet) -> Vec<String> {
     if plan["candidate_count"] == 0 {
         return Vec::new();
     }
-    let applied = fleet.json(&[
-        "retire",
-        "apply",
-        "--registry-fingerprint",
-        plan["registry_fingerprint"].as_str().unwrap(),
-        "--candidate-fingerprint",
-        plan["candidate_fingerprint"].as_str().unwrap(),
-        "--every-candidate",
-        "--json",
-    ]);
+    let applied = fleet.json(&common::apply_args(&plan, &["--every-candidate", "--json"]));
     let retired: Vec<&str> =
         applied["retired"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
     let mut reasons: Vec<String> = plan["candidates"]

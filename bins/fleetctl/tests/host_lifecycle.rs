@@ -152,16 +152,7 @@ fn reasons(plan: &serde_json::Value, fleet: &Fleet, host: &SimHost) -> Vec<Strin
 
 /// Applies every candidate of `plan`.
 fn apply_every(fleet: &Fleet, plan: &serde_json::Value) -> serde_json::Value {
-    json(&fleet.ctl(&[
-        "retire",
-        "apply",
-        "--registry-fingerprint",
-        plan["registry_fingerprint"].as_str().unwrap(),
-        "--candidate-fingerprint",
-        plan["candidate_fingerprint"].as_str().unwrap(),
-        "--every-candidate",
-        "--json",
-    ]))
+    json(&fleet.ctl(&common::apply_args(plan, &["--every-candidate", "--json"])))
 }
 
 /// The registry's gate: exit 0 when the fleet is safe to mutate.

@@ -24,6 +24,20 @@ pub struct RegistryBackup {
     pub leases: Vec<LeaseRecord>,
     /// The lease audit log, in order.
     pub lease_audit_log: Vec<AuditEntry>,
+    /// The highest fencing epoch ever handed out in each scope (a lease key, a worker
+    /// slot), which no row may show any longer (pruned, released): a registry restored
+    /// from this backup never hands one of them out again.
+    pub fencing_high_water: Vec<HighWater>,
+}
+
+/// The highest fencing epoch ever handed out in one scope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HighWater {
+    /// The scope: `lease KEY`, or `slot INSTANCE NAMESPACE`.
+    pub scope: String,
+    /// The epoch.
+    pub epoch: u64,
 }
 
 impl RegistryBackup {
@@ -45,6 +59,8 @@ impl RegistryBackup {
         let leases: Vec<LeaseRecord> = numbered(table(&mut map, "leases"), "leases")?;
         let lease_audit_log: Vec<AuditEntry> =
             numbered(table(&mut map, "lease_audit_log"), "lease_audit_log")?;
+        let fencing_high_water: Vec<HighWater> =
+            numbered(table(&mut map, "fencing_high_water"), "fencing_high_water")?;
         for (i, lease) in leases.iter().enumerate() {
             lease.check().map_err(|e| DumpError::new(format!("leases[{i}]: {e}")))?;
         }
@@ -52,7 +68,7 @@ impl RegistryBackup {
             entry.check().map_err(|e| DumpError::new(format!("lease_audit_log[{i}]: {e}")))?;
         }
         let registry = RegistryDump::from_value(serde_json::Value::Object(map))?;
-        Ok(Self { registry, leases, lease_audit_log })
+        Ok(Self { registry, leases, lease_audit_log, fencing_high_water })
     }
 
     /// The backup as pretty JSON.
@@ -96,6 +112,7 @@ enum Table {
     Workers,
     Leases,
     Audit,
+    HighWater,
 }
 
 impl Table {
@@ -105,11 +122,14 @@ impl Table {
             Self::Workers => "worker_registrations",
             Self::Leases => "leases",
             Self::Audit => "lease_audit_log",
+            Self::HighWater => "fencing_high_water",
         }
     }
 
     fn named(name: &str) -> Option<Self> {
-        [Self::Instances, Self::Workers, Self::Leases, Self::Audit].into_iter().find(|t| t.name() == name)
+        [Self::Instances, Self::Workers, Self::Leases, Self::Audit, Self::HighWater]
+            .into_iter()
+            .find(|t| t.name() == name)
     }
 }
 
@@ -129,6 +149,34 @@ pub(crate) struct Restorer<'t> {
     last_audit_id: Option<i64>,
     /// A failure of the registry met inside the parser, which can carry only text.
     failure: Option<RestoreError>,
+    /// The bytes read since the last row ended, when reading from a stream.
+    row_bytes: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+/// The most one row of a backup may take as JSON text. A worker row, a lease or an
+/// audit entry takes a few KB; a larger one (a launch id of 200 MB) is refused as it
+/// streams in, before it is held whole.
+pub const MAX_ROW_BYTES: u64 = 1 << 20;
+
+/// A reader that fails once more than [`MAX_ROW_BYTES`] have passed since the last row
+/// ended (as the restorer says by resetting `since_row`), and says so in `over`.
+struct RowBounded<R> {
+    inner: R,
+    since_row: std::rc::Rc<std::cell::Cell<u64>>,
+    over: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: std::io::Read> std::io::Read for RowBounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let since = self.since_row.get() + n as u64;
+        self.since_row.set(since);
+        if since > MAX_ROW_BYTES {
+            self.over.set(true);
+            return Err(std::io::Error::other("a row is larger than its limit"));
+        }
+        Ok(n)
+    }
 }
 
 impl<'t> Restorer<'t> {
@@ -144,6 +192,7 @@ impl<'t> Restorer<'t> {
             audit: Vec::new(),
             last_audit_id: None,
             failure: None,
+            row_bytes: std::rc::Rc::default(),
         }
     }
 
@@ -286,6 +335,18 @@ impl<'t> Restorer<'t> {
     }
 
     /// Writes what is still batched; the summary of everything written.
+    /// A fencing high-water mark: the scope's mark is raised to it, never lowered.
+    pub(crate) fn high_water(&mut self, mark: HighWater) -> Result<(), RestoreError> {
+        if mark.epoch == 0 || mark.scope.is_empty() || mark.scope.len() > 4096 {
+            return Err(DumpError::new(format!(
+                "fencing_high_water: {mark:?} is not a scope's high-water mark"
+            ))
+            .into());
+        }
+        self.tx.raise_high_water(&mark.scope, mark.epoch)?;
+        Ok(())
+    }
+
     pub(crate) fn finish(mut self) -> Result<ImportSummary, StoreError> {
         self.flush_instances()?;
         self.flush_workers()?;
@@ -309,17 +370,30 @@ impl<'t> Restorer<'t> {
             Table::Workers => self.worker(typed(table, i, raw)?),
             Table::Leases => self.lease(i, typed(table, i, raw)?),
             Table::Audit => self.audit(i, typed(table, i, raw)?),
+            Table::HighWater => self.high_water(typed(table, i, raw)?),
         }
     }
 
     /// Reads a backup (or anything [`RegistryBackup::from_json`] reads) from `reader`,
     /// writing its rows as they come.
     pub(crate) fn stream(mut self, reader: impl std::io::Read) -> Result<ImportSummary, RestoreError> {
-        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(reader));
+        let over = std::rc::Rc::new(std::cell::Cell::new(false));
+        let bounded = RowBounded {
+            inner: reader,
+            since_row: std::rc::Rc::clone(&self.row_bytes),
+            over: std::rc::Rc::clone(&over),
+        };
+        let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(bounded));
         let parsed =
             serde::Deserializer::deserialize_any(&mut de, Whole { r: &mut self }).and_then(|()| de.end());
         if let Some(failure) = self.failure.take() {
             return Err(failure);
+        }
+        if over.get() {
+            return Err(DumpError::new(format!(
+                "a row is larger than {MAX_ROW_BYTES} bytes, more than any row of a registry takes"
+            ))
+            .into());
         }
         parsed.map_err(|e| match e.classify() {
             serde_json::error::Category::Io => {
@@ -391,6 +465,7 @@ impl<'de> serde::de::Visitor<'de> for Rows<'_, '_> {
                 self.r.failure = Some(e);
                 return Err(serde::de::Error::custom(message));
             }
+            self.r.row_bytes.set(0);
             i += 1;
         }
         Ok(())

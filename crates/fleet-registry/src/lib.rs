@@ -25,7 +25,7 @@ mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backup::{RegistryBackup, RestoreError};
+pub use backup::{HighWater, MAX_ROW_BYTES, RegistryBackup, RestoreError};
 pub use changes::{RegistryChanges, RegistryRead, WHOLE_READ_EVERY};
 pub use error::{StoreError, StoreErrorKind, with_causes};
 pub use gateway::ConnectorExecutionContext;

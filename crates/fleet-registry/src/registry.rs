@@ -454,6 +454,11 @@ impl<S: Store> Registry<S> {
                 registry: export_in(tx)?,
                 leases: tx.leases(None)?,
                 lease_audit_log: tx.audit(None)?,
+                fencing_high_water: tx
+                    .high_waters()?
+                    .into_iter()
+                    .map(|(scope, epoch)| crate::backup::HighWater { scope, epoch })
+                    .collect(),
             })
         })
     }
@@ -487,6 +492,9 @@ impl<S: Store> Registry<S> {
                 log.sort_by_key(|e| e.id);
                 for (i, entry) in log.into_iter().enumerate() {
                     restorer.audit(i, entry.clone())?;
+                }
+                for mark in &backup.fencing_high_water {
+                    restorer.high_water(mark.clone())?;
                 }
                 Ok::<_, crate::RestoreError>(restorer.finish()?)
             })

@@ -98,6 +98,8 @@ pub trait Tx {
     /// 0 when none: kept where pruning, importing and restoring rows do not reach, so an
     /// epoch is never handed out twice.
     fn high_water(&mut self, scope: &str) -> Result<u64, StoreError>;
+    /// Every scope's high-water mark, ordered by scope.
+    fn high_waters(&mut self) -> Result<Vec<(String, u64)>, StoreError>;
     /// Raises `scope`'s high-water mark to `epoch` (never lowers it).
     fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError>;
     /// [`raise_high_water`](Self::raise_high_water) for each scope, each named once; a

@@ -114,6 +114,9 @@ impl Tx for MemoryTx<'_> {
     fn high_water(&mut self, scope: &str) -> Result<u64, StoreError> {
         Ok(self.0.high_water.get(scope).copied().unwrap_or(0))
     }
+    fn high_waters(&mut self) -> Result<Vec<(String, u64)>, StoreError> {
+        Ok(self.0.high_water.iter().map(|(s, e)| (s.clone(), *e)).collect())
+    }
     fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
         let mark = self.0.high_water.entry(scope.to_owned()).or_default();
         *mark = (*mark).max(epoch);

@@ -359,6 +359,14 @@ impl Tx for PgTx<'_, '_> {
         Ok(epoch.map_or(0, i64::cast_unsigned))
     }
 
+    fn high_waters(&mut self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows = self
+            .tx
+            .query("SELECT scope, epoch FROM fencing_high_water ORDER BY scope COLLATE \"C\"", &[])
+            .map_err(map_error)?;
+        Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).cast_unsigned())).collect())
+    }
+
     fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
         let epoch = i64::try_from(epoch).map_err(|_| StoreError::invalid("a fencing epoch past i64"))?;
         self.tx

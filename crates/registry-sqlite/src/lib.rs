@@ -307,6 +307,16 @@ impl Tx for SqliteTx<'_> {
         Ok(epoch.map_or(0, i64::cast_unsigned))
     }
 
+    fn high_waters(&mut self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT scope, epoch FROM fencing_high_water ORDER BY scope")
+            .map_err(map_error)?;
+        let rows =
+            stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(map_error)?;
+        rows.map(|r| r.map(|(scope, epoch)| (scope, epoch.cast_unsigned())).map_err(map_error)).collect()
+    }
+
     fn raise_high_water(&mut self, scope: &str, epoch: u64) -> Result<(), StoreError> {
         let epoch = i64::try_from(epoch).map_err(|_| StoreError::invalid("a fencing epoch past i64"))?;
         self.conn()

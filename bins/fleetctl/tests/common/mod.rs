@@ -130,6 +130,21 @@ pub fn wait_until_running(pid: impl std::fmt::Display) {
     });
 }
 
+/// The arguments of `retire apply` for `plan` (a plan's JSON): its two fingerprints,
+/// then `rest`.
+pub fn apply_args<'a>(plan: &'a serde_json::Value, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "retire",
+        "apply",
+        "--registry-fingerprint",
+        plan["registry_fingerprint"].as_str().unwrap_or_default(),
+        "--candidate-fingerprint",
+        plan["candidate_fingerprint"].as_str().unwrap_or_default(),
+    ];
+    args.extend_from_slice(rest);
+    args
+}
+
 /// Polls `check` every 25 ms until it returns `Some`, for at most `limit`.
 pub fn wait_for<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
