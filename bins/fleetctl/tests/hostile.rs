@@ -187,7 +187,9 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
                 .env("GITEA_MCP_CLIENT", "codex")
                 .env("GITEA_MCP_CLIENT_INSTANCE", &id)
                 .current_dir(fleet.dir.path())
-                .stdout(Stdio::null());
+                .stdout(Stdio::null())
+                // faketime runs the worker as its child: the group is ended whole.
+                .process_group(0);
             cmd.spawn().unwrap()
         };
         let mut children: Vec<_> =
@@ -225,7 +227,8 @@ fn a_worker_whose_clock_is_an_hour_off_marks_no_healthy_worker_stale() {
         let skewed = fleet.workers().into_iter().find(|r| r.namespace.as_str() == "reconciler").unwrap();
         assert_eq!(stale, [skewed.worker_identity.as_str()], "{offset}: only the skewed worker is reported");
         for child in &mut children {
-            let _ = child.kill();
+            let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             let _ = child.wait();
         }
         let said = std::fs::read_to_string(&said).unwrap();
@@ -304,7 +307,9 @@ fn a_process_whose_clock_alone_is_off_marks_no_healthy_worker_stale() {
                 .env("GITEA_MCP_CLIENT", "codex")
                 .env("GITEA_MCP_CLIENT_INSTANCE", &id)
                 .current_dir(fleet.dir.path())
-                .stdout(Stdio::null());
+                .stdout(Stdio::null())
+                // faketime runs the worker as its child: the group is ended whole.
+                .process_group(0);
             cmd.spawn().unwrap()
         };
         let mut children: Vec<_> = ["author", "reviewer"].iter().map(|ns| worker(ns, None)).collect();
@@ -326,7 +331,8 @@ fn a_process_whose_clock_alone_is_off_marks_no_healthy_worker_stale() {
             std::thread::sleep(Duration::from_millis(100));
         }
         for child in &mut children {
-            let _ = child.kill();
+            let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             let _ = child.wait();
         }
         let said = std::fs::read_to_string(&said).unwrap();
