@@ -12,5 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export FLEET_TEST_POSTGRES_URL="${FLEET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export FLEET_HOSTS_SECONDS="${1:-1800}"
+# The hosts run the launcher and the MCP server beside fleetctl.
+cargo build --release --workspace --bins
 cargo test --release -p fleetctl --test fleet_of_hosts -- --nocapture 2>&1 \
-    | grep -E '^(round [0-9]+:|skipped|test |thread|  left|  right)'
+    | grep -vE '^ *(Compiling|Finished|Running|Blocking|[0-9]+:|at )'

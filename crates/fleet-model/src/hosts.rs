@@ -171,13 +171,20 @@ pub struct BootSpan {
 }
 
 impl BootSpan {
-    fn overlaps(&self, other: &BootSpan) -> bool {
-        self.first_seen <= other.last_seen && other.first_seen <= self.last_seen
+    /// Whether both boots hold active rows and their signs of life overlap in time: two
+    /// machines at once. A boot whose rows are all terminal is history, not a machine
+    /// that may still be running beside another (and its stamps, on a clock that may
+    /// since have been set right, say nothing of the later boots' times).
+    fn clashes_with(&self, other: &BootSpan) -> bool {
+        self.active_rows > 0
+            && other.active_rows > 0
+            && self.first_seen <= other.last_seen
+            && other.first_seen <= self.last_seen
     }
 }
 
-/// Two boots of one host whose signs of life overlap in time: two machines sharing a
-/// machine id (cloned from one image), not a reboot.
+/// Two boots of one host, each with active rows, whose signs of life overlap in time:
+/// two machines sharing a machine id (cloned from one image), not a reboot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CloneConflict {
     /// The host id both use.
@@ -263,7 +270,7 @@ impl HostEvidence {
         spans
             .iter()
             .find(|s| &s.boot_id == boot)
-            .is_some_and(|me| spans.iter().any(|other| other.boot_id != me.boot_id && other.overlaps(me)))
+            .is_some_and(|me| spans.iter().any(|other| other.boot_id != me.boot_id && other.clashes_with(me)))
     }
 
     /// The proof that every process of `host` under `boot` is gone, if there is one:
@@ -286,7 +293,7 @@ impl HostEvidence {
         for (host, spans) in &self.boots {
             for (i, a) in spans.iter().enumerate() {
                 for b in &spans[i + 1..] {
-                    if a.overlaps(b) {
+                    if a.clashes_with(b) {
                         let mut pair = [a.boot_id.clone(), b.boot_id.clone()];
                         pair.sort();
                         found.push(CloneConflict { host_id: host.clone(), boots: pair });
@@ -370,6 +377,18 @@ mod tests {
         assert_eq!(ev.proof(&host('a'), &boot('1')), None);
         assert_eq!(ev.proof(&host('a'), &boot('2')), None);
         assert_eq!(ev.clones(), vec![CloneConflict { host_id: host('a'), boots: [boot('1'), boot('2')] }]);
+    }
+
+    #[test]
+    fn a_finished_boot_stamped_ahead_of_time_is_no_clone_of_a_later_one() {
+        // Boot 1 ran with a clock ahead; all its rows ended. Boot 2 then ran, and its
+        // rows stopped; boot 3 proves boot 2 gone.
+        let mut done = row("w-1", 'a', '1', 0, 900);
+        done.status = WorkerStatus::Released;
+        let rows = [done, row("w-2", 'a', '2', 20, 50), row("w-3", 'a', '3', 60, 90)];
+        let ev = HostEvidence::new(&rows, &[]);
+        assert_eq!(ev.proof(&host('a'), &boot('2')), Some(HostProof::HostRebooted));
+        assert!(ev.clones().is_empty());
     }
 
     #[test]
