@@ -238,6 +238,12 @@ impl<S: Store> Registry<S> {
         self.store.read(|tx| tx.registry_id())
     }
 
+    /// The store's clock now (PostgreSQL's server clock; for a SQLite file, its host's
+    /// kernel clock).
+    pub fn store_now(&mut self) -> Result<Timestamp, StoreError> {
+        self.store.read(|tx| tx.store_now())
+    }
+
     /// Every worker row with the store's clock, read in one transaction.
     pub fn workers_at_store_clock(&mut self) -> Result<(Vec<WorkerRow>, Timestamp), StoreError> {
         self.store.read(|tx| Ok((tx.workers()?, tx.store_now()?)))

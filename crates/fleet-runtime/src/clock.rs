@@ -1,26 +1,20 @@
-//! This process's clock ([`now`]), and whether it agrees with the fleet's before it judges other workers'
-//! heartbeats. Each heartbeat is stamped with its writer's clock, and the stale sweep
-//! compares stamps with the sweeper's: one host whose clock is an hour ahead (or behind)
-//! would find every healthy worker of other hosts lapsed (or beating from the future)
-//! and mark them all stale. So a sweeper first checks its clock against witnesses that
-//! are not its own clock:
+//! This process's clock ([`now`]), and whether it agrees with the store's before it
+//! judges other workers' heartbeats. Each heartbeat is stamped with its writer's clock,
+//! and the stale sweep compares stamps with the sweeper's: one host whose clock is an
+//! hour ahead (or behind) would find every healthy worker of other hosts lapsed (or
+//! beating from the future) and mark them all stale. So a sweeper first checks its clock
+//! against the store's, which every store has and no caller's clock moves:
+//! PostgreSQL's server clock, and for a SQLite file the wall clock of the host it lives
+//! on as the kernel keeps it ([`fleet_probe::host_now`]), which a process whose own clock
+//! alone lies (a preloaded time library) does not share. When they disagree beyond
+//! [`CLOCK_AGREEMENT`] the sweep is skipped and the disagreement reported. The skewed
+//! host's own rows are what the fleet then reports: their stamps lie in the others'
+//! past or future.
 //!
-//! * the store's clock: PostgreSQL's server clock, and for a SQLite file the wall clock
-//!   of the host it lives on as the kernel keeps it ([`fleet_probe::host_now`]), which
-//!   a process whose own clock alone lies (a preloaded time library) does not share;
-//! * the heartbeats of other hosts: each other host is one witness, its newest
-//!   heartbeat, which a host with any live worker renews every third of a TTL; so by a
-//!   clock that agrees, most hosts' newest heartbeats are neither lapsed nor in the
-//!   future.
-//!
-//! Workers of the sweeper's own host are never witnesses: the processes of one host read
-//! one kernel clock, so a worker that stopped beating there (a Ctrl-Z'd agent, a hung
-//! process) says something about that worker, nothing about the clock.
-//!
-//! When either disagrees beyond [`CLOCK_AGREEMENT`], the sweep is skipped and the
-//! disagreement reported. The skewed host's own rows are what the fleet then reports:
-//! their stamps lie in the others' past or future, so their sweeps and snapshots see them
-//! stale.
+//! The other hosts' newest heartbeats are no witness of a clock: a host partitioned
+//! from the store (or every host but one) makes its heartbeats old by any clock.
+//! [`against_fleet`] tells how a clock reads against them, for a store without a clock
+//! of its own.
 
 use fleet_identity::{HostId, Timestamp};
 use fleet_registry::{WorkerRow, WorkerStatus};

@@ -212,17 +212,13 @@ fn random_u32() -> u32 {
     u32::from_le_bytes(bytes)
 }
 
-/// Whether this worker's clock agrees with the store's and with the fleet's live
-/// heartbeats (see [`crate::clock`]).
+/// Whether this worker's clock agrees with the store's (see [`crate::clock`]): one read
+/// of the store's clock, not of the fleet's rows.
 fn clock_agrees(
     reg: &mut fleet_registry::Registry<crate::AnyStore>,
-    me: &fleet_identity::WorkerIdentity,
     at: Timestamp,
 ) -> Result<Result<(), crate::clock::ClockDisagreement>, StoreError> {
-    let (rows, store_now) = reg.workers_at_store_clock()?;
-    let host = rows.iter().find(|r| &r.worker_identity == me).and_then(|r| r.host_id.clone());
-    Ok(crate::clock::against_store(at, store_now)
-        .and_then(|()| crate::clock::against_fleet(&rows, host.as_ref(), at)))
+    Ok(crate::clock::against_store(at, reg.store_now()?))
 }
 
 fn heartbeat_loop(
@@ -324,7 +320,7 @@ fn stale_sweep(
         let reg = registry.as_mut()?;
         // A clock the fleet does not agree with must not judge its heartbeats.
         let at = now();
-        let swept = match clock_agrees(reg, &me, at) {
+        let swept = match clock_agrees(reg, at) {
             Ok(Ok(())) => reg.sweep(at).map(Some),
             Ok(Err(disagreement)) => {
                 crate::warn(format_args!(
