@@ -184,6 +184,20 @@ pub fn host_list(
     ids.extend(reports.iter().map(|r| &r.host_id));
     ids.sort();
     ids.dedup();
+    // Each host's live, stale and terminal rows, counted in one pass over the rows.
+    let mut counts: std::collections::HashMap<&HostId, (usize, usize, usize)> =
+        std::collections::HashMap::new();
+    for row in rows {
+        let Some(host) = &row.host_id else { continue };
+        let (live, stale, terminal) = counts.entry(host).or_default();
+        if row.status != WorkerStatus::Active {
+            *terminal += 1;
+        } else if row.ownership_state == Some(OwnershipState::Stale) || row.heartbeat_expired(now) {
+            *stale += 1;
+        } else {
+            *live += 1;
+        }
+    }
     let hosts = ids
         .into_iter()
         .map(|host| {
@@ -200,17 +214,7 @@ pub fn host_list(
                     proven_gone: evidence.proof(host, &s.boot_id),
                 })
                 .collect();
-            let mine = rows.iter().filter(|r| r.host_id.as_ref() == Some(host));
-            let (mut live_rows, mut stale_rows, mut terminal_rows) = (0, 0, 0);
-            for row in mine {
-                if row.status != WorkerStatus::Active {
-                    terminal_rows += 1;
-                } else if row.ownership_state == Some(OwnershipState::Stale) || row.heartbeat_expired(now) {
-                    stale_rows += 1;
-                } else {
-                    live_rows += 1;
-                }
-            }
+            let (live_rows, stale_rows, terminal_rows) = counts.get(host).copied().unwrap_or_default();
             let first_seen = spans.iter().map(|s| s.first_seen).min();
             let last_seen = spans.iter().map(|s| s.last_seen).max();
             let leases_held = leases
