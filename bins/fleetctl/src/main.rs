@@ -12,6 +12,7 @@ mod metrics_cmd;
 mod notify;
 mod output;
 mod registry_cmd;
+mod replication_cmd;
 mod retire_cmd;
 mod snapshot_cmd;
 mod status_page;

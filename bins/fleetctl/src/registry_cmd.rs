@@ -1,4 +1,4 @@
-//! `fleetctl registry init|export|import|sweep`.
+//! `fleetctl registry init|export|import|sweep|prune|replication|accept-history`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +55,38 @@ pub(crate) enum RegistryCmd {
         #[arg(long)]
         export: PathBuf,
         /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what the registry's grants (lease tenures, registrations) meet on a
+    /// PostgreSQL server that replicates: its history (system and timeline), its
+    /// standbys, the recorded history and the replication policy; or set the policy.
+    Replication {
+        /// Set the policy first: `local` (the default: grants refused while an
+        /// asynchronous standby streams), `synchronous` (every grant confirmed by a
+        /// synchronous standby; a failover carries over on its own) or `asynchronous`
+        /// (grants beside asynchronous standbys, each warned of).
+        #[arg(long, value_parser = crate::replication_cmd::parse_policy)]
+        policy: Option<fleet_registry::ReplicationPolicy>,
+        /// Print it as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// After a failover or restore the registry could not prove lost no grant: accept
+    /// the server's new history, raising every new fencing epoch above every epoch the
+    /// old history could have handed out. Run it once no holder of the old history acts.
+    AcceptHistory {
+        /// Why, for the record (what was checked).
+        #[arg(long)]
+        reason: String,
+        /// Who accepts it (default: $USER@hostname).
+        #[arg(long)]
+        by: Option<String>,
+        /// How far above the highest epoch the registry knows every new epoch starts:
+        /// more than the grants any one key could have had on the lost history.
+        #[arg(long, value_name = "N", default_value_t = fleet_registry::DEFAULT_EPOCH_GAP)]
+        epoch_gap: u64,
+        /// Print what was accepted as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -176,6 +208,12 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 }
                 outln!("what was pruned is in {}", export.display())?;
             }
+        }
+        RegistryCmd::Replication { policy, json } => {
+            return crate::replication_cmd::show(location, policy, json);
+        }
+        RegistryCmd::AcceptHistory { reason, by, epoch_gap, json } => {
+            return crate::replication_cmd::accept(location, &reason, by, epoch_gap, json);
         }
         RegistryCmd::Sweep { json } => {
             let marked = open_registry(location, OpenMode::MustExist)?.mark_expired_stale(now())?;

@@ -80,7 +80,7 @@ impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         let code = match e.kind() {
             StoreErrorKind::Invalid | StoreErrorKind::NotFound => 2,
-            StoreErrorKind::Conflict | StoreErrorKind::Fenced => 1,
+            StoreErrorKind::Conflict | StoreErrorKind::Fenced | StoreErrorKind::NotDurable => 1,
             _ => 3,
         };
         Self { code, message: fleet_registry::with_causes(&e) }

@@ -41,6 +41,13 @@ pub enum StoreErrorKind {
     /// An operator fenced the caller's host (or its boot) as gone for good: the
     /// registry refuses every write from it, for good.
     Fenced,
+    /// The store cannot promise that this write survives the failover its server is set
+    /// up for (an asynchronous standby streams, or the server's history changed since the
+    /// registry's last grant): an operator decides (see [`crate::ReplicationPolicy`]).
+    NotDurable,
+    /// The connection was lost after the commit was sent: the write may have committed
+    /// or not, and nothing here can tell which.
+    OutcomeUnknown,
 }
 
 /// A store failure: a kind, a one-line lowercase message, and the underlying cause.

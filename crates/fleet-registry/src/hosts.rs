@@ -301,7 +301,9 @@ impl<S: Store> Registry<S> {
         }
         check_words("reason", reason)?;
         check_words("fenced_by", fenced_by)?;
-        let report = self.store_mut().write_durable(|tx| {
+        // A plain write: a fence hands out no epoch, and must be writable while grants wait
+        // for an operator (after a failover, say).
+        let report = self.store_mut().write(|tx| {
             let now = tx.store_now()?;
             let mut boots: Vec<BootId> = tx
                 .workers()?
@@ -348,7 +350,7 @@ impl<S: Store> Registry<S> {
     /// again; each boot it covered stays fenced. `NotFound` when no such fence stands.
     pub fn unfence_host(&mut self, host: &HostId, lifted_by: &str) -> Result<HostFence, StoreError> {
         check_words("lifted_by", lifted_by)?;
-        let lifted = self.store_mut().write_durable(|tx| {
+        let lifted = self.store_mut().write(|tx| {
             let now = tx.store_now()?;
             let standing = tx
                 .host_fences()?

@@ -177,7 +177,7 @@ pub(crate) fn lease_scope(key: &LeaseKey) -> String {
 fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &mut LeaseRecord) -> Result<(), StoreError> {
     let scope = lease_scope(&next.lease_key);
     let new_tenure = current.is_none_or(|c| c.lease_id != next.lease_id);
-    let floor = tx.high_water(&scope)?;
+    let floor = crate::replication::epoch_floor(tx, &scope)?;
     if new_tenure && next.fencing_epoch.get() <= floor {
         next.fencing_epoch = FencingEpoch::try_from(floor.saturating_add(1))
             .map_err(|e| StoreError::invalid(e.to_string()))?;
@@ -191,6 +191,23 @@ fn swap(tx: &mut dyn Tx, current: Option<&LeaseRecord>, next: &mut LeaseRecord) 
     } else {
         Err(StoreError::conflict(format!("lease {} changed under its write lock", next.lease_key)))
     }
+}
+
+/// A lease write whose commit outcome is unknown (the connection was lost after COMMIT
+/// was sent) says so with its key and the epoch it may hold, never as a plain failure:
+/// the caller must not act on it, and must not take it as refused either.
+fn outcome_unknown(e: StoreError, key: &LeaseKey, event: &str, epoch: Option<u64>) -> StoreError {
+    if e.kind() != crate::StoreErrorKind::OutcomeUnknown {
+        return e;
+    }
+    let at = epoch.map_or_else(String::new, |n| format!(" at fencing epoch {n}"));
+    StoreError::new(
+        crate::StoreErrorKind::OutcomeUnknown,
+        format!(
+            "lease {key}: outcome unknown: the {event}{at} may have committed or not ({e}); \
+             `fleetctl lease show {key}` tells once the registry answers"
+        ),
+    )
 }
 
 /// A request on a connector lease, as a caller makes it.
@@ -374,7 +391,8 @@ impl<S: Store> Registry<S> {
         decide: impl FnOnce(Option<&LeaseRecord>, Timestamp) -> Result<(LeaseOutcome, LeaseRecord), LeaseDenial>,
     ) -> Result<LeaseResult, StoreError> {
         let caller = self.caller.clone();
-        self.store_mut().write_durable(|tx| {
+        let mut attempted = None;
+        let written = self.store_mut().write_durable(|tx| {
             let now = tx.store_now()?;
             let current = tx.lease(key)?;
             let kind = current.as_ref().map_or(kind_if_absent, |c| c.kind);
@@ -390,6 +408,7 @@ impl<S: Store> Registry<S> {
             };
             if let Ok(record) = &mut result {
                 swap(tx, current.as_ref(), record)?;
+                attempted = Some(record.fencing_epoch.get());
             }
             match &result {
                 Ok(record) => tracing::info!(
@@ -415,7 +434,8 @@ impl<S: Store> Registry<S> {
                 now,
             )?;
             Ok(result)
-        })
+        });
+        written.map_err(|e| outcome_unknown(e, key, event, attempted))
     }
 
     /// The lease at `key`, with the store's current time.
@@ -482,7 +502,8 @@ impl<S: Store> Registry<S> {
     ) -> Result<InitDecision, StoreError> {
         let lease_id = new_lease_id()?;
         let caller = self.caller.clone();
-        self.store_mut().write_durable(|tx| {
+        let mut attempted = None;
+        let written = self.store_mut().write_durable(|tx| {
             if let Some(c) = &caller {
                 crate::hosts::refuse_if_fenced(tx, &c.host_id, &c.boot_id)?;
             }
@@ -492,6 +513,7 @@ impl<S: Store> Registry<S> {
             let mut decision = decide_init_start(current.as_ref(), key, target_version, &tenure, now);
             if let InitDecision::Run(record) = &mut decision {
                 swap(tx, current.as_ref(), record)?;
+                attempted = Some(record.fencing_epoch.get());
                 let outcome =
                     if current.is_some() { LeaseOutcome::TakenOver } else { LeaseOutcome::Acquired };
                 tracing::info!(
@@ -517,7 +539,8 @@ impl<S: Store> Registry<S> {
                 )?;
             }
             Ok(decision)
-        })
+        });
+        written.map_err(|e| outcome_unknown(e, key, "init_start", attempted))
     }
 
     /// Initialization, last step: the holder records success or failure. A holder whose

@@ -19,6 +19,7 @@ mod hosts;
 mod identity;
 mod leases;
 mod registry;
+mod replication;
 mod retire;
 mod store;
 
@@ -38,6 +39,10 @@ pub use leases::{
 pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
     SWEEP_BATCH, Sweep, WorkerCredential, WorkerToken,
+};
+pub use replication::{
+    DEFAULT_EPOCH_GAP, EPOCH_FLOOR_SCOPE, GrantVerdict, HistoryAcceptance, RecordedHistory,
+    ReplicationPolicy, ReplicationStatus, ServerHistory, ServerReplication, judge_grant,
 };
 pub use retire::{
     ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, KeptReason, Preserved, RegistryMatch,

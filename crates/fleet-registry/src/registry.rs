@@ -13,7 +13,7 @@ use fleet_model::{
 };
 use serde::Serialize;
 
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreErrorKind};
 use crate::store::{ImportSummary, Store, Tx};
 
 /// The instance a worker says it belongs to: a launcher ID, or a legacy placeholder
@@ -112,9 +112,8 @@ impl WorkerToken {
     /// A fresh random token.
     pub fn generate() -> Result<Self, StoreError> {
         let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| {
-            StoreError::new(crate::StoreErrorKind::Unavailable, format!("no randomness: {e}"))
-        })?;
+        getrandom::fill(&mut bytes)
+            .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, format!("no randomness: {e}")))?;
         Ok(Self::from_bytes(bytes))
     }
 
@@ -306,7 +305,20 @@ impl<S: Store> Registry<S> {
             )));
         }
         let worker_identity = mint_worker_identity(reg.namespace)?;
-        let registered = self.store.write(|tx| register_in(tx, reg, token, now, probe, worker_identity));
+        let registered = self
+            .store
+            .write_durable(|tx| register_in(tx, reg, token, now, probe, worker_identity))
+            .map_err(|e| match e.kind() {
+                StoreErrorKind::OutcomeUnknown => StoreError::new(
+                    StoreErrorKind::OutcomeUnknown,
+                    format!(
+                        "the registration of {} for instance {} may have committed or not: {e}",
+                        reg.namespace,
+                        reg.instance.as_str()
+                    ),
+                ),
+                _ => e,
+            });
         match &registered {
             Ok(r) => tracing::info!(
                 worker = %r.row.worker_identity,
@@ -604,7 +616,7 @@ fn register_in(
     // away included).
     let scope = slot_scope(reg.instance.as_str(), reg.namespace);
     let seen = slot.iter().filter_map(|r| r.fencing_epoch).max().unwrap_or(0);
-    let fencing_epoch = seen.max(tx.high_water(&scope)?) + 1;
+    let fencing_epoch = seen.max(crate::replication::epoch_floor(tx, &scope)?) + 1;
     tx.raise_high_water(&scope, fencing_epoch)?;
     let row = WorkerRow {
         worker_identity,

@@ -184,6 +184,31 @@ pub trait Tx {
         Ok((rows, active))
     }
 
+    /// The server's replication and the history the registry recorded (see
+    /// [`crate::ReplicationStatus`]); `None` for a store that does not replicate.
+    fn replication(&mut self) -> Result<Option<crate::ReplicationStatus>, StoreError> {
+        Ok(None)
+    }
+
+    /// Sets the registry's replication policy, recording the server's current history
+    /// when none is recorded yet (never replacing one: that is an acceptance).
+    fn set_replication_policy(&mut self, policy: crate::ReplicationPolicy) -> Result<(), StoreError> {
+        let _ = policy;
+        Err(no_replication())
+    }
+
+    /// Records the server's current history as the one grants are made on, with who
+    /// accepted it and why; returns the history recorded before, if any. The caller
+    /// raises the epoch floor in the same transaction.
+    fn accept_server_history(
+        &mut self,
+        accepted_by: &str,
+        reason: &str,
+    ) -> Result<(Option<crate::ServerHistory>, crate::ServerHistory), StoreError> {
+        let _ = (accepted_by, reason);
+        Err(no_replication())
+    }
+
     /// Where the store's history of worker rows and ledger entries stands, as this
     /// transaction sees it; `None` when the store keeps no such history (then a reader
     /// reads every row each time).
@@ -218,6 +243,13 @@ pub trait Tx {
         let _ = upto;
         Ok(None)
     }
+}
+
+/// What a store without replication answers to a replication command.
+fn no_replication() -> StoreError {
+    StoreError::invalid(
+        "this registry's store does not replicate (SQLite): replication settings are PostgreSQL's",
+    )
 }
 
 /// How many rows, and the sum of their versions' low 32 bits (so no sum of a realistic
@@ -340,10 +372,14 @@ pub trait Store {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>;
 
-    /// Like [`write`](Self::write), but the commit survives an OS crash or power loss
-    /// before it returns: for lease transactions, whose fencing epochs are used against
-    /// outside systems and must never be handed out twice. Backends whose every commit
-    /// is durable need not override it.
+    /// Like [`write`](Self::write), for a grant (a lease's tenure, a registration's slot
+    /// epoch), whose fencing epoch is used against outside systems and must never be
+    /// handed out twice: the commit survives an OS crash or power loss before it
+    /// returns, and on a replicated server the failover the registry's
+    /// [`ReplicationPolicy`](crate::ReplicationPolicy) covers, or the write is refused
+    /// (`NotDurable`) before anything is written. A commit whose outcome the store cannot
+    /// know fails `OutcomeUnknown`. Backends whose every commit is durable and that
+    /// do not replicate need not override it.
     fn write_durable<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         E: From<StoreError>,

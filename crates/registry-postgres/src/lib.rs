@@ -14,6 +14,7 @@
 
 mod bounded;
 mod heartbeat;
+mod replication;
 mod rows;
 mod schema;
 mod session;
@@ -113,6 +114,25 @@ pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
         None => format!("registry error: {}", fleet_registry::with_causes(&e)),
     };
     StoreError::with_source(kind, message, e)
+}
+
+/// A COMMIT the server answered with an error (severity ERROR: a deferred constraint, a
+/// serialization failure) was rolled back. One it never answered (the connection closed
+/// or stalled after COMMIT was sent), or answered by ending the session (FATAL: a
+/// terminated backend, a shutdown; PostgreSQL then may have committed locally, as it
+/// says of a cancelled wait for a synchronous standby) may have committed.
+fn commit_error(e: bounded::Error) -> StoreError {
+    let answered = e
+        .as_db_error()
+        .is_some_and(|db| db.parsed_severity() == Some(tokio_postgres::error::Severity::Error));
+    let e = map_error(e);
+    if answered {
+        return e;
+    }
+    StoreError::new(
+        StoreErrorKind::OutcomeUnknown,
+        format!("the connection was lost after COMMIT was sent, so the write may have committed or not: {e}"),
+    )
 }
 
 impl PostgresStore {
@@ -413,6 +433,25 @@ impl Tx for PgTx<'_, '_> {
         Timestamp::parse(&text).map_err(|e| StoreError::corrupt(format!("store clock: {e}")))
     }
 
+    fn replication(&mut self) -> Result<Option<fleet_registry::ReplicationStatus>, StoreError> {
+        replication::status(self.tx).map(Some)
+    }
+
+    fn set_replication_policy(
+        &mut self,
+        policy: fleet_registry::ReplicationPolicy,
+    ) -> Result<(), StoreError> {
+        replication::set_policy(self.tx, policy)
+    }
+
+    fn accept_server_history(
+        &mut self,
+        accepted_by: &str,
+        reason: &str,
+    ) -> Result<(Option<fleet_registry::ServerHistory>, fleet_registry::ServerHistory), StoreError> {
+        replication::accept(self.tx, accepted_by, reason)
+    }
+
     fn host_fences(&mut self) -> Result<Vec<fleet_registry::HostFence>, StoreError> {
         let sql = fleet_registry::columns::host_fences_sql();
         self.tx.query(&sql, &[]).map_err(map_error)?.iter().map(rows::read_host_fence).collect()
@@ -635,6 +674,21 @@ impl Store for PostgresStore {
         let mut tx = locked_write(&mut self.client, self.write_lock)?;
         let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
         tx.commit().map_err(map_error)?;
+        Ok(value)
+    }
+
+    /// A grant: refused before anything is written where the server's replication could
+    /// lose it (`replication::guard_grant`), committed with `synchronous_commit =
+    /// remote_apply`, and `OutcomeUnknown` when the server's answer to COMMIT never came.
+    fn write_durable<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        let mut tx = locked_write(&mut self.client, self.write_lock)?;
+        replication::guard_grant(&mut tx)?;
+        let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
+        tx.commit().map_err(commit_error)?;
         Ok(value)
     }
 

@@ -169,14 +169,27 @@ const MIGRATIONS: &[&str] = &[
         clock_offset_ms BIGINT,
         PRIMARY KEY (host_id, boot_id)
     );",
+    // 11: the server history the registry's grants are made on, and the operator's
+    // replication policy (fleet_registry::ReplicationPolicy): one row, written by the
+    // first grant.
+    "CREATE TABLE server_history (
+        id                INTEGER PRIMARY KEY CHECK (id = 1),
+        system_identifier TEXT NOT NULL,
+        timeline          BIGINT NOT NULL,
+        policy            TEXT NOT NULL CHECK (policy IN ('local', 'synchronous', 'asynchronous')),
+        recorded_at       TEXT NOT NULL,
+        accepted_by       TEXT,
+        reason            TEXT
+    );",
 ];
 
 /// The schema version this build writes: the registry's data model, the registry's id
 /// (version 4), the fencing epochs' high-water marks (version 5), the lease decisions
 /// counted as they are written (version 6), once per statement (version 7), the process
 /// that holds a tenure (version 8), the fences of hosts gone for good (version 9), what
-/// each host's boots said of themselves (version 10).
-pub const SCHEMA_VERSION: i64 = 10;
+/// each host's boots said of themselves (version 10), the server history grants are made
+/// on (version 11).
+pub const SCHEMA_VERSION: i64 = 11;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

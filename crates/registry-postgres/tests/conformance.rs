@@ -35,6 +35,14 @@ impl Store for Scratch {
         self.store.write(f)
     }
 
+    fn write_durable<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E>,
+    {
+        self.store.write_durable(f)
+    }
+
     fn read<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         E: From<StoreError>,
@@ -157,4 +165,107 @@ fn a_corrupt_row_amid_many_fails_the_read_and_the_connection_answers_the_next() 
     let workers = registry.workers().unwrap();
     assert_eq!(workers.len(), 5000);
     assert_eq!(workers[2499].worker_identity.as_str(), "w02500");
+}
+
+fn workflow(key: &str) -> fleet_lease::LeaseKey {
+    fleet_lease::LeaseKey::new(key).unwrap()
+}
+
+fn acquire(
+    registry: &mut fleet_registry::Registry<Scratch>,
+    key: &str,
+) -> Result<fleet_lease::FencingEpoch, StoreError> {
+    let granted = registry.acquire_lease(
+        &workflow(key),
+        fleet_lease::LeaseKind::Workflow,
+        "wkr-a",
+        time::Duration::seconds(30),
+        &[],
+        &fleet_registry::AuditContext::default(),
+    )?;
+    Ok(granted.expect("granted").fencing_epoch)
+}
+
+/// A registry whose server history changed since its last grant (a failover or restore;
+/// here the recorded history is moved behind its back) refuses every grant, leases and
+/// registrations alike, until an operator accepts the new history; then every new
+/// epoch is above the floor the acceptance set.
+#[test]
+fn a_changed_server_history_refuses_grants_until_accepted() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    use fleet_registry::StoreErrorKind;
+    let scratch = fresh();
+    let mut side = scratch.side_client();
+    let mut registry = fleet_registry::Registry::new(scratch);
+    assert_eq!(acquire(&mut registry, "workflow:one").unwrap().get(), 1);
+    side.batch_execute("UPDATE server_history SET timeline = timeline + 1").unwrap();
+
+    let refused = acquire(&mut registry, "workflow:two").unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::NotDurable, "{refused}");
+    assert!(refused.to_string().contains("server history changed"), "{refused}");
+    let reg = fleet_registry::conformance::registration(
+        fleet_identity::Namespace::Author,
+        fleet_registry::conformance::process(100, 5000),
+        "gen-a",
+    );
+    let token = fleet_registry::WorkerToken::from_bytes([7; 32]);
+    let probe = fleet_registry::conformance::ScriptedProbe::default();
+    let err = registry.register(&reg, &token, fleet_registry::conformance::at(0), &probe).unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::NotDurable, "{err}");
+    let status = registry.replication().unwrap().expect("PostgreSQL replicates");
+    assert!(matches!(status.verdict(), fleet_registry::GrantVerdict::Refuse(_)));
+
+    let accepted = registry.accept_server_history(1_000, "ops", "checked the old primary is gone").unwrap();
+    assert_eq!(accepted.epoch_floor, 1_001);
+    assert_eq!(accepted.previous.map(|h| h.timeline), Some(accepted.accepted.timeline + 1));
+    assert_eq!(acquire(&mut registry, "workflow:two").unwrap().get(), 1_002);
+    let row = registry.register(&reg, &token, fleet_registry::conformance::at(0), &probe).unwrap().row;
+    assert_eq!(row.fencing_epoch, Some(1_002));
+}
+
+/// A grant whose COMMIT the server never answers (its session ended while the commit
+/// ran: a crash, a failover) is reported as of unknown outcome with its key and the
+/// epoch it may hold, never as a plain failure. The commit is held open by a deferred
+/// trigger that sleeps, and the session is terminated from another.
+#[test]
+fn a_grant_whose_commit_goes_unanswered_is_reported_unknown() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    let scratch = fresh();
+    let mut side = scratch.side_client();
+    side.batch_execute(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON leases \
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();",
+    )
+    .unwrap();
+    let killer = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            let ended: i64 = side
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE wait_event = 'PgSleep' AND query = 'COMMIT' AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            if ended > 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    let mut registry = fleet_registry::Registry::new(scratch);
+    let err = acquire(&mut registry, "workflow:unanswered").unwrap_err();
+    killer.join().unwrap();
+    assert_eq!(err.kind(), fleet_registry::StoreErrorKind::OutcomeUnknown, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("workflow:unanswered") && text.contains("fencing epoch 1"), "{text}");
 }

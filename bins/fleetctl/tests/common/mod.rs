@@ -4,6 +4,7 @@
 
 pub mod acts;
 pub mod netns;
+pub mod pg_cluster;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
