@@ -14,6 +14,14 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ("registry sweep", "fleetctl registry sweep --json    mark rows whose heartbeat lapsed as stale"),
     ("registry prune", "fleetctl registry prune --before 2026-01-01T00:00:00Z --export pruned.json"),
     (
+        "registry replication",
+        "fleetctl registry replication --policy synchronous    every grant confirmed by a synchronous standby",
+    ),
+    (
+        "registry accept-history",
+        "fleetctl registry accept-history --reason 'db-a lost in failover; old holders stopped'",
+    ),
+    (
         "worker run",
         "fleetctl worker run --namespace author -- my-worker --serve\nfleet-launch run --client codex -- fleetctl worker run --namespace reviewer -- ./review.sh",
     ),

@@ -82,6 +82,93 @@ fn a_worker_registers_and_releases_through_postgres() {
     );
 }
 
+/// A launch's five workers heartbeat and sweep on one registry; one is killed with its
+/// command, the others mark its row stale, and retirement plans and applies it, while
+/// the snapshot reads the rest live. Run directly and, by `scripts/through-pgbouncer.sh`,
+/// through a pooler in transaction mode, where each transaction may meet another
+/// server session.
+#[test]
+fn a_launch_beats_sweeps_and_retires_on_postgres() {
+    use std::os::unix::process::CommandExt;
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let url = schema.url();
+    let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &url).args(args).output().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = ctl(args);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let id = {
+        let out = fleet
+            .launcher()
+            .env("FLEET_REGISTRY", &url)
+            .args(["mint", "--client", "codex"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let namespaces = ["author", "reviewer", "merger", "controller", "reconciler"];
+    let said = |ns: &str| fleet.dir.path().join(format!("{ns}.stderr"));
+    let mut workers: Vec<std::process::Child> = namespaces
+        .iter()
+        .map(|ns| {
+            fleet
+                .fleetctl()
+                .env("FLEET_REGISTRY", &url)
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .args(["worker", "run", "--namespace", ns, "--ttl", "1", "--", "sleep", "60"])
+                .stderr(std::fs::File::create(said(ns)).unwrap())
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let live = |rows: &serde_json::Value| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == "active" && r["ownership_state"] == "owned")
+            .count()
+    };
+    wait_for(std::time::Duration::from_secs(20), || {
+        (live(&json(&["worker", "list", "--json"])) == 5).then_some(())
+    });
+
+    // One worker and its command die at once; the others sweep its row stale.
+    let mut killed = workers.remove(0);
+    let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", killed.id())]).status();
+    let _ = killed.wait();
+    wait_for(std::time::Duration::from_secs(20), || {
+        let rows = json(&["worker", "list", "--json"]);
+        let stale = rows.as_array().unwrap().iter().filter(|r| r["ownership_state"] == "stale").count();
+        (stale == 1).then_some(())
+    });
+    let plan = json(&["retire", "plan", "--json"]);
+    assert_eq!(plan["candidates"].as_array().map(Vec::len), Some(1), "{plan}");
+    let applied = json(&common::apply_args(&plan, &["--every-candidate", "--json"]));
+    assert_eq!(applied["retired_count"], 1, "{applied}");
+    let snapshot = json(&["snapshot", "--json"]);
+    assert_eq!(snapshot["counts"]["stale_worker_count"], 0, "{snapshot}");
+    assert_eq!(live(&json(&["worker", "list", "--json"])), 4, "the others beat on");
+    // Every beat and sweep of the live workers went through: none warned of a retry.
+    for ns in &namespaces[1..] {
+        let text = std::fs::read_to_string(said(ns)).unwrap();
+        assert!(!text.contains("failed"), "{ns}: {text}");
+    }
+    for mut worker in workers {
+        let _ =
+            std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", worker.id())]).status();
+        let _ = worker.wait();
+    }
+}
+
 #[test]
 fn eight_concurrent_initializers_on_postgres_run_the_command_once() {
     let Some(base) = base_url() else {
@@ -216,7 +303,7 @@ fn heartbeats_survive_a_terminated_connection() {
     // The worker's sessions carry a name of their own, so only they are terminated
     // (other tests share the server).
     let app = format!("{}_worker", schema.name);
-    let url = format!("{}&application_name={app}", schema.url());
+    let url = schema.url_with(&format!("application_name={app}"));
     let id = {
         let out = fleet
             .launcher()
@@ -264,6 +351,74 @@ fn heartbeats_survive_a_terminated_connection() {
     assert_ne!(later, after, "heartbeats keep coming after the termination");
     let _ = worker.kill();
     let _ = worker.wait();
+}
+
+/// A worker process keeps one server session for its whole life: it registers,
+/// heartbeats, sweeps and releases on one connection. Five workers of a launch, each
+/// sweeping on every tick (a fleet this small does), are five sessions on the server,
+/// not ten; so a server at the default `max_connections` of 100 carries about a hundred
+/// worker processes, and many more behind a pooler.
+#[test]
+fn a_worker_process_holds_one_server_session() {
+    let Some(base) = base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = Schema::new(&base);
+    let fleet = Fleet::new();
+    let app = format!("{}_worker", schema.name);
+    let url = schema.url_with(&format!("application_name={app}"));
+    let id = {
+        let out = fleet
+            .launcher()
+            .env("FLEET_REGISTRY", &url)
+            .args(["mint", "--client", "codex"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let namespaces = ["author", "reviewer", "merger", "controller", "reconciler"];
+    let mut workers: Vec<std::process::Child> = namespaces
+        .iter()
+        .map(|ns| {
+            fleet
+                .fleetctl()
+                .env("FLEET_REGISTRY", &url)
+                .env("GITEA_MCP_CLIENT", "codex")
+                .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+                .args(["worker", "run", "--namespace", ns, "--ttl", "1", "--", "sleep", "30"])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut admin = postgres::Client::connect(&schema.url(), postgres::NoTls).unwrap();
+    wait_for(std::time::Duration::from_secs(20), || {
+        let active: i64 = admin
+            .query_one("SELECT count(*) FROM worker_registrations WHERE status = 'active'", &[])
+            .ok()?
+            .get(0);
+        (active == 5).then_some(())
+    });
+    // Several beats and sweeps each (a beat every third of a second, a sweep with each).
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let sessions = |admin: &mut postgres::Client| -> i64 {
+        admin
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&app])
+            .unwrap()
+            .get(0)
+    };
+    let mut most = 0;
+    for _ in 0..20 {
+        most = most.max(sessions(&mut admin));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(most, 5, "five worker processes, five server sessions");
+    for worker in &mut workers {
+        let _ = worker.kill();
+        let _ = worker.wait();
+    }
 }
 
 /// A server whose default isolation is serializable (an operator's
@@ -426,7 +581,7 @@ fn a_connection_terminated_mid_transaction_writes_nothing() {
     let schema = Schema::new(&base);
     let fleet = Fleet::new();
     let app = format!("{}_writer", schema.name);
-    let url = format!("{}&application_name={app}", schema.url());
+    let url = schema.url_with(&format!("application_name={app}"));
     let ctl = |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", &url).args(args).output().unwrap();
     assert!(ctl(&["registry", "init"]).status.success());
 
@@ -598,7 +753,7 @@ fn a_writer_paused_holding_the_write_lock_blocks_others_only_briefly() {
     let schema = Schema::new(&base);
     let fleet = Fleet::new();
     let app = format!("{}_paused", schema.name);
-    let url = format!("{}&application_name={app}", schema.url());
+    let url = schema.url_with(&format!("application_name={app}"));
     let ctl =
         |args: &[&str]| fleet.fleetctl().env("FLEET_REGISTRY", schema.url()).args(args).output().unwrap();
     assert!(ctl(&["registry", "init"]).status.success());

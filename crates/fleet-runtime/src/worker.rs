@@ -1,15 +1,14 @@
 //! A worker's life in the registry: register from the instance environment, heartbeat
-//! on a background thread every third of the TTL (asking a sweep thread of its own, on
-//! the same tick, to mark the fleet's lapsed rows stale), then release on a clean exit
-//! or stop heartbeating (and leave the row for the TTL to lapse) after a crash.
+//! on a background thread every third of the TTL (now and then sweeping the fleet's
+//! lapsed rows stale after a beat, on the same connection), then release on a clean
+//! exit or stop heartbeating (and leave the row for the TTL to lapse) after a crash.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fleet_identity::{GenerationId, Namespace, Repository, Timestamp};
+use fleet_identity::{GenerationId, Namespace, Repository};
 use fleet_probe::LocalProbe;
 use fleet_registry::OpenMode;
 use fleet_registry::{
@@ -17,9 +16,12 @@ use fleet_registry::{
     WorkerRow, WorkerToken,
 };
 
+use crate::AnyStore;
 use crate::clock::now;
 use crate::env::InstanceEnv;
 use crate::location::{RegistryLocation, open_registry};
+
+type Registry = fleet_registry::Registry<AnyStore>;
 
 /// What a worker registers beyond its instance environment.
 #[derive(Debug, Clone)]
@@ -45,7 +47,10 @@ enum Stop {
     Now,
 }
 
-/// A registered worker with its heartbeat thread running.
+/// A registered worker with its heartbeat thread running. The worker keeps one
+/// connection to the registry for its whole life: it registers on it, the heartbeat
+/// thread beats and sweeps on it, and it releases on it (a PostgreSQL registry sees one
+/// server session per worker process).
 #[derive(Debug)]
 pub struct WorkerSession {
     location: RegistryLocation,
@@ -53,7 +58,8 @@ pub struct WorkerSession {
     credential: WorkerCredential,
     lost: Arc<std::sync::OnceLock<String>>,
     stop: Option<mpsc::Sender<Stop>>,
-    thread: Option<JoinHandle<()>>,
+    /// The heartbeat thread, which hands its connection back when it ends.
+    thread: Option<JoinHandle<Option<Registry>>>,
 }
 
 impl std::fmt::Debug for Stop {
@@ -73,21 +79,6 @@ impl WorkerSession {
         env: &InstanceEnv,
         options: WorkerOptions,
     ) -> Result<Self, StoreError> {
-        Self::start_sweeping(location, env, options, |me| stale_sweep(location.clone(), me.clone()))
-    }
-
-    /// [`start`](Self::start), with the heartbeat asking `sweep_of(worker)` for each of
-    /// its sweeps: a function that sweeps once and returns the fleet's active worker
-    /// count when it learned it.
-    fn start_sweeping<F>(
-        location: &RegistryLocation,
-        env: &InstanceEnv,
-        options: WorkerOptions,
-        sweep_of: impl FnOnce(&fleet_identity::WorkerIdentity) -> F,
-    ) -> Result<Self, StoreError>
-    where
-        F: FnMut() -> Option<usize> + Send + 'static,
-    {
         let process = options.process;
         let probe = LocalProbe::new().map_err(probe_error)?;
         let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
@@ -119,17 +110,16 @@ impl WorkerSession {
         let lost = Arc::new(std::sync::OnceLock::new());
         let (stop, stopped) = mpsc::channel();
         let thread = {
-            let location = location.clone();
-            let credential = credential.clone();
+            let beats = Beats {
+                location: location.clone(),
+                credential: credential.clone(),
+                launch: options.launch,
+                interval: options.heartbeat_ttl.interval(),
+            };
             let lost = Arc::clone(&lost);
-            let interval = options.heartbeat_ttl.interval();
-            let launch = options.launch;
-            let sweep = sweep_of(&credential.worker_identity);
             std::thread::Builder::new()
                 .name("fleet-heartbeat".into())
-                .spawn(move || {
-                    heartbeat_loop(&location, &credential, launch, interval, &stopped, &lost, sweep)
-                })
+                .spawn(move || beats.run(registry, &stopped, &lost))
                 .map_err(|e| {
                     StoreError::new(StoreErrorKind::Unavailable, format!("cannot start heartbeat: {e}"))
                 })?
@@ -161,19 +151,24 @@ impl WorkerSession {
         self.lost.get().map(String::as_str)
     }
 
-    fn stop_heartbeats(&mut self) {
+    /// Stops the heartbeat thread and takes back its connection, if it has one.
+    fn stop_heartbeats(&mut self) -> Option<Registry> {
         if let Some(stop) = self.stop.take() {
             // The thread may already have ended; then there is nothing to stop.
             let _ = stop.send(Stop::Now);
         }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.thread.take().and_then(|thread| thread.join().ok().flatten())
     }
 
-    /// Stops heartbeating and releases the registration: the clean-exit path.
+    /// Stops heartbeating and releases the registration: the clean-exit path. It
+    /// releases on the heartbeat's connection, or on a new one where that one failed.
     pub fn release(mut self) -> Result<WorkerRow, StoreError> {
-        self.stop_heartbeats();
+        if let Some(mut registry) = self.stop_heartbeats() {
+            match registry.release(&self.credential, now()) {
+                Err(e) if e.kind() == StoreErrorKind::Unavailable => {}
+                done => return done,
+            }
+        }
         let mut registry = open_registry(&self.location, OpenMode::MustExist)?;
         registry.release(&self.credential, now())
     }
@@ -197,9 +192,9 @@ const SWEEPERS_PER_TICK: u32 = 8;
 /// Whether a worker of a fleet of `active_workers` sweeps on this tick, given a random
 /// `roll`: always in a small fleet; in a larger one with probability
 /// [`SWEEPERS_PER_TICK`] / `active_workers`, so the fleet as a whole reads the registry a
-/// bounded number of times per tick period however large it grows (each sweep reads
-/// every row), and a lapsed row is still found within about one period (no worker at all
-/// sweeping in a period has probability about e⁻⁸).
+/// bounded number of times per tick period however large it grows, and a lapsed row is
+/// still found within about one period (no worker at all sweeping in a period has
+/// probability about e⁻⁸).
 fn sweeps_this_tick(active_workers: usize, roll: u32) -> bool {
     let fleet = u32::try_from(active_workers).unwrap_or(u32::MAX);
     fleet <= SWEEPERS_PER_TICK || roll % fleet < SWEEPERS_PER_TICK
@@ -212,134 +207,100 @@ fn random_u32() -> u32 {
     u32::from_le_bytes(bytes)
 }
 
-/// Whether this worker's clock agrees with the store's (see [`crate::clock`]): one read
-/// of the store's clock, not of the fleet's rows.
-fn clock_agrees(
-    reg: &mut fleet_registry::Registry<crate::AnyStore>,
-    at: Timestamp,
-) -> Result<Result<(), crate::clock::ClockDisagreement>, StoreError> {
-    Ok(crate::clock::against_store(at, reg.store_now()?))
-}
-
-fn heartbeat_loop(
-    location: &RegistryLocation,
-    credential: &WorkerCredential,
+/// The heartbeat thread's work: a beat every interval and, on the same connection
+/// after a beat, now and then a sweep of the fleet's lapsed rows.
+struct Beats {
+    location: RegistryLocation,
+    credential: WorkerCredential,
     launch: Option<crate::LaunchProcess>,
     interval: Duration,
-    stopped: &mpsc::Receiver<Stop>,
-    lost: &std::sync::OnceLock<String>,
-    mut sweep_once: impl FnMut() -> Option<usize> + Send + 'static,
-) {
-    // The fleet's size as of this worker's last sweep; every worker sweeps until it knows.
-    let active_workers = Arc::new(AtomicUsize::new(0));
-    // Sweeps run on their own thread: a sweep reads every row, which at tens of
-    // thousands of rows or behind a busy write lock takes longer than a beat, and a
-    // worker's own heartbeat must never wait on it. A tick that finds the sweeper still
-    // busy skips its sweep.
-    let (sweep, sweeps) = mpsc::sync_channel::<()>(1);
-    let sweeper = {
-        let active_workers = Arc::clone(&active_workers);
-        std::thread::Builder::new()
-            .name("fleet-sweep".into())
-            .spawn(move || {
-                while sweeps.recv().is_ok() {
-                    if let Some(active) = sweep_once() {
-                        active_workers.store(active, Ordering::Relaxed);
-                    }
-                }
-            })
-            .map_err(|e| crate::warn(format_args!("fleet: cannot start the stale sweep: {e}")))
-            .ok()
-    };
-    let mut registry = None;
-    // Beats keep their cadence: the next is due one interval after the last was due,
-    // however long the last took, so a slow beat never stretches the gap between two.
-    let mut next_beat = Instant::now() + interval;
-    // Until told to stop, or the session is gone.
-    while let Err(RecvTimeoutError::Timeout) =
-        stopped.recv_timeout(next_beat.saturating_duration_since(Instant::now()))
-    {
-        next_beat = (next_beat + interval).max(Instant::now());
-        if registry.is_none() {
-            registry = open_registry(location, OpenMode::MustExist)
-                .map_err(|e| crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")))
-                .ok();
-        }
-        let Some(reg) = registry.as_mut() else { continue };
-        // A worker whose launch's client died says so on every beat: orphaned.
-        match reg.heartbeat_claiming(credential, now(), crate::claim_of(launch)) {
-            // The fleet keeps itself honest: every live worker, on its own tick, marks
-            // the rows whose heartbeat lapsed stale, so retirement needs no operator.
-            Ok(()) => {
-                if sweeps_this_tick(active_workers.load(Ordering::Relaxed), random_u32()) {
-                    // Full: the last sweep is still running, and this tick's is not needed.
-                    let _ = sweep.try_send(());
-                }
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    StoreErrorKind::NotFound | StoreErrorKind::Conflict | StoreErrorKind::Fenced
-                ) =>
-            {
-                crate::warn(format_args!("fleet: registration lost: {e}"));
-                let _ = lost.set(e.to_string());
-                break;
-            }
-            // A busy or briefly unreachable registry: try again next beat, on a fresh
-            // connection when this one may be the broken part (a PostgreSQL backend that
-            // was terminated stays dead).
-            Err(e) => {
-                crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}"));
-                if e.kind() != StoreErrorKind::Busy {
-                    registry = None;
-                }
-            }
-        }
-    }
-    // The sweeper ends once its channel closes, after any sweep it is in.
-    drop(sweep);
-    if let Some(sweeper) = sweeper {
-        let _ = sweeper.join();
-    }
 }
 
-/// One sweep of the fleet's lapsed rows to stale by worker `me`, on a connection kept
-/// between sweeps, returning the fleet's active worker count when it learned it.
-fn stale_sweep(
-    location: RegistryLocation,
-    me: fleet_identity::WorkerIdentity,
-) -> impl FnMut() -> Option<usize> {
-    let mut registry = None;
-    move || {
-        if registry.is_none() {
-            registry = open_registry(&location, OpenMode::MustExist)
-                .map_err(|e| crate::warn(format_args!("fleet: the stale sweep cannot open registry: {e}")))
-                .ok();
-        }
-        let reg = registry.as_mut()?;
-        // A clock the fleet does not agree with must not judge its heartbeats.
-        let at = now();
-        let swept = match clock_agrees(reg, at) {
-            Ok(Ok(())) => reg.sweep(at).map(Some),
-            Ok(Err(disagreement)) => {
-                crate::warn(format_args!(
-                    "fleet: worker {me} does not sweep: {disagreement}; check this host's clock"
-                ));
-                Ok(None)
+impl Beats {
+    /// Beats until told to stop or the registration is lost; returns the connection.
+    fn run(
+        self,
+        registry: Registry,
+        stopped: &mpsc::Receiver<Stop>,
+        lost: &std::sync::OnceLock<String>,
+    ) -> Option<Registry> {
+        let mut registry = Some(registry);
+        // The fleet's size as of this worker's last sweep; every worker sweeps until it knows.
+        let mut active_workers = 0;
+        // Beats keep their cadence: the next is due one interval after the last was due,
+        // however long the last took, so a slow beat never stretches the gap between two.
+        let mut next_beat = Instant::now() + self.interval;
+        while let Err(RecvTimeoutError::Timeout) =
+            stopped.recv_timeout(next_beat.saturating_duration_since(Instant::now()))
+        {
+            next_beat = (next_beat + self.interval).max(Instant::now());
+            if registry.is_none() {
+                registry = open_registry(&self.location, OpenMode::MustExist)
+                    .map_err(|e| crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")))
+                    .ok();
             }
-            Err(e) => Err(e),
-        };
-        match swept {
-            Ok(sweep) => sweep.map(|s| s.active_workers),
-            Err(e) => {
-                crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
-                if e.kind() != StoreErrorKind::Busy {
-                    registry = None;
+            let Some(reg) = registry.as_mut() else { continue };
+            // A worker whose launch's client died says so on every beat: orphaned.
+            match reg.heartbeat_claiming(&self.credential, now(), crate::claim_of(self.launch)) {
+                // The fleet keeps itself honest: every live worker, on its own tick, marks
+                // the rows whose heartbeat lapsed stale, so retirement needs no operator.
+                Ok(()) if sweeps_this_tick(active_workers, random_u32()) => match self.sweep(reg) {
+                    Ok(Some(active)) => active_workers = active,
+                    Ok(None) => {}
+                    Err(e) => {
+                        crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
+                        if e.kind() != StoreErrorKind::Busy {
+                            registry = None;
+                        }
+                    }
+                },
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        StoreErrorKind::NotFound | StoreErrorKind::Conflict | StoreErrorKind::Fenced
+                    ) =>
+                {
+                    crate::warn(format_args!("fleet: registration lost: {e}"));
+                    let _ = lost.set(e.to_string());
+                    break;
                 }
-                None
+                // A busy or briefly unreachable registry: try again next beat, on a fresh
+                // connection when this one may be the broken part (a PostgreSQL backend that
+                // was terminated stays dead).
+                Err(e) => {
+                    crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}"));
+                    if e.kind() != StoreErrorKind::Busy {
+                        registry = None;
+                    }
+                }
             }
         }
+        registry
+    }
+
+    /// One sweep of the fleet's lapsed rows to stale, bounded by one beat interval (a
+    /// sweep held up by another writer gives up, busy, and the next beat is on time);
+    /// returns the fleet's active worker count when it learned it.
+    fn sweep(&self, reg: &mut Registry) -> Result<Option<usize>, StoreError> {
+        reg.set_call_deadline(Some(self.interval));
+        let swept = self.sweep_within(reg);
+        reg.set_call_deadline(None);
+        swept
+    }
+
+    fn sweep_within(&self, reg: &mut Registry) -> Result<Option<usize>, StoreError> {
+        // A clock the fleet does not agree with must not judge its heartbeats: one read
+        // of the store's clock, not of the fleet's rows.
+        let at = now();
+        if let Err(disagreement) = crate::clock::against_store(at, reg.store_now()?) {
+            crate::warn(format_args!(
+                "fleet: worker {} does not sweep: {disagreement}; check this host's clock",
+                self.credential.worker_identity
+            ));
+            return Ok(None);
+        }
+        Ok(Some(reg.sweep(at)?.active_workers))
     }
 }
 
@@ -347,23 +308,31 @@ fn stale_sweep(
 mod tests {
     use super::{SWEEPERS_PER_TICK, sweeps_this_tick};
 
-    /// A sweep that stalls (a read of every row over a network that stopped answering,
-    /// or behind a long write) never stops the worker's own heartbeat: the row keeps
-    /// beating while the sweep hangs, so it cannot lapse and close its own gate.
+    /// A sweep held up by another writer (PostgreSQL: a session holding the registry's
+    /// write lock, which a heartbeat does not take) gives up within a beat interval, so
+    /// the worker's own heartbeat, on the same connection, keeps landing: the row cannot
+    /// lapse and close its own gate. Once the writer lets go the lapsed row is swept.
+    /// Needs `FLEET_TEST_POSTGRES_URL`; skips, saying so, without it.
     #[test]
-    fn a_stalled_sweep_does_not_stop_the_heartbeat() {
-        use std::sync::mpsc;
+    fn a_sweep_held_up_by_a_writer_does_not_stop_the_heartbeat() {
         use std::time::{Duration, Instant};
 
         use crate::{Launch, RegistryLocation, open_registry};
         use fleet_registry::{HeartbeatTtl, OpenMode, Revisions};
 
-        let dir = tempfile::tempdir().unwrap();
-        let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
+        let Some(base) = std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
+            eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        let schema = format!("fleet_worker_{}", uuid::Uuid::now_v7().simple());
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        admin.batch_execute(&format!("CREATE SCHEMA {schema}")).unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let location = RegistryLocation::Postgres(format!("{base}{sep}options=-csearch_path%3D{schema}"));
         let client_type = fleet_identity::ClientType::new("codex").unwrap();
         let launch = Launch::mint(&location, client_type, None, None).unwrap();
-        let options = super::WorkerOptions {
-            namespace: fleet_identity::Namespace::Reconciler,
+        let options = |namespace| super::WorkerOptions {
+            namespace,
             process: fleet_probe::current_process().unwrap(),
             // A beat every third of a second.
             heartbeat_ttl: HeartbeatTtl::from_secs(1).unwrap(),
@@ -371,39 +340,50 @@ mod tests {
             revisions: Revisions::default(),
             launch: None,
         };
-        let (entered, sweep_entered) = mpsc::channel();
-        let (release, released) = mpsc::channel::<()>();
-        let session = super::WorkerSession::start_sweeping(&location, &launch.env, options, |_| {
-            move || {
-                let _ = entered.send(());
-                // Hangs until the test lets go.
-                let _ = released.recv();
-                None
-            }
-        })
+        // A row that lapses: a worker that stopped beating.
+        let gone =
+            super::WorkerSession::start(&location, &launch.env, options(fleet_identity::Namespace::Author))
+                .unwrap();
+        let gone_id = gone.row().worker_identity.clone();
+        gone.abandon();
+        let session = super::WorkerSession::start(
+            &location,
+            &launch.env,
+            options(fleet_identity::Namespace::Reconciler),
+        )
         .unwrap();
-        // Bound after the session, so dropped before it: a failing test lets the sweep
-        // go before the session's drop waits for its threads.
-        let release = release;
-        let me = session.row().worker_identity.clone();
-        sweep_entered.recv_timeout(Duration::from_secs(60)).expect("the first beat asks for a sweep");
-
+        // Registered; from now on another session holds the write lock (before the
+        // abandoned row lapses, a second after its last beat).
         let mut registry = open_registry(&location, OpenMode::MustExist).unwrap();
-        let beat = |registry: &mut fleet_registry::Registry<crate::AnyStore>| {
-            registry.worker(&me).unwrap().unwrap().last_heartbeat_at
-        };
-        let mut beats = vec![beat(&mut registry)];
-        let give_up = Instant::now() + Duration::from_secs(60);
-        while beats.len() < 3 && Instant::now() < give_up {
+        let key = registry.registry_id().unwrap().lock_key();
+        let mut writer = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        writer.query_one("SELECT pg_advisory_lock($1)", &[&key]).unwrap();
+        let me = session.row().worker_identity.clone();
+        let mut row = |id| registry.worker(id).unwrap().unwrap();
+        let mut beats = vec![row(&me).last_heartbeat_at];
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while beats.len() < 6 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(50));
-            let at = beat(&mut registry);
+            let at = row(&me).last_heartbeat_at;
             if beats.last() != Some(&at) {
                 beats.push(at);
             }
         }
-        assert_eq!(beats.len(), 3, "two beats landed while the sweep hung: {beats:?}");
-        drop(release);
+        assert_eq!(beats.len(), 6, "five beats landed while every sweep was held up: {beats:?}");
+        assert_ne!(
+            row(&gone_id).ownership_state,
+            Some(fleet_registry::OwnershipState::Stale),
+            "no sweep wrote while the writer held the lock"
+        );
+
+        writer.query_one("SELECT pg_advisory_unlock($1)", &[&key]).unwrap();
+        let swept = Instant::now() + Duration::from_secs(30);
+        while row(&gone_id).ownership_state != Some(fleet_registry::OwnershipState::Stale) {
+            assert!(Instant::now() < swept, "the lapsed row was never swept once the writer let go");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         session.release().unwrap();
+        admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).unwrap();
     }
 
     #[test]

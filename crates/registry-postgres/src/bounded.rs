@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_util::TryStreamExt;
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{IsolationLevel, Row, SimpleQueryMessage, Statement, ToStatement};
+use tokio_postgres::{IsolationLevel, Row, SimpleQueryMessage, ToStatement};
 
 /// Why a round trip failed.
 #[derive(Debug)]
@@ -138,6 +138,7 @@ impl Client {
         self.deadline
     }
 
+    #[cfg(test)]
     pub(crate) fn query_one<S: ToStatement + ?Sized>(
         &mut self,
         sql: &S,
@@ -146,16 +147,16 @@ impl Client {
         within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.query_one(sql, params))
     }
 
-    pub(crate) fn execute<S: ToStatement + ?Sized>(
+    /// One statement outside any transaction, as an unnamed statement in one round trip
+    /// (Parse, Bind, Execute, Sync): nothing of it outlives it on the server session, so
+    /// it runs through a pooler in transaction mode, which may hand each statement
+    /// another session.
+    pub(crate) fn query_typed(
         &mut self,
-        sql: &S,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, Error> {
-        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.execute(sql, params))
-    }
-
-    pub(crate) fn prepare(&mut self, sql: &str) -> Result<Statement, Error> {
-        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.prepare(sql))
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, Error> {
+        within(&mut self.wire, self.deadline, &mut self.abandoned, self.client.query_typed(sql, params))
     }
 
     /// Runs `sql` (one or more statements, no parameters) in one round trip, the simple

@@ -16,7 +16,7 @@ pub(crate) static HEARTBEAT: std::sync::LazyLock<String> = std::sync::LazyLock::
         "UPDATE worker_registrations SET last_heartbeat_at = $1, ownership_state = $5 \
          FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed \
          WHERE worker_identity = $2 AND generation_id = $3 AND token_fingerprint = $4 AND status = 'active' \
-         AND {}",
+         AND {} RETURNING 1",
         fleet_registry::columns::unfenced_sql("worker_registrations.host_id", "worker_registrations.boot_id")
     )
 });

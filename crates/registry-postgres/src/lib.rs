@@ -30,17 +30,13 @@ use fleet_registry::{
     AuditEntry, Claim, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
 };
 use schema::{migrate, missing_id};
-use session::{WRITE_IDLE_TIMEOUT, connect_within};
+use session::connect_within;
 use tokio_postgres::IsolationLevel;
 use tokio_postgres::error::SqlState;
 
 /// A registry in a PostgreSQL database.
 pub struct PostgresStore {
     client: Client,
-    /// The heartbeat statement, prepared on first use for this connection.
-    heartbeat: Option<tokio_postgres::Statement>,
-    /// The change-marker query, prepared on first use for this connection.
-    marker: Option<tokio_postgres::Statement>,
     /// The longest any one round trip waits, as the session's statement timeout sets it.
     default_deadline: std::time::Duration,
     /// The registry's id, read once at connect (it never changes).
@@ -50,13 +46,17 @@ pub struct PostgresStore {
 }
 
 /// How a write transaction begins.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct WriteLock {
     /// The advisory lock's key, the registry's id: two registries (two schemas of one
     /// database) never wait on each other.
     key: i64,
-    /// Whether the write shortens the idle timeout to [`WRITE_IDLE_TIMEOUT`].
-    short_idle: bool,
+    /// What each write sets for itself before it takes the lock (`Timeouts::for_writes`).
+    settings: Vec<(&'static str, &'static str)>,
+    /// How long a write waits for a lock when a caller bounded its calls (see
+    /// `Store::set_call_deadline`): under that bound, so the server gives up the wait
+    /// and says so (busy) before the client would have to drop the connection.
+    lock_wait: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -116,6 +116,16 @@ pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
     StoreError::with_source(kind, message, e)
 }
 
+/// The change marker's statement (see `Store::change_marker`).
+static MARKER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let versions = |table: &str| {
+        format!(
+            "(SELECT count(*) FROM {table}), (SELECT sum(hashtextextended(ctid::text || xmin::text, 0)) FROM {table})"
+        )
+    };
+    format!("SELECT md5(concat_ws(' ', {}, {}))", versions("worker_registrations"), versions("instances"))
+});
+
 /// A COMMIT the server answered with an error (severity ERROR: a deferred constraint, a
 /// serialization failure) was rolled back. One it never answered (the connection closed
 /// or stalled after COMMIT was sent), or answered by ending the session (FATAL: a
@@ -158,9 +168,13 @@ impl PostgresStore {
             migrate(&mut client)?
         };
         let registry_id = fleet_registry::RegistryId::new(registry_id)?;
-        let write_lock = WriteLock { key: registry_id.lock_key(), short_idle: opened.timeouts.default_idle };
+        let write_lock = WriteLock {
+            key: registry_id.lock_key(),
+            settings: opened.timeouts.for_writes(),
+            lock_wait: None,
+        };
         let default_deadline = client.deadline();
-        Ok(Self { client, heartbeat: None, marker: None, default_deadline, registry_id, write_lock })
+        Ok(Self { client, default_deadline, registry_id, write_lock })
     }
 }
 
@@ -168,18 +182,16 @@ impl PostgresStore {
 /// whatever the server's default: each statement then reads a snapshot taken after the
 /// lock is held, so writes serialize on the lock and never fail with a serialization
 /// error (which a stricter default raises for a snapshot taken while waiting for it).
-fn locked_write(client: &mut Client, lock: WriteLock) -> Result<Transaction<'_>, StoreError> {
+fn locked_write<'c>(client: &'c mut Client, lock: &WriteLock) -> Result<Transaction<'c>, StoreError> {
     let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
-    if lock.short_idle {
-        // One round trip: the idle bound for this transaction, then the lock.
-        let sql = format!(
-            "SELECT set_config('idle_in_transaction_session_timeout', '{WRITE_IDLE_TIMEOUT}', true), \
-             pg_advisory_xact_lock($1)"
-        );
-        tx.execute(&sql, &[&lock.key]).map_err(map_error)?;
-    } else {
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock.key]).map_err(map_error)?;
+    // One round trip: this transaction's own bounds, then the lock.
+    let mut settings: Vec<String> =
+        lock.settings.iter().map(|(name, value)| format!("set_config('{name}', '{value}', true)")).collect();
+    if let Some(wait) = lock.lock_wait {
+        settings.push(format!("set_config('lock_timeout', '{}ms', true)", wait.as_millis().max(1)));
     }
+    settings.push("pg_advisory_xact_lock($1)".to_owned());
+    tx.execute(&format!("SELECT {}", settings.join(", ")), &[&lock.key]).map_err(map_error)?;
     Ok(tx)
 }
 
@@ -671,7 +683,7 @@ impl Store for PostgresStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
-        let mut tx = locked_write(&mut self.client, self.write_lock)?;
+        let mut tx = locked_write(&mut self.client, &self.write_lock)?;
         let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
         tx.commit().map_err(map_error)?;
         Ok(value)
@@ -685,7 +697,7 @@ impl Store for PostgresStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
-        let mut tx = locked_write(&mut self.client, self.write_lock)?;
+        let mut tx = locked_write(&mut self.client, &self.write_lock)?;
         replication::guard_grant(&mut tx)?;
         let value = f(&mut PgTx { tx: &mut tx, registry_id: &self.registry_id })?;
         tx.commit().map_err(commit_error)?;
@@ -707,6 +719,7 @@ impl Store for PostgresStore {
     /// belong to the next question): the caller opens a new one.
     fn set_call_deadline(&mut self, deadline: Option<std::time::Duration>) {
         let bound = deadline.map_or(self.default_deadline, |d| d.min(self.default_deadline));
+        self.write_lock.lock_wait = deadline.map(|d| d / 2);
         self.client.set_deadline(bound.max(std::time::Duration::from_millis(1)));
     }
 
@@ -717,59 +730,41 @@ impl Store for PostgresStore {
     /// snapshot). It reads only system columns: a few milliseconds for 10 000 rows,
     /// against some 60 for reading them whole.
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
-        let statement = match &self.marker {
-            Some(statement) => statement.clone(),
-            None => {
-                let versions = |table: &str| {
-                    format!(
-                        "(SELECT count(*) FROM {table}), \
-                         (SELECT sum(hashtextextended(ctid::text || xmin::text, 0)) FROM {table})"
-                    )
-                };
-                let sql = format!(
-                    "SELECT md5(concat_ws(' ', {}, {}))",
-                    versions("worker_registrations"),
-                    versions("instances")
-                );
-                let statement = self.client.prepare(&sql).map_err(map_error)?;
-                self.marker = Some(statement.clone());
-                statement
-            }
-        };
-        let digest: String = self.client.query_one(&statement, &[]).map_err(map_error)?.get(0);
+        let digest: String = self
+            .client
+            .query_typed(&MARKER, &[])
+            .map_err(map_error)?
+            .first()
+            .map(|row| row.get(0))
+            .unwrap_or_default();
         u128::from_str_radix(&digest, 16).map(Some).map_err(|e| {
             StoreError::new(StoreErrorKind::Unavailable, format!("change marker {digest:?}: {e}"))
         })
     }
 
+    /// The hot path: one unnamed statement, one round trip, nothing kept on the server
+    /// session between beats (a pooler may run each on another).
     fn touch_heartbeat(
         &mut self,
         who: &WorkerCredential,
         now: Timestamp,
         claim: Claim,
     ) -> Result<bool, StoreError> {
-        // The hot path: prepared once per connection, then one Bind/Execute round trip.
-        let statement = match &self.heartbeat {
-            Some(statement) => statement.clone(),
-            None => {
-                let statement = self.client.prepare(&heartbeat::HEARTBEAT).map_err(map_error)?;
-                self.heartbeat = Some(statement.clone());
-                statement
-            }
-        };
-        let changed = self
+        use tokio_postgres::types::Type;
+        let now = now.to_string();
+        let matched = self
             .client
-            .execute(
-                &statement,
+            .query_typed(
+                &heartbeat::HEARTBEAT,
                 &[
-                    &now.to_string(),
-                    &who.worker_identity.as_str(),
-                    &who.generation_id.as_str(),
-                    &who.token.fingerprint(),
-                    &claim.as_str(),
+                    (&now, Type::TEXT),
+                    (&who.worker_identity.as_str(), Type::TEXT),
+                    (&who.generation_id.as_str(), Type::TEXT),
+                    (&who.token.fingerprint(), Type::TEXT),
+                    (&claim.as_str(), Type::TEXT),
                 ],
             )
             .map_err(map_error)?;
-        Ok(changed == 1)
+        Ok(matched.len() == 1)
     }
 }

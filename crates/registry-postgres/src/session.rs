@@ -29,8 +29,28 @@ pub(crate) const WRITE_IDLE_TIMEOUT: &str = "5s";
 pub(crate) struct Timeouts {
     /// `statement_timeout` in effect, as `SHOW` prints it.
     pub(crate) statement: String,
-    /// Whether the idle timeout is this crate's default, so writes shorten it.
-    pub(crate) default_idle: bool,
+    /// Whether each of [`DEFAULT_TIMEOUTS`] is this crate's default (the session had none
+    /// of its own), in that order.
+    pub(crate) defaulted: [bool; 3],
+}
+
+impl Timeouts {
+    /// The settings each write transaction sets for itself (`set_config(…, true)`): the
+    /// defaults again, so a write keeps its bounds on whatever server session runs it
+    /// (a pooler in transaction mode hands each transaction any of its sessions), and a
+    /// shorter idle bound inside a write. Settings the connection string chose are left
+    /// to the session.
+    pub(crate) fn for_writes(&self) -> Vec<(&'static str, &'static str)> {
+        DEFAULT_TIMEOUTS
+            .iter()
+            .zip(self.defaulted)
+            .filter(|(_, defaulted)| *defaulted)
+            .map(|((name, value), _)| match *name {
+                "idle_in_transaction_session_timeout" => (*name, WRITE_IDLE_TIMEOUT),
+                _ => (*name, *value),
+            })
+            .collect()
+    }
 }
 
 /// What a new session found: its timeouts, and the schema version and registry id the
@@ -60,10 +80,10 @@ fn open_session(client: &mut Client, schema: Option<&str>) -> Result<Opened, Sto
         .map(|(name, _)| format!("current_setting('{name}') AS {name}"))
         .collect::<Vec<_>>()
         .join(", ");
+    let defaulted =
+        DEFAULT_TIMEOUTS.iter().map(|(name, _)| format!("{name} = '0'")).collect::<Vec<_>>().join(", ");
     // OFFSET 0 keeps the settings read before any is set.
-    let mut sql = format!(
-        "SELECT {settings}, idle_in_transaction_session_timeout = '0' FROM (SELECT {read} OFFSET 0) AS session;"
-    );
+    let mut sql = format!("SELECT {settings}, {defaulted} FROM (SELECT {read} OFFSET 0) AS session;");
     if let Some(schema) = schema {
         sql.push_str(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema};"));
     }
@@ -73,7 +93,8 @@ fn open_session(client: &mut Client, schema: Option<&str>) -> Result<Opened, Sto
     let answers = text_rows(client.simple_query(&sql).map_err(map_error)?);
     let [session, tables] = [answers.first(), answers.last()].map(|row| row.cloned().unwrap_or_default());
     let text = |row: &[Option<String>], i: usize| row.get(i).cloned().flatten().unwrap_or_default();
-    let timeouts = Timeouts { statement: text(&session, 1), default_idle: text(&session, 3) == "t" };
+    let timeouts =
+        Timeouts { statement: text(&session, 1), defaulted: [3, 4, 5].map(|i| text(&session, i) == "t") };
     let (has_version, has_identity) = (text(&tables, 0) == "t", text(&tables, 1) == "t");
     if !has_version {
         return Ok(Opened { timeouts, version: 0, registry_id: None });

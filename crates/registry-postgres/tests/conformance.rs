@@ -1,7 +1,9 @@
 //! The registry conformance suite against a real PostgreSQL server, one fresh schema per
-//! store, dropped with it. The server comes from `FLEET_TEST_POSTGRES_URL`: CI sets it,
-//! and there an unreachable server fails every test; without it (a machine without
-//! PostgreSQL) each case says it skipped.
+//! store, dropped with it (or, with `FLEET_TEST_POSTGRES_ISOLATION=database`, as through
+//! PgBouncer in transaction pooling where no session state holds, a database of its
+//! own: `scripts/through-pgbouncer.sh`). The server comes from
+//! `FLEET_TEST_POSTGRES_URL`: CI sets it, and there an unreachable server fails every
+//! test; without it (a machine without PostgreSQL) each case says it skipped.
 
 use fleet_identity::Timestamp;
 use fleet_registry::{Store, StoreError, Tx, WorkerCredential};
@@ -11,17 +13,45 @@ fn url() -> Option<String> {
     std::env::var("FLEET_TEST_POSTGRES_URL").ok().filter(|u| !u.is_empty())
 }
 
-/// A store in a schema of its own, dropped when the store is.
+/// Whether each store gets a database of its own rather than a schema.
+fn by_database() -> bool {
+    std::env::var("FLEET_TEST_POSTGRES_ISOLATION").is_ok_and(|v| v == "database")
+}
+
+/// `url` with its database replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let query = path.split_once('?').map_or("", |(_, q)| q);
+    let sep = if query.is_empty() { "" } else { "?" };
+    format!("{scheme}://{authority}/{name}{sep}{query}")
+}
+
+/// A store in a schema (or database) of its own, dropped when the store is.
 struct Scratch {
     store: PostgresStore,
+    /// The server's URL, as the tests were given it.
     url: String,
+    /// The schema or database.
     schema: String,
+}
+
+impl Scratch {
+    /// The URL of the store's own database.
+    fn own_url(&self) -> String {
+        if by_database() { with_database(&self.url, &self.schema) } else { self.url.clone() }
+    }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         if let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+            let drop = if by_database() {
+                format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.schema)
+            } else {
+                format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema)
+            };
+            let _ = client.batch_execute(&drop);
         }
     }
 }
@@ -68,8 +98,10 @@ impl Store for Scratch {
 impl Scratch {
     /// A plain connection to the scratch schema, writing behind the registry's back.
     fn side_client(&self) -> postgres::Client {
-        let mut client = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
-        client.batch_execute(&format!("SET search_path TO {}", self.schema)).unwrap();
+        let mut client = postgres::Client::connect(&self.own_url(), postgres::NoTls).unwrap();
+        if !by_database() {
+            client.batch_execute(&format!("SET search_path TO {}", self.schema)).unwrap();
+        }
         client
     }
 }
@@ -77,9 +109,14 @@ impl Scratch {
 fn fresh() -> Scratch {
     let url = url().expect("FLEET_TEST_POSTGRES_URL");
     let schema = format!("fleet_test_{}", uuid::Uuid::now_v7().simple());
-    let store =
-        PostgresStore::connect_in_schema(&url, Some(&schema)).expect("connect to the test PostgreSQL server");
-    Scratch { store, url, schema }
+    let store = if by_database() {
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("the test PostgreSQL server");
+        admin.batch_execute(&format!("CREATE DATABASE {schema}")).expect("create a database");
+        PostgresStore::connect(&with_database(&url, &schema))
+    } else {
+        PostgresStore::connect_in_schema(&url, Some(&schema))
+    };
+    Scratch { store: store.expect("connect to the test PostgreSQL server"), url, schema }
 }
 
 fleet_registry::registry_conformance!(skip_unless = crate::url().is_some(), crate::fresh());
@@ -248,15 +285,17 @@ fn a_grant_whose_commit_goes_unanswered_is_reported_unknown() {
     let killer = std::thread::spawn(move || {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while std::time::Instant::now() < deadline {
-            let ended: i64 = side
-                .query_one(
+            // The simple protocol: nothing prepared, which a pooler could lose.
+            let answer = side
+                .simple_query(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
                      WHERE wait_event = 'PgSleep' AND query = 'COMMIT' AND pid <> pg_backend_pid()",
-                    &[],
                 )
-                .unwrap()
-                .get(0);
-            if ended > 0 {
+                .unwrap();
+            let ended = answer.iter().any(
+                |m| matches!(m, postgres::SimpleQueryMessage::Row(r) if r.get(0).is_some_and(|n| n != "0")),
+            );
+            if ended {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));

@@ -209,9 +209,25 @@ pub fn base_url() -> Option<String> {
 }
 
 /// A schema of its own, dropped afterwards; the registry URL selects it by search path.
+/// With `FLEET_TEST_POSTGRES_ISOLATION=database` (through a pooler in transaction mode,
+/// where no session state holds: `scripts/through-pgbouncer.sh`) a database of its own.
 pub struct Schema {
     pub base: String,
     pub name: String,
+}
+
+/// Whether each test's registry gets a database of its own rather than a schema.
+pub fn isolated_by_database() -> bool {
+    std::env::var("FLEET_TEST_POSTGRES_ISOLATION").is_ok_and(|v| v == "database")
+}
+
+/// `url` with its database replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let query = path.split_once('?').map_or("", |(_, q)| q);
+    let sep = if query.is_empty() { "" } else { "?" };
+    format!("{scheme}://{authority}/{name}{sep}{query}")
 }
 
 impl Schema {
@@ -219,20 +235,38 @@ impl Schema {
         let name = format!("fleet_cli_{}", uuid::Uuid::now_v7().simple());
         let mut client =
             postgres::Client::connect(base, postgres::NoTls).expect("the test PostgreSQL server");
-        client.batch_execute(&format!("CREATE SCHEMA {name}")).unwrap();
+        let create = if isolated_by_database() { "DATABASE" } else { "SCHEMA" };
+        client.batch_execute(&format!("CREATE {create} {name}")).unwrap();
         Self { base: base.to_owned(), name }
     }
 
     pub fn url(&self) -> String {
+        if isolated_by_database() {
+            return with_database(&self.base, &self.name);
+        }
         let sep = if self.base.contains('?') { '&' } else { '?' };
         format!("{}{sep}options=-csearch_path%3D{}", self.base, self.name)
+    }
+}
+
+impl Schema {
+    /// [`url`](Self::url) with one more query parameter (`name=value`).
+    pub fn url_with(&self, param: &str) -> String {
+        let url = self.url();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}{param}")
     }
 }
 
 impl Drop for Schema {
     fn drop(&mut self) {
         if let Ok(mut client) = postgres::Client::connect(&self.base, postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+            let drop = if isolated_by_database() {
+                format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)
+            } else {
+                format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name)
+            };
+            let _ = client.batch_execute(&drop);
         }
     }
 }
