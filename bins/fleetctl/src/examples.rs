@@ -14,6 +14,10 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ("registry sweep", "fleetctl registry sweep --json    mark rows whose heartbeat lapsed as stale"),
     ("registry prune", "fleetctl registry prune --before 2026-01-01T00:00:00Z --export pruned.json"),
     (
+        "registry upgrade",
+        "fleetctl registry upgrade --dry-run    the steps an upgrade takes; nothing changes",
+    ),
+    (
         "registry replication",
         "fleetctl registry replication --policy synchronous    every grant confirmed by a synchronous standby",
     ),

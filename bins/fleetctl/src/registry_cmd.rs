@@ -1,4 +1,4 @@
-//! `fleetctl registry init|export|import|sweep|prune|replication|accept-history`.
+//! `fleetctl registry init|upgrade|export|import|sweep|prune|replication|accept-history`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,8 @@ use fleet_runtime::{RegistryLocation, now, open_registry};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum RegistryCmd {
-    /// Create the registry (or bring an existing one up to date).
+    /// Create the registry; an existing one is checked (and what holds no rows of its
+    /// own rebuilt), never upgraded: see `registry upgrade`.
     Init {
         /// Print the outcome as JSON.
         #[arg(long)]
@@ -55,6 +56,21 @@ pub(crate) enum RegistryCmd {
         #[arg(long)]
         export: PathBuf,
         /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring the registry's schema up to this build's, the one command that changes it:
+    /// it keeps a copy first (SQLite: a file beside the registry; PostgreSQL: each table
+    /// copied as TABLE_schema_vN beside it) and prints each step. Upgrade once every
+    /// build that uses the registry reads the new version (docs/UPGRADING.md).
+    Upgrade {
+        /// Print the steps and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Take no copy first.
+        #[arg(long)]
+        no_backup: bool,
+        /// Print what was done as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -207,6 +223,25 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                     outln!("pruned {audit_removed} audit entries written before {t}")?;
                 }
                 outln!("what was pruned is in {}", export.display())?;
+            }
+        }
+        RegistryCmd::Upgrade { dry_run, no_backup, json } => {
+            let report = fleet_runtime::upgrade_registry(location, dry_run, !no_backup)?;
+            if json {
+                outln!("{}", serde_json::to_string(&report).unwrap_or_default())?;
+            } else if report.from >= report.to {
+                outln!("registry {location} is at schema version {}: nothing to upgrade", report.from)?;
+            } else {
+                let verb = if report.dry_run { "would upgrade" } else { "upgraded" };
+                outln!("{verb} registry {location} from schema version {} to {}", report.from, report.to)?;
+                for step in &report.steps {
+                    outln!("  step {step}")?;
+                }
+                match (&report.backup, report.dry_run) {
+                    (Some(copy), true) => outln!("a copy of it as it is would be kept: {copy}")?,
+                    (Some(copy), false) => outln!("a copy of it as it was is kept: {copy}")?,
+                    (None, _) => outln!("no copy taken")?,
+                }
             }
         }
         RegistryCmd::Replication { policy, json } => {

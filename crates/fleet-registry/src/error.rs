@@ -36,8 +36,12 @@ pub enum StoreErrorKind {
     Invalid,
     /// The store holds data that is not a valid registry.
     Corrupt,
-    /// The store was written by a newer Fleetward than this one.
+    /// The store was written by a newer Fleetward than this one, and its schema does not
+    /// let this build use it.
     NewerSchema,
+    /// The store's schema is older than this build's: only `fleetctl registry upgrade`
+    /// changes a registry's schema, so nothing else opens it.
+    OlderSchema,
     /// An operator fenced the caller's host (or its boot) as gone for good: the
     /// registry refuses every write from it, for good.
     Fenced,

@@ -421,6 +421,22 @@ pub trait Store {
     ) -> Result<bool, StoreError>;
 }
 
+/// What `registry upgrade` did, or would do (`dry_run`), to a registry's schema.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SchemaUpgrade {
+    /// The schema version the registry was at.
+    pub from: i64,
+    /// The version it is at now (or would be).
+    pub to: i64,
+    /// Each step, `N: what it adds`, in order.
+    pub steps: Vec<String>,
+    /// Where the registry as it was is kept (a file beside a SQLite registry; tables
+    /// beside a PostgreSQL registry's), when a copy was taken.
+    pub backup: Option<String>,
+    /// Whether nothing was changed because this was a dry run.
+    pub dry_run: bool,
+}
+
 /// What an import wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ImportSummary {

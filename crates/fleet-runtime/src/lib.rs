@@ -35,7 +35,9 @@ pub use launch::{
     Launch, LaunchProcess, Lineage, LineageError, check_launch_lineage, check_slot_unheld, claim_of,
     launch_process_value, random_key,
 };
-pub use location::{AnyStore, LocationError, RegistryLocation, init_registry, open_registry};
+pub use location::{
+    AnyStore, LocationError, RegistryLocation, init_registry, open_registry, upgrade_registry,
+};
 pub use stable::StableRuntime;
 pub use tools::McpTool;
 pub use worker::{WorkerOptions, WorkerSession};

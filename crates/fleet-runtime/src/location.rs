@@ -150,11 +150,37 @@ pub fn init_registry(location: &RegistryLocation) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// `fleetctl registry upgrade`: brings the registry at `location` to this build's
+/// schema, keeping a copy first unless `backup` is false; with `dry_run`, only says what
+/// it would do. The one call that changes an existing registry's schema.
+pub fn upgrade_registry(
+    location: &RegistryLocation,
+    dry_run: bool,
+    backup: bool,
+) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
+    let report = match location {
+        RegistryLocation::Sqlite(path) => SqliteStore::upgrade(path, dry_run, backup)?,
+        #[cfg(feature = "postgres")]
+        RegistryLocation::Postgres(url) => PostgresStore::upgrade(url, None, dry_run, backup)?,
+        #[cfg(not(feature = "postgres"))]
+        RegistryLocation::Postgres(_) => {
+            return Err(StoreError::invalid(
+                "this build has no PostgreSQL backend (fleet-runtime's `postgres` feature is off)",
+            ));
+        }
+    };
+    if !dry_run && report.from != report.to {
+        tracing::info!(registry = %location, from = report.from, to = report.to, backup = ?report.backup, "registry upgraded");
+    }
+    Ok(report)
+}
+
 /// Opens the registry at `location`.
 pub fn open_registry(location: &RegistryLocation, mode: OpenMode) -> Result<Registry<AnyStore>, StoreError> {
     let store = match location {
         RegistryLocation::Sqlite(path) => AnyStore::Sqlite(SqliteStore::open(path, mode)?),
-        // A reachable server is a usable registry: connecting migrates the schema.
+        // A reachable server is a usable registry: connecting creates the schema in a
+        // database that has none, and refuses an older one (see `upgrade_registry`).
         #[cfg(feature = "postgres")]
         RegistryLocation::Postgres(url) => AnyStore::Postgres(PostgresStore::connect(url)?),
         #[cfg(not(feature = "postgres"))]

@@ -235,9 +235,17 @@ impl Beats {
         {
             next_beat = (next_beat + self.interval).max(Instant::now());
             if registry.is_none() {
-                registry = open_registry(&self.location, OpenMode::MustExist)
-                    .map_err(|e| crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")))
-                    .ok();
+                match open_registry(&self.location, OpenMode::MustExist) {
+                    Ok(opened) => registry = Some(opened),
+                    // A schema this build may not use is not coming back: the worker ends
+                    // as one whose registration was lost, saying why.
+                    Err(e) if e.kind() == StoreErrorKind::NewerSchema => {
+                        crate::warn(format_args!("fleet: registration lost: {e}"));
+                        let _ = lost.set(e.to_string());
+                        break;
+                    }
+                    Err(e) => crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")),
+                }
             }
             let Some(reg) = registry.as_mut() else { continue };
             // A worker whose launch's client died says so on every beat: orphaned.
@@ -258,7 +266,10 @@ impl Beats {
                 Err(e)
                     if matches!(
                         e.kind(),
-                        StoreErrorKind::NotFound | StoreErrorKind::Conflict | StoreErrorKind::Fenced
+                        StoreErrorKind::NotFound
+                            | StoreErrorKind::Conflict
+                            | StoreErrorKind::Fenced
+                            | StoreErrorKind::NewerSchema
                     ) =>
                 {
                     crate::warn(format_args!("fleet: registration lost: {e}"));

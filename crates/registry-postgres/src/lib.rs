@@ -29,7 +29,7 @@ use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
 use fleet_registry::{
     AuditEntry, Claim, InstanceRecord, Store, StoreError, StoreErrorKind, Tx, WorkerCredential, WorkerRow,
 };
-use schema::{migrate, missing_id};
+use schema::missing_id;
 use session::connect_within;
 use tokio_postgres::IsolationLevel;
 use tokio_postgres::error::SqlState;
@@ -146,6 +146,28 @@ fn commit_error(e: bounded::Error) -> StoreError {
 }
 
 impl PostgresStore {
+    /// `fleetctl registry upgrade`: brings the registry at `url` (in `schema`, when
+    /// given) to this build's schema, copying each of its tables first
+    /// (`TABLE_schema_vN`) unless `backup` is false; with `dry_run`, only says what it
+    /// would do. The one way a registry's schema changes: every other connection refuses
+    /// an older schema.
+    pub fn upgrade(
+        url: &str,
+        schema: Option<&str>,
+        dry_run: bool,
+        backup: bool,
+    ) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
+        let (config, tls) = tls::prepare(url)?;
+        let (mut client, opened) = connect_within(&config, tls, schema)?;
+        if opened.version == 0 {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "there is no registry at this PostgreSQL URL (run `fleetctl registry init`)",
+            ));
+        }
+        schema::upgrade(&mut client, dry_run, backup)
+    }
+
     /// Connects to `url` and migrates the schema on the connection's search path.
     pub fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_in_schema(url, None)
@@ -161,11 +183,13 @@ impl PostgresStore {
         }
         let (config, tls) = tls::prepare(url)?;
         let (mut client, opened) = connect_within(&config, tls, schema)?;
-        // Up to date: nothing to write, so readers never take the migration lock.
-        let registry_id = if opened.version == SCHEMA_VERSION {
-            opened.registry_id.ok_or_else(missing_id)?
+        // A database without a registry gets one; an existing registry's schema is
+        // never changed here (`upgrade` does that), so readers take no migration lock.
+        let registry_id = if opened.version == 0 {
+            schema::create(&mut client)?
         } else {
-            migrate(&mut client)?
+            schema::check_version(&mut client, opened.version)?;
+            opened.registry_id.ok_or_else(missing_id)?
         };
         let registry_id = fleet_registry::RegistryId::new(registry_id)?;
         let write_lock = WriteLock {

@@ -180,8 +180,33 @@ const MIGRATIONS: &[&str] = &[
         recorded_at       TEXT NOT NULL,
         accepted_by       TEXT,
         reason            TEXT
-    );",
+    );
+    CREATE TABLE fleet_schema_compatibility (oldest_build BIGINT NOT NULL);
+    INSERT INTO fleet_schema_compatibility VALUES (10);",
 ];
+
+/// What each migration adds, for `registry upgrade` to say: step `i + 1` is `STEPS[i]`.
+const STEPS: &[&str] = &[
+    "the launcher's ledger and the worker registrations",
+    "fenced leases and their append-only audit log",
+    "the PID namespace of a worker's pid",
+    "the registry's own id",
+    "the fencing epochs' high-water marks",
+    "lease decisions counted as they are written",
+    "lease decisions counted once per statement",
+    "the process that holds a tenure",
+    "operators' fences of hosts gone for good",
+    "what each host's boots said of themselves",
+    "the server history grants are made on, and which builds may use the schema",
+];
+const _: () = assert!(STEPS.len() == MIGRATIONS.len(), "one description per migration");
+
+/// The table in which a schema says which builds may still use it: the oldest build
+/// schema version that can register, heartbeat, renew, read and retire on it (a
+/// migration that only adds keeps the builds before it working; version 11 only adds a
+/// table that builds of version 10 never read). A newer registry without it is used by
+/// no older build.
+const COMPATIBILITY: &str = "fleet_schema_compatibility";
 
 /// The schema version this build writes: the registry's data model, the registry's id
 /// (version 4), the fencing epochs' high-water marks (version 5), the lease decisions
@@ -194,38 +219,154 @@ const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
 
-/// Brings the schema up to this build's version under the migration lock and returns
-/// the registry's id, as migration 4 minted it.
-pub(crate) fn migrate(client: &mut Client) -> Result<String, StoreError> {
+/// Creates the schema in a database (or schema) that holds none yet, under the migration
+/// lock, and returns the registry's id, as migration 4 minted it. A registry another
+/// session created meanwhile is taken as it is.
+pub(crate) fn create(client: &mut Client) -> Result<String, StoreError> {
     let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
     tx.batch_execute(MIGRATION_LOCK).map_err(map_error)?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
         .map_err(map_error)?;
-    let current: i64 = tx
-        .query_opt("SELECT version FROM fleet_schema_version", &[])
-        .map_err(map_error)?
-        .map_or(0, |r| r.get(0));
-    if current > SCHEMA_VERSION {
+    let current = stored_version(&mut tx)?;
+    if current == 0 {
+        apply(&mut tx, 0)?;
+    }
+    let id = registry_id(&mut tx)?;
+    tx.commit().map_err(map_error)?;
+    if current != 0 && current != SCHEMA_VERSION {
+        check_version(client, current)?;
+    }
+    Ok(id)
+}
+
+/// Whether this build may use a registry at schema `version` (not 0): its own, or a newer
+/// one that says builds of this version may still use it. An older one is refused with
+/// the command that upgrades it: nothing else changes a registry's schema.
+pub(crate) fn check_version(client: &mut Client, version: i64) -> Result<(), StoreError> {
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if version < SCHEMA_VERSION {
         return Err(StoreError::new(
-            StoreErrorKind::NewerSchema,
-            format!("registry schema version {current} is newer than this build's {SCHEMA_VERSION}"),
+            StoreErrorKind::OlderSchema,
+            format!(
+                "the PostgreSQL registry is at schema version {version} and this build uses {SCHEMA_VERSION}: \
+                 run `fleetctl registry upgrade` (it copies the tables first; see --dry-run) once every \
+                 build that uses it reads version {SCHEMA_VERSION}"
+            ),
         ));
     }
-    for sql in MIGRATIONS.iter().skip(usize::try_from(current).unwrap_or(0)) {
-        tx.batch_execute(sql).map_err(map_error)?;
+    let sql = format!(
+        "SELECT CASE WHEN to_regclass('{COMPATIBILITY}') IS NULL THEN NULL \
+         ELSE (SELECT min(oldest_build)::text FROM {COMPATIBILITY}) END"
+    );
+    let oldest = crate::session::text_rows(client.simple_query(&sql).map_err(map_error)?)
+        .pop()
+        .and_then(|row| row.into_iter().next().flatten())
+        .and_then(|v| v.parse::<i64>().ok());
+    match oldest {
+        Some(oldest) if oldest <= SCHEMA_VERSION => Ok(()),
+        oldest => Err(StoreError::new(
+            StoreErrorKind::NewerSchema,
+            format!(
+                "registry schema version {version} is newer than this build's {SCHEMA_VERSION}, and {}: \
+                 use a newer build",
+                oldest.map_or_else(
+                    || "says no older build may use it".to_owned(),
+                    |o| format!("needs a build of schema {o} or later")
+                )
+            ),
+        )),
     }
-    if current != SCHEMA_VERSION {
-        tx.execute("DELETE FROM fleet_schema_version", &[]).map_err(map_error)?;
-        tx.execute("INSERT INTO fleet_schema_version (version) VALUES ($1)", &[&SCHEMA_VERSION])
+}
+
+/// `registry upgrade`: brings the registry to this build's schema under the migration
+/// lock, in one transaction, after copying each of its tables (`TABLE_schema_vN`, beside
+/// it) unless `backup` is false; with `dry_run`, only says what it would do.
+pub(crate) fn upgrade(
+    client: &mut Client,
+    dry_run: bool,
+    backup: bool,
+) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
+    let mut tx = client.transaction(IsolationLevel::ReadCommitted, false).map_err(map_error)?;
+    tx.batch_execute(MIGRATION_LOCK).map_err(map_error)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS fleet_schema_version (version BIGINT NOT NULL)")
+        .map_err(map_error)?;
+    let from = stored_version(&mut tx)?;
+    let steps: Vec<String> = STEPS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(from).unwrap_or(0))
+        .map(|(i, what)| format!("{}: {what}", i + 1))
+        .collect();
+    let tables: Vec<String> = if backup && from > 0 && from < SCHEMA_VERSION {
+        tx.query(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() \
+             AND tablename NOT LIKE '%\\_schema\\_v%' ORDER BY tablename",
+            &[],
+        )
+        .map_err(map_error)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    } else {
+        Vec::new()
+    };
+    let copy = |table: &str| format!("{table}_schema_v{from}");
+    let report = fleet_registry::SchemaUpgrade {
+        from,
+        to: from.max(SCHEMA_VERSION),
+        steps,
+        backup: (!tables.is_empty()).then(|| format!("tables {}", copy("*"))),
+        dry_run,
+    };
+    if dry_run || from >= SCHEMA_VERSION {
+        return Ok(report);
+    }
+    for table in &tables {
+        // An earlier copy of the same version is kept as it is.
+        tx.batch_execute(&format!("CREATE TABLE IF NOT EXISTS {} AS TABLE {table}", copy(table)))
             .map_err(map_error)?;
     }
+    apply(&mut tx, from)?;
+    tx.commit().map_err(map_error)?;
+    Ok(report)
+}
+
+fn stored_version(tx: &mut crate::bounded::Transaction<'_>) -> Result<i64, StoreError> {
+    Ok(tx
+        .query_opt("SELECT version FROM fleet_schema_version", &[])
+        .map_err(map_error)?
+        .map_or(0, |r| r.get(0)))
+}
+
+/// Runs the migrations after `from` and records the version.
+fn apply(tx: &mut crate::bounded::Transaction<'_>, from: i64) -> Result<(), StoreError> {
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(from).unwrap_or(0)) {
+        tx.batch_execute(sql).map_err(|e| {
+            let e = map_error(e);
+            StoreError::new(
+                e.kind(),
+                format!(
+                    "cannot upgrade the PostgreSQL registry from schema version {from} to {SCHEMA_VERSION}: \
+                     step {} failed, and nothing was changed: {e}",
+                    index + 1
+                ),
+            )
+        })?;
+    }
+    tx.execute("DELETE FROM fleet_schema_version", &[]).map_err(map_error)?;
+    tx.execute("INSERT INTO fleet_schema_version (version) VALUES ($1)", &[&SCHEMA_VERSION])
+        .map_err(map_error)?;
+    Ok(())
+}
+
+fn registry_id(tx: &mut crate::bounded::Transaction<'_>) -> Result<String, StoreError> {
     let id: Option<String> = tx
         .query_opt("SELECT registry_id FROM registry_identity WHERE id = 1", &[])
         .map_err(map_error)?
         .map(|r| r.get(0));
-    let id = id.ok_or_else(missing_id)?;
-    tx.commit().map_err(map_error)?;
-    Ok(id)
+    id.ok_or_else(missing_id)
 }
 
 pub(crate) fn missing_id() -> StoreError {

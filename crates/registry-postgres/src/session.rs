@@ -116,7 +116,7 @@ fn open_session(client: &mut Client, schema: Option<&str>) -> Result<Opened, Sto
 }
 
 /// The rows of a simple query's answers, each value as text (none for NULL).
-fn text_rows(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<Vec<Option<String>>> {
+pub(crate) fn text_rows(messages: Vec<tokio_postgres::SimpleQueryMessage>) -> Vec<Vec<Option<String>>> {
     messages
         .into_iter()
         .filter_map(|message| match message {

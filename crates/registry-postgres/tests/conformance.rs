@@ -308,3 +308,86 @@ fn a_grant_whose_commit_goes_unanswered_is_reported_unknown() {
     let text = err.to_string();
     assert!(text.contains("workflow:unanswered") && text.contains("fencing epoch 1"), "{text}");
 }
+
+impl Scratch {
+    /// Opens the store's registry again, as another process would.
+    fn connect_again(&self) -> Result<PostgresStore, StoreError> {
+        if by_database() {
+            PostgresStore::connect(&self.own_url())
+        } else {
+            PostgresStore::connect_in_schema(&self.url, Some(&self.schema))
+        }
+    }
+
+    fn upgrade(&self, dry_run: bool) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
+        if by_database() {
+            PostgresStore::upgrade(&self.own_url(), None, dry_run, true)
+        } else {
+            PostgresStore::upgrade(&self.url, Some(&self.schema), dry_run, true)
+        }
+    }
+}
+
+/// Only `registry upgrade` changes a registry's schema: a registry at the previous
+/// version is refused by every other opener, naming the command; a dry run changes
+/// nothing; the upgrade copies the tables first, then brings the schema up, rows kept.
+#[test]
+fn an_older_schema_is_refused_until_upgraded() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    use fleet_registry::StoreErrorKind;
+    let scratch = fresh();
+    let mut side = scratch.side_client();
+    // Version 10 as it was.
+    side.batch_execute(
+        "DROP TABLE server_history; DROP TABLE fleet_schema_compatibility; \
+         UPDATE fleet_schema_version SET version = 10; \
+         INSERT INTO instances VALUES ('inst-codex-20260730T120000Z-0123456789ab', 'codex', NULL, '2026-07-30T12:00:00.000Z', NULL);",
+    )
+    .unwrap();
+    let refused = scratch.connect_again().unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::OlderSchema, "{refused}");
+    assert!(refused.to_string().contains("fleetctl registry upgrade"), "{refused}");
+
+    let planned = scratch.upgrade(true).unwrap();
+    assert_eq!((planned.from, planned.to, planned.steps.len()), (10, registry_postgres::SCHEMA_VERSION, 1));
+    assert_eq!(
+        scratch.connect_again().unwrap_err().kind(),
+        StoreErrorKind::OlderSchema,
+        "a dry run changes nothing"
+    );
+
+    let done = scratch.upgrade(false).unwrap();
+    assert!(done.backup.is_some() && !done.dry_run, "{done:?}");
+    let copied: i64 = side.query_one("SELECT count(*) FROM instances_schema_v10", &[]).unwrap().get(0);
+    assert_eq!(copied, 1, "the tables were copied first");
+    let mut registry = fleet_registry::Registry::new(scratch.connect_again().unwrap());
+    assert_eq!(registry.instances().unwrap().len(), 1, "the rows are kept");
+}
+
+/// A newer schema that says builds of this one's version may still use it is used;
+/// one that says otherwise is refused naming both versions.
+#[test]
+fn a_newer_schema_is_used_only_where_it_says_this_build_may() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    let scratch = fresh();
+    let mut side = scratch.side_client();
+    let next = registry_postgres::SCHEMA_VERSION + 1;
+    side.batch_execute(&format!(
+        "UPDATE fleet_schema_version SET version = {next}; \
+         UPDATE fleet_schema_compatibility SET oldest_build = {}",
+        registry_postgres::SCHEMA_VERSION
+    ))
+    .unwrap();
+    let mut registry = fleet_registry::Registry::new(scratch.connect_again().unwrap());
+    assert!(registry.workers().unwrap().is_empty());
+    side.batch_execute(&format!("UPDATE fleet_schema_compatibility SET oldest_build = {next}")).unwrap();
+    let err = scratch.connect_again().unwrap_err();
+    assert_eq!(err.kind(), fleet_registry::StoreErrorKind::NewerSchema, "{err}");
+    assert!(err.to_string().contains(&format!("version {next}")), "{err}");
+}

@@ -276,21 +276,119 @@ const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
 
-/// Brings the database up to [`SCHEMA_VERSION`]; refuses a database from a newer build.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+/// What each migration adds, for `registry upgrade` to say: step `i + 1` is `STEPS[i]`.
+const STEPS: &[&str] = &[
+    "the launcher's ledger and the worker registrations",
+    "fenced leases and their append-only audit log",
+    "the PID namespace of a worker's pid",
+    "the history of changes long-lived readers follow",
+    "the registry's own id",
+    "the fencing epochs' high-water marks",
+    "lease decisions counted as they are written",
+    "a history of changes that only moves forward",
+    "the process that holds a tenure",
+    "the digest of the rows' versions",
+    "operators' fences of hosts gone for good",
+    "what each host's boots said of themselves",
+];
+const _: () = assert!(STEPS.len() == MIGRATIONS.len(), "one description per migration");
+
+/// The table in which a schema newer than this build's says which builds may still use
+/// it: the oldest build schema version that can register, heartbeat, renew, read and
+/// retire on it (a migration that only adds keeps the builds before it working). A
+/// newer registry without it is used by no older build.
+const COMPATIBILITY: &str = "fleet_schema_compatibility";
+
+/// Checks the database's schema before it is used, creating it in a new file (version
+/// 0): an older schema is refused with the command that upgrades it (nothing else
+/// changes a registry's schema), and a newer one unless it says this build may use it.
+pub(crate) fn check_or_create(conn: &mut Connection) -> Result<(), StoreError> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
-    if current > SCHEMA_VERSION {
-        return Err(StoreError::new(
+    match current {
+        0 => apply(conn),
+        v if v == SCHEMA_VERSION => Ok(()),
+        v if v > SCHEMA_VERSION => usable_newer(conn, v),
+        v => Err(older(conn, v)),
+    }
+}
+
+/// A registry at an older schema version: `registry upgrade` names what it does.
+pub(crate) fn older(conn: &Connection, version: i64) -> StoreError {
+    let path = conn.path().filter(|p| !p.is_empty()).unwrap_or("the registry");
+    StoreError::new(
+        StoreErrorKind::OlderSchema,
+        format!(
+            "registry {path} is at schema version {version} and this build uses {SCHEMA_VERSION}: \
+             run `fleetctl registry upgrade` (it keeps a copy; see --dry-run) once every build that \
+             uses it reads version {SCHEMA_VERSION}"
+        ),
+    )
+}
+
+/// A newer schema is used if it says builds of this one's version may use it.
+pub(crate) fn usable_newer(conn: &Connection, version: i64) -> Result<(), StoreError> {
+    let oldest: Option<i64> = conn
+        .query_row(&format!("SELECT min(oldest_build) FROM {COMPATIBILITY}"), [], |r| r.get(0))
+        .unwrap_or(None);
+    match oldest {
+        Some(oldest) if oldest <= SCHEMA_VERSION => Ok(()),
+        oldest => Err(StoreError::new(
             StoreErrorKind::NewerSchema,
-            format!("registry schema version {current} is newer than this build's {SCHEMA_VERSION}"),
-        ));
+            format!(
+                "registry schema version {version} is newer than this build's {SCHEMA_VERSION}, and {}: \
+                 use a newer build",
+                oldest.map_or_else(
+                    || "says no older build may use it".to_owned(),
+                    |o| format!("needs a build of schema {o} or later")
+                )
+            ),
+        )),
     }
-    if current == SCHEMA_VERSION {
-        return Ok(());
+}
+
+/// The steps from `from` to this build's version, as `registry upgrade` prints them.
+fn steps_from(from: i64) -> Vec<String> {
+    STEPS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(from).unwrap_or(0))
+        .map(|(i, what)| format!("{}: {what}", i + 1))
+        .collect()
+}
+
+/// `registry upgrade`: brings an existing registry to this build's schema, after keeping
+/// a copy of the file as it was beside it (unless `backup` is false); with `dry_run`,
+/// only says what it would do.
+pub(crate) fn upgrade(
+    conn: &mut Connection,
+    dry_run: bool,
+    backup: bool,
+) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
+    let from: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
+    if from > SCHEMA_VERSION {
+        usable_newer(conn, from)?;
     }
-    if current > 0 {
-        keep_a_copy(conn, current)?;
+    let path = conn.path().filter(|p| !p.is_empty()).unwrap_or_default().to_owned();
+    let copy = (backup && from > 0 && from < SCHEMA_VERSION).then(|| backup_path(&path, from));
+    let report = fleet_registry::SchemaUpgrade {
+        from,
+        to: from.max(SCHEMA_VERSION),
+        steps: steps_from(from),
+        backup: copy.clone(),
+        dry_run,
+    };
+    if dry_run || from >= SCHEMA_VERSION {
+        return Ok(report);
     }
+    if copy.is_some() {
+        keep_a_copy(conn, from)?;
+    }
+    apply(conn)?;
+    Ok(report)
+}
+
+/// Runs every migration the database lacks, in one `BEGIN IMMEDIATE` transaction.
+fn apply(conn: &mut Connection) -> Result<(), StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(map_error)?;
     // Another process may have migrated while we waited for the lock.
     let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
@@ -329,7 +427,7 @@ fn migration_failed(conn: &Connection, from: i64, step: usize, e: &rusqlite::Err
 fn keep_a_copy(conn: &Connection, version: i64) -> Result<(), StoreError> {
     use std::os::unix::fs::OpenOptionsExt;
     let Some(path) = conn.path().filter(|p| !p.is_empty()) else { return Ok(()) };
-    let copy = format!("{path}.schema-v{version}.backup");
+    let copy = backup_path(path, version);
     let fail = |e: &dyn std::fmt::Display| {
         StoreError::new(
             StoreErrorKind::Unavailable,
@@ -347,13 +445,13 @@ fn keep_a_copy(conn: &Connection, version: i64) -> Result<(), StoreError> {
         let _ = std::fs::remove_file(&copy);
         return Err(fail(&e));
     }
-    tracing::warn!(
-        registry = path,
-        backup = copy,
-        "upgrading the registry's schema from version {version} to {SCHEMA_VERSION}; the file as it was is kept \
-         beside it for builds that read only version {version}"
-    );
+    tracing::info!(registry = path, backup = copy, "kept a copy of the registry at schema version {version}");
     Ok(())
+}
+
+/// Where the copy of a registry at `version` is kept before an upgrade.
+fn backup_path(path: &str, version: i64) -> String {
+    format!("{path}.schema-v{version}.backup")
 }
 
 /// A schema object: its type (`table`, `index`, `trigger`), name and creating SQL.
@@ -374,7 +472,7 @@ fn reference() -> Result<&'static [SchemaObject], StoreError> {
         return Ok(objects);
     }
     let mut conn = Connection::open_in_memory().map_err(map_error)?;
-    migrate(&mut conn)?;
+    apply(&mut conn)?;
     let objects = schema_objects(&conn)?;
     Ok(REFERENCE.get_or_init(|| objects))
 }

@@ -78,7 +78,7 @@ impl SqliteStore {
             }
         }
         configure(&conn).map_err(|e| map_open_error(path, e))?;
-        migrations::migrate(&mut conn)?;
+        migrations::check_or_create(&mut conn)?;
         // `registry init` (and every opener that may create the file) builds again what
         // was removed by hand and can be rebuilt; every opener refuses a file that lacks
         // part of its schema, naming it.
@@ -117,23 +117,38 @@ impl SqliteStore {
                 "it is not an initialized registry (run `fleetctl registry init`)",
             ));
         }
-        if version != SCHEMA_VERSION {
-            let kind = if version > SCHEMA_VERSION {
-                StoreErrorKind::NewerSchema
-            } else {
-                StoreErrorKind::Unavailable
-            };
-            return Err(StoreError::new(
-                kind,
-                format!(
-                    "registry {} is at schema version {version} and this build reads {SCHEMA_VERSION}; it is \
-                     read-only to this user, so a user who may write it must run `fleetctl registry init` first",
-                    path.display()
-                ),
-            ));
+        if version > SCHEMA_VERSION {
+            migrations::usable_newer(&conn, version)?;
+        } else if version < SCHEMA_VERSION {
+            return Err(migrations::older(&conn, version));
         }
         migrations::verify(&conn, path)?;
         Ok(Self { conn, file: file_identity(path), log: None, path: path.to_owned() })
+    }
+
+    /// `fleetctl registry upgrade`: brings the registry at `path` to this build's schema,
+    /// keeping a copy of the file as it was beside it (`PATH.schema-vN.backup`) unless
+    /// `backup` is false; with `dry_run` it only says what it would do. The one way a
+    /// registry's schema changes: every other opener refuses an older schema.
+    pub fn upgrade(
+        path: &Path,
+        dry_run: bool,
+        backup: bool,
+    ) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
+        if !path.try_exists().map_err(|e| unavailable(path, e))? {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                format!("registry {} does not exist (run `fleetctl registry init`)", path.display()),
+            ));
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(|e| unavailable(path, e))?;
+        configure(&conn).map_err(|e| map_open_error(path, e))?;
+        let report = migrations::upgrade(&mut conn, dry_run, backup)?;
+        if !dry_run {
+            migrations::verify(&conn, path)?;
+        }
+        Ok(report)
     }
 
     /// The database file.

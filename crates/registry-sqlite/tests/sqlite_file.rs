@@ -55,6 +55,48 @@ fn a_registry_from_a_newer_build_is_refused() {
     assert_eq!(err.kind(), StoreErrorKind::NewerSchema, "{err}");
 }
 
+/// A newer schema that says builds of this one's version may still use it (a
+/// migration that only adds) is used, unchanged; one that says otherwise, or says
+/// nothing, is refused naming both versions.
+#[test]
+fn a_newer_registry_is_used_only_where_it_says_this_build_may() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("registry.sqlite3");
+    let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+    store
+        .connection()
+        .execute_batch(&format!(
+            "CREATE TABLE fleet_schema_compatibility (oldest_build INTEGER NOT NULL);
+             INSERT INTO fleet_schema_compatibility VALUES ({SCHEMA_VERSION});
+             CREATE TABLE added_by_a_later_build (x INTEGER);
+             PRAGMA user_version = {};",
+            SCHEMA_VERSION + 1
+        ))
+        .unwrap();
+    drop(store);
+    let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::MustExist).unwrap());
+    assert!(registry.workers().unwrap().is_empty());
+    let version: i64 =
+        registry.store().connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION + 1, "never set back");
+    registry
+        .store()
+        .connection()
+        .execute_batch(&format!(
+            "UPDATE fleet_schema_compatibility SET oldest_build = {}",
+            SCHEMA_VERSION + 1
+        ))
+        .unwrap();
+    drop(registry);
+    let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::NewerSchema, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("version {}", SCHEMA_VERSION + 1))
+            && text.contains(&SCHEMA_VERSION.to_string())
+    );
+}
+
 #[test]
 fn many_threads_opening_one_new_file_migrate_it_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -290,6 +332,16 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
         insert_row(store.connection(), "wkr-a");
         insert_row(store.connection(), "wkr-b");
     }
+    // Nothing but `registry upgrade` changes the schema: a reader is refused, naming it.
+    let refused = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::OlderSchema, "{refused}");
+    assert!(refused.to_string().contains("fleetctl registry upgrade"), "{refused}");
+    let planned = SqliteStore::upgrade(&path, true, true).unwrap();
+    assert_eq!((planned.from, planned.to, planned.steps.len()), (3, SCHEMA_VERSION, 9), "{planned:?}");
+    let refused = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
+    assert_eq!(refused.kind(), StoreErrorKind::OlderSchema, "a dry run changes nothing: {refused}");
+    let done = SqliteStore::upgrade(&path, false, true).unwrap();
+    assert_eq!(done.backup.as_deref(), Some(format!("{}.schema-v3.backup", path.display()).as_str()));
     let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::MustExist).unwrap());
     let version: i64 =
         registry.store().connection().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
@@ -418,6 +470,7 @@ fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
         .unwrap();
     insert_row(&other, "wkr-a");
     insert_row(&other, "wkr-b");
+    SqliteStore::upgrade(&path, false, true).unwrap();
     let mut registry = Registry::new(SqliteStore::open(&path, OpenMode::MustExist).unwrap());
     let (kept, rows) = digests(&other);
     assert_eq!((kept, rows.0), (rows, 2), "seeded on upgrade");
@@ -542,7 +595,7 @@ fn a_failed_migration_is_one_short_line_naming_the_step_and_the_copy() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "user_version", 5).unwrap();
     drop(conn);
-    let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err().to_string();
+    let err = SqliteStore::upgrade(&path, false, true).unwrap_err().to_string();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.len() < 400, "{} bytes: {err}", err.len());
     assert!(err.contains("step 6 failed") && err.contains("already exists"), "{err}");
