@@ -25,10 +25,12 @@ listen="$(scripts/pgbouncer-start.sh "$server" "$dir" 3)"
 export FLEET_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$listen/${server##*/}"
 export FLEET_TEST_POSTGRES_ISOLATION=database
 echo "through-pgbouncer: PgBouncer $(pgbouncer --version | head -1 | awk '{print $2}') (transaction pooling) at 127.0.0.1:$listen"
-cargo test -p registry-postgres --test conformance "$@"
+# --workspace, as the README's test command builds: the same features, nothing rebuilt
+# (the SQLite conformance suite, also named `conformance`, runs again beside it).
+cargo test --workspace --test conformance "$@"
 # The worker tests that neither set session options (a pooler forwards none) nor find
 # their own server sessions by name (a pooler shares them out).
-cargo test -p fleetctl --test postgres_backend "$@" -- \
+cargo test --workspace --test postgres_backend "$@" -- \
     a_fixture_snapshots_alike_on_postgres_and_sqlite \
     a_worker_registers_and_releases_through_postgres \
     a_launch_beats_sweeps_and_retires_on_postgres \
