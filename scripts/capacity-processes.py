@@ -87,10 +87,18 @@ def main():
         max_connections = psql(direct, "SHOW max_connections")
         started = time.monotonic()
         for _ in range(workers // 5):
-            minted = subprocess.run(
-                [f"{BIN}/fleet-launch", "mint", "--client", "codex"], env=env, capture_output=True, text=True,
-                check=True,
-            ).stdout.strip()
+            # Launches start one after another, a few milliseconds apart; a mint that
+            # meets the registry busy with the others' registrations is tried again.
+            for attempt in range(10):
+                out = subprocess.run(
+                    [f"{BIN}/fleet-launch", "mint", "--client", "codex"], env=env, capture_output=True, text=True,
+                )
+                if out.returncode == 0:
+                    break
+                time.sleep(1)
+            else:
+                sys.exit(f"mint failed after {len(procs)} workers: {out.stderr.strip()}")
+            minted = out.stdout.strip()
             launch_env = dict(env, GITEA_MCP_CLIENT="codex", GITEA_MCP_CLIENT_INSTANCE=minted)
             for ns in NAMESPACES:
                 procs.append(subprocess.Popen(
@@ -100,8 +108,9 @@ def main():
                     start_new_session=True,
                 ))
         while int(psql(direct, "SELECT count(*) FROM worker_registrations WHERE status = 'active'")) < workers:
-            if any(p.poll() is not None for p in procs):
-                sys.exit("a worker exited while registering")
+            ended = [p for p in procs if p.poll() is not None]
+            if ended:
+                sys.exit(f"{len(ended)} workers exited while registering (exit {ended[0].returncode})")
             time.sleep(0.5)
         registered_in = time.monotonic() - started
 
