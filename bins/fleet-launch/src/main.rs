@@ -21,7 +21,7 @@ use fleet_launch::clients::{self, ClientConfig, EditError, ReadOnlyApproval, Sco
 #[derive(Debug, Parser)]
 #[command(
     name = "fleet-launch",
-    version,
+    version = fleet_runtime::version_line(),
     about = "Mint a trusted instance identity and hand it to the five namespace workers",
     after_help = format!(
         "Examples:\n  \

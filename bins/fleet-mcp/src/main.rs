@@ -29,7 +29,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     name = "fleet-mcp",
-    version,
+    version = fleet_runtime::version_line(),
     about = "Fleetward MCP server: one namespace worker on stdio",
     after_help = format!(
         "Agent clients start it from the entries `fleet-launch install --client X` writes; each session\n\

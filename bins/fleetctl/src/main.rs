@@ -42,7 +42,7 @@ const EXAMPLES: &str = "Examples:
 #[derive(Debug, Parser)]
 #[command(
     name = "fleetctl",
-    version,
+    version = fleet_runtime::version_line(),
     about = "Keep a fleet of agent worker processes honest",
     after_help = format!("{EXAMPLES}\n\n{}", fleet_cli::EXIT_CODES_HELP)
 )]

@@ -161,8 +161,12 @@ pub(crate) fn render_counting(
     counts.update(&mut registry)?;
     let mut m = Exposition(String::new());
 
-    m.family("fleetctl_build_info", "gauge", "The build serving these metrics: always 1.");
-    let schema = fleet_registry::SCHEMA_VERSION.to_string();
+    m.family(
+        "fleetctl_build_info",
+        "gauge",
+        "The build serving these metrics, with the schema version it writes for this registry: always 1.",
+    );
+    let schema = location.schema_version().to_string();
     m.sample(
         "fleetctl_build_info",
         &[("version", env!("CARGO_PKG_VERSION")), ("schema_version", &schema)],

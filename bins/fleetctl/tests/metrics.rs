@@ -86,7 +86,15 @@ fn metrics_parse_as_prometheus_text_and_count_the_fleet() {
         [0.0]
     );
     assert_eq!(find("fleet_lease_denials_total", &[("reason", "stale_epoch")]), [0.0]);
-    let build = find("fleetctl_build_info", &[("version", env!("CARGO_PKG_VERSION"))]);
+    // The schema label is the one this SQLite file is at, not a number of its own.
+    let file_schema: i64 = rusqlite::Connection::open(&fleet.registry)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let build = find(
+        "fleetctl_build_info",
+        &[("version", env!("CARGO_PKG_VERSION")), ("schema_version", &file_schema.to_string())],
+    );
     assert_eq!(build, [1.0]);
     assert_eq!(find("fleet_live_fleet_safe", &[]).len(), 1);
     assert!(scrape.docs.contains_key("fleet_findings"));

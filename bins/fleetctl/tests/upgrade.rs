@@ -50,3 +50,18 @@ fn an_older_registry_is_upgraded_by_the_upgrade_command_alone() {
     let again = fleet.ctl(&["registry", "upgrade"]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to upgrade"), "{again:?}");
 }
+
+#[test]
+fn every_binary_names_the_schema_versions_it_writes() {
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let written = user_version(&fleet.registry);
+    for bin in [common::fleetctl_bin(), common::sibling_bin("fleet-mcp"), common::sibling_bin("fleet-launch")]
+    {
+        let out = std::process::Command::new(&bin).arg("--version").output().unwrap();
+        assert!(out.status.success(), "{bin:?}: {out:?}");
+        let line = String::from_utf8_lossy(&out.stdout);
+        assert!(line.contains(env!("CARGO_PKG_VERSION")), "{line}");
+        assert!(line.contains(&format!("SQLite {written}")), "{bin:?} says {line}");
+    }
+}

@@ -36,7 +36,7 @@ pub use launch::{
     launch_process_value, random_key,
 };
 pub use location::{
-    AnyStore, LocationError, RegistryLocation, init_registry, open_registry, upgrade_registry,
+    AnyStore, LocationError, RegistryLocation, init_registry, open_registry, upgrade_registry, version_line,
 };
 pub use stable::StableRuntime;
 pub use tools::McpTool;

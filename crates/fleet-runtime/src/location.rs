@@ -150,6 +150,36 @@ pub fn init_registry(location: &RegistryLocation) -> Result<(), StoreError> {
     Ok(())
 }
 
+impl RegistryLocation {
+    /// The schema version this build writes for a registry of this kind.
+    pub fn schema_version(&self) -> i64 {
+        match self {
+            Self::Sqlite(_) => registry_sqlite::SCHEMA_VERSION,
+            #[cfg(feature = "postgres")]
+            Self::Postgres(_) => registry_postgres::SCHEMA_VERSION,
+            #[cfg(not(feature = "postgres"))]
+            Self::Postgres(_) => 0,
+        }
+    }
+}
+
+/// What `--version` prints after a binary's name: the build's version and the registry
+/// schema versions it writes (and reads: UPGRADING.md).
+pub fn version_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| {
+        #[cfg(feature = "postgres")]
+        let postgres = format!(", PostgreSQL {}", registry_postgres::SCHEMA_VERSION);
+        #[cfg(not(feature = "postgres"))]
+        let postgres = String::new();
+        format!(
+            "{} (registry schema: SQLite {}{postgres})",
+            env!("CARGO_PKG_VERSION"),
+            registry_sqlite::SCHEMA_VERSION
+        )
+    })
+}
+
 /// `fleetctl registry upgrade`: brings the registry at `location` to this build's
 /// schema, keeping a copy first unless `backup` is false; with `dry_run`, only says what
 /// it would do. The one call that changes an existing registry's schema.
