@@ -10,6 +10,7 @@ mod init_cmd;
 mod lease_cmd;
 mod metrics_cmd;
 mod notify;
+mod observe;
 mod output;
 mod registry_cmd;
 mod replication_cmd;
@@ -90,7 +91,7 @@ enum Cmd {
         keep: Option<std::path::PathBuf>,
     },
     /// Print the fleet in the Prometheus text exposition format.
-    Metrics,
+    Metrics(metrics_cmd::MetricsArgs),
     /// Serve the metrics at http://ADDR/metrics for Prometheus to scrape (loopback by default).
     Serve(metrics_cmd::ServeArgs),
     /// Print shell completions for fleetctl.
@@ -173,7 +174,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Connector(cmd) => connector_cmd::run(&location, cmd),
         Cmd::Demo { keep } => demo::run(keep),
         Cmd::Gate { .. } | Cmd::Keep { .. } => Ok(ExitCode::SUCCESS),
-        Cmd::Metrics => metrics_cmd::print(&location),
+        Cmd::Metrics(args) => metrics_cmd::print(&location, &args),
         Cmd::Serve(args) => metrics_cmd::serve(&location, args),
         Cmd::Completions { shell } => {
             let command = command_with_examples(<Cli as clap::CommandFactory>::command());

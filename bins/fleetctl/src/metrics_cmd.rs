@@ -14,19 +14,48 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use fleet_cli::{Failure, out};
-use fleet_lease::LeaseState;
-use fleet_registry::{OpenMode, WorkerStatus};
-use fleet_runtime::{Fleet, RegistryLocation, now, open_registry};
-use fleet_snapshot::{Policy, WorkerState};
+use fleet_identity::{Namespace, Timestamp};
+use fleet_lease::{LeaseRecord, LeaseState};
+use fleet_registry::{StoreError, WorkerStatus};
+use fleet_runtime::RegistryLocation;
+use fleet_snapshot::{FleetSnapshot, WorkerState};
+
+use crate::observe::Observer;
 
 /// The address `serve` listens on unless told otherwise: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:9464";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct MetricsArgs {
+    /// Also export a series per worker and per launch (their heartbeat ages and states):
+    /// two series and about 150 bytes a scrape for each active worker, so 15 MB a
+    /// scrape at 100,000 workers. Without it every series is an aggregate.
+    #[arg(long)]
+    per_worker_series: bool,
+}
+
+impl MetricsArgs {
+    fn series(&self) -> Series {
+        if self.per_worker_series { Series::PerWorker } else { Series::Aggregate }
+    }
+}
+
+/// Which worker series an exposition carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Series {
+    /// Counts and histograms only: the size of a scrape does not grow with the fleet.
+    Aggregate,
+    /// Aggregates, and a series per active worker and per live launch.
+    PerWorker,
+}
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
     /// Address to listen on. Anything but loopback exposes fleet metadata to the network.
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: String,
+    #[command(flatten)]
+    metrics: MetricsArgs,
     /// The repository whose retirement the page shows (default: the current
     /// directory, as `retire plan`).
     #[arg(long)]
@@ -104,10 +133,10 @@ impl DecisionCounts {
     /// Counts the entries the registry added since the last call. A log that no longer
     /// holds the last entry counted (a registry restored or replaced) is counted again
     /// from the start: a counter reset, which `rate()` understands.
-    fn update(
+    pub(crate) fn update(
         &mut self,
         registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), StoreError> {
         // The store's own counts, kept as decisions are written: a few rows at any log
         // length, and never lowered by retention.
         if let Some(counts) = registry.decision_counts()? {
@@ -139,26 +168,30 @@ impl DecisionCounts {
     }
 }
 
-/// The whole exposition for the registry at `location`, with fresh decision counts.
-pub(crate) fn render(location: &RegistryLocation) -> Result<String, Failure> {
-    render_counting(location, &mut DecisionCounts::default())
+/// What an exposition reads beside the snapshot.
+pub(crate) struct Reading {
+    pub(crate) leases: Vec<LeaseRecord>,
+    /// The store's clock when the leases were read.
+    pub(crate) store_now: Timestamp,
+    pub(crate) hosts: fleet_registry::HostList,
 }
 
-/// The whole exposition, the decision counters carried in `counts` from one scrape to
-/// the next.
-pub(crate) fn render_counting(
-    location: &RegistryLocation,
-    counts: &mut DecisionCounts,
-) -> Result<String, Failure> {
-    let at = now();
-    let mut fleet = Fleet::new(location.clone());
-    let snap = fleet.snapshot(None, &Policy::default(), at)?;
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    let rows = registry.workers()?;
-    let (leases, store_now) = registry.leases_now(None)?;
-    let fences = registry.host_fences()?;
-    let reports = registry.host_boots()?;
-    counts.update(&mut registry)?;
+/// The upper bounds of the heartbeat-age histogram's buckets, in seconds: around the
+/// default interval (10 s) and TTL (30 s), then minutes for lapsed rows.
+const AGE_BUCKETS: [f64; 12] = [1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0];
+
+/// The whole exposition of `snap` and `reading` at `at`, the decision counters from
+/// `counts`.
+pub(crate) fn render(
+    snap: &FleetSnapshot<'_>,
+    reading: &Reading,
+    counts: &DecisionCounts,
+    series: Series,
+    schema_version: i64,
+    at: Timestamp,
+) -> String {
+    let Reading { leases, store_now, hosts } = reading;
+    let store_now = *store_now;
     let mut m = Exposition(String::new());
 
     m.family(
@@ -166,7 +199,7 @@ pub(crate) fn render_counting(
         "gauge",
         "The build serving these metrics, with the schema version it writes for this registry: always 1.",
     );
-    let schema = location.schema_version().to_string();
+    let schema = schema_version.to_string();
     m.sample(
         "fleetctl_build_info",
         &[("version", env!("CARGO_PKG_VERSION")), ("schema_version", &schema)],
@@ -176,28 +209,57 @@ pub(crate) fn render_counting(
     m.family("fleet_live_fleet_safe", "gauge", "1 when no active blocker stands in the way of mutation.");
     m.sample("fleet_live_fleet_safe", &[], f64::from(u8::from(snap.live_fleet_safe)));
 
-    m.family("fleet_workers", "gauge", "Registry rows by instance, namespace, status and state.");
-    let mut workers: BTreeMap<(String, String, String, String), u64> = BTreeMap::new();
+    m.family("fleet_workers", "gauge", "Registry rows by namespace, status and state.");
+    let mut workers: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
     for view in &snap.workers {
-        // A finished launch leaves counts, not series of its own: historical rows are
-        // counted without their launch, so the series come and go with live launches.
-        let instance = match view.state {
-            WorkerState::Historical => String::new(),
-            _ => view.client_instance_id().unwrap_or_default().to_owned(),
-        };
-        let state = view.state.as_str().to_owned();
         *workers
-            .entry((instance, view.row.namespace.to_string(), view.row.status.to_string(), state))
+            .entry((view.row.namespace.as_str(), view.row.status.as_str(), view.state.as_str()))
             .or_default() += 1;
     }
-    for ((instance, namespace, status, state), n) in &workers {
-        let labels = [
-            ("client_instance", instance.as_str()),
-            ("namespace", namespace.as_str()),
-            ("status", status.as_str()),
-            ("state", state.as_str()),
-        ];
-        m.sample("fleet_workers", &labels, *n as f64);
+    for ((namespace, status, state), n) in &workers {
+        m.sample(
+            "fleet_workers",
+            &[("namespace", namespace), ("status", status), ("state", state)],
+            *n as f64,
+        );
+    }
+
+    // Each active worker's heartbeat age, by namespace.
+    let mut ages: BTreeMap<Namespace, Vec<f64>> = BTreeMap::new();
+    for view in snap.workers.iter().filter(|v| v.row.status == WorkerStatus::Active) {
+        if let Some(beat) = view.row.heartbeat() {
+            ages.entry(view.row.namespace).or_default().push(at.since(beat).as_seconds_f64());
+        }
+    }
+    m.family(
+        "fleet_heartbeat_age_seconds",
+        "histogram",
+        "Seconds since each active worker's last heartbeat, by namespace.",
+    );
+    for (namespace, ages) in &ages {
+        let ns = namespace.as_str();
+        for bound in AGE_BUCKETS {
+            let within = ages.iter().filter(|a| **a <= bound).count();
+            let le = bound.to_string();
+            m.sample("fleet_heartbeat_age_seconds_bucket", &[("namespace", ns), ("le", &le)], within as f64);
+        }
+        let n = ages.len() as f64;
+        m.sample("fleet_heartbeat_age_seconds_bucket", &[("namespace", ns), ("le", "+Inf")], n);
+        m.sample("fleet_heartbeat_age_seconds_sum", &[("namespace", ns)], ages.iter().sum());
+        m.sample("fleet_heartbeat_age_seconds_count", &[("namespace", ns)], n);
+    }
+    m.family(
+        "fleet_oldest_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since the oldest heartbeat of an active worker, by namespace.",
+    );
+    for (namespace, ages) in &ages {
+        let oldest = ages.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m.sample("fleet_oldest_heartbeat_age_seconds", &[("namespace", namespace.as_str())], oldest);
+    }
+
+    if series == Series::PerWorker {
+        per_worker_series(&mut m, snap, at);
     }
 
     m.family(
@@ -217,30 +279,11 @@ pub(crate) fn render_counting(
         );
     }
 
-    m.family(
-        "fleet_worker_heartbeat_age_seconds",
-        "gauge",
-        "Seconds since each active worker's last heartbeat.",
-    );
-    for row in rows.iter().filter(|r| r.status == WorkerStatus::Active) {
-        if let Some(beat) = row.heartbeat() {
-            let age = at.since(beat).as_seconds_f64();
-            let instance = row.client_instance_id.clone().unwrap_or_default();
-            let labels = [
-                ("worker", row.worker_identity.as_str()),
-                ("client_instance", instance.as_str()),
-                ("namespace", row.namespace.as_str()),
-            ];
-            m.sample("fleet_worker_heartbeat_age_seconds", &labels, age);
-        }
-    }
-
     m.family("fleet_retired_workers", "gauge", "Rows stale retirement has retired.");
-    let retired = rows.iter().filter(|r| r.status == WorkerStatus::Retired).count();
+    let retired = snap.workers.iter().filter(|v| v.row.status == WorkerStatus::Retired).count();
     m.sample("fleet_retired_workers", &[], retired as f64);
 
     // One series per host, never per row: a fleet's hosts are few.
-    let hosts = fleet_registry::host_list(&rows, &leases, &fences, &reports, store_now);
     m.family("fleet_host_workers", "gauge", "Each host's rows: live, stale (active, lapsed) and terminal.");
     for host in &hosts.hosts {
         for (state, n) in
@@ -284,18 +327,18 @@ pub(crate) fn render_counting(
     }
 
     m.family("fleet_lease_epoch", "gauge", "Each lease's fencing epoch.");
-    for lease in &leases {
+    for lease in leases {
         let labels = [("key", lease.lease_key.as_str()), ("kind", lease.kind.as_str())];
         m.sample("fleet_lease_epoch", &labels, lease.fencing_epoch.get() as f64);
     }
     m.family("fleet_lease_held", "gauge", "1 while a lease is held and live, else 0.");
-    for lease in &leases {
+    for lease in leases {
         let held = lease.state == LeaseState::Held && lease.is_live(store_now);
         let labels = [("key", lease.lease_key.as_str()), ("kind", lease.kind.as_str())];
         m.sample("fleet_lease_held", &labels, f64::from(u8::from(held)));
     }
     m.family("fleet_lease_holder_info", "gauge", "Who holds (or last held) each lease: always 1.");
-    for lease in &leases {
+    for lease in leases {
         let labels = [("key", lease.lease_key.as_str()), ("owner", lease.owner.as_str())];
         m.sample("fleet_lease_holder_info", &labels, 1.0);
     }
@@ -325,7 +368,40 @@ pub(crate) fn render_counting(
     for (reason, n) in &denials {
         m.sample("fleet_lease_denials_total", &[("reason", reason)], *n as f64);
     }
-    Ok(m.0)
+    m.0
+}
+
+/// The series per active worker and per live launch (`--per-worker-series`).
+fn per_worker_series(m: &mut Exposition, snap: &FleetSnapshot<'_>, at: Timestamp) {
+    m.family(
+        "fleet_launch_workers",
+        "gauge",
+        "Active rows by launch, namespace and state (with --per-worker-series).",
+    );
+    let mut launches: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    for view in snap.workers.iter().filter(|v| v.state != WorkerState::Historical) {
+        let instance = view.client_instance_id().unwrap_or_default();
+        *launches.entry((instance, view.row.namespace.as_str(), view.state.as_str())).or_default() += 1;
+    }
+    for ((instance, namespace, state), n) in &launches {
+        let labels = [("client_instance", *instance), ("namespace", *namespace), ("state", *state)];
+        m.sample("fleet_launch_workers", &labels, *n as f64);
+    }
+    m.family(
+        "fleet_worker_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since each active worker's last heartbeat (with --per-worker-series).",
+    );
+    for view in snap.workers.iter().filter(|v| v.row.status == WorkerStatus::Active) {
+        if let Some(beat) = view.row.heartbeat() {
+            let labels = [
+                ("worker", view.row.worker_identity.as_str()),
+                ("client_instance", view.client_instance_id().unwrap_or_default()),
+                ("namespace", view.row.namespace.as_str()),
+            ];
+            m.sample("fleet_worker_heartbeat_age_seconds", &labels, at.since(beat).as_seconds_f64());
+        }
+    }
 }
 
 /// The serving process's own series, by the names Prometheus's client libraries use:
@@ -370,8 +446,9 @@ fn boot_time() -> Option<f64> {
     stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()
 }
 
-pub(crate) fn print(location: &RegistryLocation) -> Result<ExitCode, Failure> {
-    out!("{}", render(location)?)?;
+pub(crate) fn print(location: &RegistryLocation, args: &MetricsArgs) -> Result<ExitCode, Failure> {
+    let observer = Observer::new(location, None, args.series());
+    out!("{}", observer.metrics(location.schema_version())?)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -408,23 +485,20 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
     fleet_cli::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
     crate::notify::send("READY=1");
     crate::notify::watch(&crate::http::TURNS);
-    let location = location.clone();
-    let counts = std::sync::Mutex::new(DecisionCounts::default());
+    let schema_version = location.schema_version();
     // Without a repository the page leaves retirement out.
     let ctx = fleet_runtime::retirement_context(args.repository.as_deref()).ok();
+    let observer = std::sync::Arc::new(Observer::new(location, ctx, args.metrics.series()));
     let error = crate::http::serve(listener, move |request| {
         use crate::http::Response;
         if !matches!(request.method, "GET" | "HEAD") {
             return Response { allow: Some("GET, HEAD"), ..Response::text(405, "only GET and HEAD\n") };
         }
         match request.path {
-            "/metrics" => match render_counting(
-                &location,
-                &mut counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
-            ) {
+            "/metrics" => match observer.metrics(schema_version) {
                 Ok(text) => Response {
                     content_type: "text/plain; version=0.0.4; charset=utf-8",
-                    ..Response::text(200, text + &process_metrics())
+                    ..Response::text(200, format!("{text}{}", process_metrics()))
                 },
                 Err(e) => {
                     fleet_cli::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
@@ -441,22 +515,22 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                     return Response::text(400, "events need the page's digest: /events?since=DIGEST\n");
                 };
                 let mut shown = since.to_owned();
-                let (location, ctx) = (location.clone(), ctx.clone());
-                let mut fleet = Fleet::new(location);
+                let observer = std::sync::Arc::clone(&observer);
                 // An event each time what the page shows changes.
                 let next = move || {
-                    let now = crate::status_page::current(&mut fleet, ctx.as_ref()).ok()?;
+                    let now = observer.page().ok()?;
                     (now.digest != shown).then(|| {
-                        shown = now.digest;
+                        shown.clone_from(&now.digest);
                         "changed".to_owned()
                     })
                 };
                 Response { events: Some(crate::http::Events(Box::new(next))), ..Response::text(200, "") }
             }
-            "/" => match crate::status_page::current(&mut Fleet::new(location.clone()), ctx.as_ref()) {
-                Ok(page) => {
-                    Response { content_type: "text/html; charset=utf-8", ..Response::text(200, page.html) }
-                }
+            "/" => match observer.page() {
+                Ok(page) => Response {
+                    content_type: "text/html; charset=utf-8",
+                    ..Response::text(200, page.html.clone())
+                },
                 Err(e) => {
                     fleet_cli::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
                     Response::text(503, "registry unavailable\n")

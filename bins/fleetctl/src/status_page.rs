@@ -11,13 +11,9 @@ use std::fmt::Write as _;
 
 use fleet_identity::{Namespace, Timestamp};
 use fleet_lease::LeaseRecord;
-use fleet_registry::{AuditEntry, AuditQuery, StoreError};
-use fleet_retirement::{Plan, RetirementContext};
-use fleet_runtime::Fleet;
-use fleet_snapshot::{FleetSnapshot, Policy, WorkerState};
-
-/// The latest lease decisions the page shows.
-const RECENT_DECISIONS: usize = 15;
+use fleet_registry::AuditEntry;
+use fleet_retirement::Plan;
+use fleet_snapshot::{FleetSnapshot, WorkerState};
 
 /// What the page shows besides the snapshot.
 pub(crate) struct Extras {
@@ -38,28 +34,10 @@ pub(crate) struct Current {
     pub(crate) digest: String,
 }
 
-/// Reads what the page shows through `fleet` (a session kept between calls follows the
-/// registry instead of reading it whole) and renders it.
-pub(crate) fn current(fleet: &mut Fleet, ctx: Option<&RetirementContext>) -> Result<Current, StoreError> {
-    let plan = match ctx {
-        Some(ctx) => Some(fleet.plan(ctx)?),
-        None => None,
-    };
-    let newest = AuditQuery {
-        key: None,
-        since: None,
-        until: None,
-        after: i64::MAX,
-        newest_first: true,
-        limit: RECENT_DECISIONS,
-    };
-    let (leases, decisions, hosts) = fleet.with_registry(|registry| {
-        Ok((registry.leases_now(None)?, registry.lease_audit_page(&newest)?, registry.hosts()?))
-    })?;
-    let extras = Extras { leases, decisions, plan, hosts };
-    let snap = fleet.snapshot(None, &Policy::default(), fleet_runtime::now())?;
-    let digest = digest(&snap, &extras);
-    Ok(Current { html: page(&snap, &extras, &digest), digest })
+/// The page for `snap` and `extras`, with its digest.
+pub(crate) fn render(snap: &FleetSnapshot<'_>, extras: &Extras) -> Current {
+    let digest = digest(snap, extras);
+    Current { html: page(snap, extras, &digest), digest }
 }
 
 /// What the page shows, without the times that move on their own.

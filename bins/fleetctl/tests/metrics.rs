@@ -58,22 +58,52 @@ fn metrics_parse_as_prometheus_text_and_count_the_fleet() {
             .map(value)
             .collect()
     };
-    // A finished row is counted without its launch.
-    assert_eq!(find("fleet_workers", &[("client_instance", &id), ("status", "released")]), Vec::<f64>::new());
+    // Every series is an aggregate: rows by namespace, status and state.
+    assert_eq!(find("fleet_workers", &[("namespace", "author"), ("status", "released")]), [1.0]);
     assert_eq!(
-        find("fleet_workers", &[("client_instance", ""), ("namespace", "author"), ("status", "released")]),
+        find("fleet_workers", &[("namespace", "reviewer"), ("status", "active"), ("state", "live")]),
         [1.0]
     );
-    assert_eq!(
-        find("fleet_workers", &[("client_instance", &id), ("namespace", "reviewer"), ("status", "active")]),
-        [1.0]
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .all(|s| s.labels.get("client_instance").is_none() && s.labels.get("worker").is_none()),
+        "no series per launch or worker without --per-worker-series"
     );
     // Prometheus's own target labels are never the fleet's.
     assert!(
         scrape.samples.iter().all(|s| s.labels.get("instance").is_none() && s.labels.get("job").is_none()),
         "no label named instance or job"
     );
-    let ages = find("fleet_worker_heartbeat_age_seconds", &[("namespace", "reviewer")]);
+    let oldest = find("fleet_oldest_heartbeat_age_seconds", &[("namespace", "reviewer")]);
+    assert!(oldest.len() == 1 && oldest[0] >= 0.0 && oldest[0] < 60.0, "{oldest:?}");
+    let text = String::from_utf8(fleet.ctl(&["metrics"]).stdout).unwrap();
+    assert!(text.contains("fleet_heartbeat_age_seconds_count{namespace=\"reviewer\"} 1\n"), "{text}");
+    assert!(
+        text.contains("fleet_heartbeat_age_seconds_bucket{namespace=\"reviewer\",le=\"+Inf\"} 1\n"),
+        "{text}"
+    );
+
+    // Per launch and per worker only when asked for.
+    let out = fleet.ctl(&["metrics", "--per-worker-series"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let scrape = parse(&String::from_utf8(out.stdout).unwrap());
+    let find = |metric: &str, pairs: &[(&str, &str)]| -> Vec<f64> {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric && pairs.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(value)
+            .collect()
+    };
+    assert_eq!(find("fleet_launch_workers", &[("client_instance", &id), ("namespace", "reviewer")]), [1.0]);
+    assert_eq!(
+        find("fleet_launch_workers", &[("client_instance", &id), ("namespace", "author")]),
+        Vec::<f64>::new()
+    );
+    let ages =
+        find("fleet_worker_heartbeat_age_seconds", &[("namespace", "reviewer"), ("client_instance", &id)]);
     assert!(ages.len() == 1 && ages[0] >= 0.0 && ages[0] < 60.0, "{ages:?}");
     assert_eq!(find("fleet_lease_epoch", &[("key", "workflow:deploy"), ("kind", "workflow")]), [1.0]);
     assert_eq!(find("fleet_lease_held", &[("key", "workflow:deploy")]), [1.0]);
@@ -263,6 +293,58 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
     let _ = running.wait();
 }
 
+/// Pages open on one server share its session: each stream started from the page's
+/// digest stays quiet while nothing changes, and every one of them hears a change (a
+/// lease acquired) once it lands.
+#[test]
+fn every_open_page_hears_a_change_and_only_a_change() {
+    let (fleet, _, mut running) = fleet_with_workers();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", &listen])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let page = wait_for(Duration::from_secs(10), || {
+        let mut stream = std::net::TcpStream::connect(&listen).ok()?;
+        write!(stream, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        Some(response)
+    });
+    let since =
+        page.split("data-since=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap().to_owned();
+    let streams: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&listen).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            write!(stream, "GET /events?since={since} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+            stream
+        })
+        .collect();
+    // Let every stream ask a few times while nothing changes.
+    std::thread::sleep(Duration::from_secs(3));
+    let out = fleet.ctl(&["lease", "acquire", "--key", "workflow:release", "--owner", "ops-one"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for mut stream in streams {
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("data: changed") {
+            let n = stream.read(&mut chunk).unwrap();
+            assert!(n > 0, "the stream ended: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        let text = String::from_utf8_lossy(&seen);
+        assert_eq!(text.matches("data: changed").count(), 1, "one change, one event: {text}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = running.kill();
+    let _ = running.wait();
+}
+
 /// Under systemd's `Type=notify` (sd_notify(3): a datagram to `NOTIFY_SOCKET`), `serve`
 /// says `READY=1` once its port is bound and pings `WATCHDOG=1` at half `WATCHDOG_USEC`
 /// while its loop turns. The test plays the service manager's socket.
@@ -334,9 +416,8 @@ fn serve_pings_a_one_second_watchdog_in_time() {
     let _ = server.wait();
 }
 
-/// Twenty launches that ran and finished leave counts, not series of their own: every
-/// historical row is counted without its launch, so `fleet_workers` has one series per
-/// namespace and status for them all.
+/// Twenty launches that ran and finished leave counts, not series of their own:
+/// `fleet_workers` has one series per namespace and status for them all.
 #[test]
 fn finished_launches_leave_counts_not_series_of_their_own() {
     let fleet = Fleet::new();
@@ -362,7 +443,6 @@ fn finished_launches_leave_counts_not_series_of_their_own() {
         .filter(|s| s.metric == "fleet_workers" && s.labels.get("state") == Some("historical"))
         .collect();
     assert_eq!(historical.len(), 2, "one series per namespace and status: {historical:?}");
-    assert!(historical.iter().all(|s| s.labels.get("client_instance").is_none_or(str::is_empty)));
     let counted: f64 = historical
         .iter()
         .map(|s| match s.value {

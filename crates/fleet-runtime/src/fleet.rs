@@ -325,6 +325,16 @@ impl Fleet {
         Ok(Taken::Fresh(number, snapshot))
     }
 
+    /// The number of the last snapshot this session took (without a manifest, under
+    /// `policy`) when it still says what one taken at `at` would: the rows are the same
+    /// but for the heartbeats of live workers, every probe answers as it did, and no
+    /// heartbeat lapsed. Reads only when the store moved and probes only this host's
+    /// rows, classifying nothing: what a watcher asks before it renders again.
+    pub fn standing(&mut self, policy: &Policy, at: Timestamp) -> Result<Option<u64>, StoreError> {
+        let probes = self.read_and_probe()?;
+        Ok(self.unchanged(&probes, None, policy, at))
+    }
+
     /// The number of the last snapshot when one taken at `at` from `probes` would judge
     /// every row as it did.
     fn unchanged(
