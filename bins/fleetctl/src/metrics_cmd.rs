@@ -176,19 +176,105 @@ pub(crate) struct Reading {
     pub(crate) hosts: fleet_registry::HostList,
 }
 
+/// What an exposition says of the snapshot: kept while the snapshot's judgement stands.
+pub(crate) struct Tally {
+    safe: bool,
+    /// Rows by namespace, status and state.
+    workers: BTreeMap<(String, &'static str, &'static str), u64>,
+    /// Findings by code and whether they block.
+    findings: BTreeMap<(&'static str, bool), u64>,
+    retired: usize,
+    /// The per-worker and per-launch series, when asked for (else empty).
+    per_worker: String,
+}
+
+impl Tally {
+    pub(crate) fn of(snap: &FleetSnapshot<'_>, series: Series, at: Timestamp) -> Self {
+        let mut workers = BTreeMap::new();
+        for view in &snap.workers {
+            let key = (view.row.namespace.to_string(), view.row.status.as_str(), view.state.as_str());
+            *workers.entry(key).or_default() += 1;
+        }
+        let mut findings = BTreeMap::new();
+        for f in &snap.findings {
+            *findings.entry((f.code.as_str(), f.active_blocker)).or_default() += 1;
+        }
+        Self {
+            safe: snap.live_fleet_safe,
+            workers,
+            findings,
+            retired: snap.workers.iter().filter(|v| v.row.status == WorkerStatus::Retired).count(),
+            per_worker: match series {
+                Series::PerWorker => per_worker_series(snap, at),
+                Series::Aggregate => String::new(),
+            },
+        }
+    }
+}
+
 /// The upper bounds of the heartbeat-age histogram's buckets, in seconds: around the
 /// default interval (10 s) and TTL (30 s), then minutes for lapsed rows.
-const AGE_BUCKETS: [f64; 12] = [1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0];
+const AGE_BUCKETS: [i64; 12] = [1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 900, 3600];
 
-/// The whole exposition of `snap` and `reading` at `at`, the decision counters from
-/// `counts`.
+/// The active workers' heartbeats by namespace, sorted: the histogram of their ages at
+/// any later time is a few binary searches, not a pass over the rows.
+pub(crate) struct Heartbeats(BTreeMap<Namespace, (Vec<i64>, i128)>);
+
+impl Heartbeats {
+    pub(crate) fn of(rows: &[fleet_registry::WorkerRow]) -> Self {
+        let mut by_namespace: BTreeMap<Namespace, (Vec<i64>, i128)> = BTreeMap::new();
+        for row in rows.iter().filter(|r| r.status == WorkerStatus::Active) {
+            if let Some(beat) = row.heartbeat() {
+                let (beats, sum) = by_namespace.entry(row.namespace).or_default();
+                beats.push(beat.unix_millis());
+                *sum += i128::from(beat.unix_millis());
+            }
+        }
+        for (beats, _) in by_namespace.values_mut() {
+            beats.sort_unstable();
+        }
+        Self(by_namespace)
+    }
+
+    /// The histogram of the heartbeats' ages at `at`, by namespace.
+    pub(crate) fn ages_at(&self, at: Timestamp) -> BTreeMap<Namespace, Ages> {
+        let now = at.unix_millis();
+        self.0
+            .iter()
+            .map(|(namespace, (beats, sum))| {
+                // Beats at or after `now - bound` are at most `bound` old.
+                let within = AGE_BUCKETS
+                    .map(|bound| (beats.len() - beats.partition_point(|b| *b < now - bound * 1000)) as u64);
+                let n = beats.len() as i128;
+                let ages = Ages {
+                    within,
+                    count: beats.len() as u64,
+                    sum_s: (n * i128::from(now) - sum) as f64 / 1000.0,
+                    oldest_s: beats.first().map_or(0.0, |b| (now - b) as f64 / 1000.0),
+                };
+                (*namespace, ages)
+            })
+            .collect()
+    }
+}
+
+/// One namespace's heartbeat ages: how many within each bucket's bound, how many, their
+/// sum and the oldest, in seconds.
+pub(crate) struct Ages {
+    within: [u64; AGE_BUCKETS.len()],
+    count: u64,
+    sum_s: f64,
+    oldest_s: f64,
+}
+
+/// The whole exposition: the snapshot's `tally`, the heartbeat `ages`, and `reading`,
+/// the decision counters from `counts`.
 pub(crate) fn render(
-    snap: &FleetSnapshot<'_>,
+    tally: &Tally,
+    ages: &BTreeMap<Namespace, Ages>,
     reading: &Reading,
     counts: &DecisionCounts,
-    series: Series,
     schema_version: i64,
-    at: Timestamp,
 ) -> String {
     let Reading { leases, store_now, hosts } = reading;
     let store_now = *store_now;
@@ -207,16 +293,10 @@ pub(crate) fn render(
     );
 
     m.family("fleet_live_fleet_safe", "gauge", "1 when no active blocker stands in the way of mutation.");
-    m.sample("fleet_live_fleet_safe", &[], f64::from(u8::from(snap.live_fleet_safe)));
+    m.sample("fleet_live_fleet_safe", &[], f64::from(u8::from(tally.safe)));
 
     m.family("fleet_workers", "gauge", "Registry rows by namespace, status and state.");
-    let mut workers: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
-    for view in &snap.workers {
-        *workers
-            .entry((view.row.namespace.as_str(), view.row.status.as_str(), view.state.as_str()))
-            .or_default() += 1;
-    }
-    for ((namespace, status, state), n) in &workers {
+    for ((namespace, status, state), n) in &tally.workers {
         m.sample(
             "fleet_workers",
             &[("namespace", namespace), ("status", status), ("state", state)],
@@ -224,28 +304,20 @@ pub(crate) fn render(
         );
     }
 
-    // Each active worker's heartbeat age, by namespace.
-    let mut ages: BTreeMap<Namespace, Vec<f64>> = BTreeMap::new();
-    for view in snap.workers.iter().filter(|v| v.row.status == WorkerStatus::Active) {
-        if let Some(beat) = view.row.heartbeat() {
-            ages.entry(view.row.namespace).or_default().push(at.since(beat).as_seconds_f64());
-        }
-    }
     m.family(
         "fleet_heartbeat_age_seconds",
         "histogram",
         "Seconds since each active worker's last heartbeat, by namespace.",
     );
-    for (namespace, ages) in &ages {
+    for (namespace, ages) in ages {
         let ns = namespace.as_str();
-        for bound in AGE_BUCKETS {
-            let within = ages.iter().filter(|a| **a <= bound).count();
+        for (bound, within) in AGE_BUCKETS.iter().zip(ages.within) {
             let le = bound.to_string();
             m.sample("fleet_heartbeat_age_seconds_bucket", &[("namespace", ns), ("le", &le)], within as f64);
         }
-        let n = ages.len() as f64;
+        let n = ages.count as f64;
         m.sample("fleet_heartbeat_age_seconds_bucket", &[("namespace", ns), ("le", "+Inf")], n);
-        m.sample("fleet_heartbeat_age_seconds_sum", &[("namespace", ns)], ages.iter().sum());
+        m.sample("fleet_heartbeat_age_seconds_sum", &[("namespace", ns)], ages.sum_s);
         m.sample("fleet_heartbeat_age_seconds_count", &[("namespace", ns)], n);
     }
     m.family(
@@ -253,13 +325,8 @@ pub(crate) fn render(
         "gauge",
         "Seconds since the oldest heartbeat of an active worker, by namespace.",
     );
-    for (namespace, ages) in &ages {
-        let oldest = ages.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        m.sample("fleet_oldest_heartbeat_age_seconds", &[("namespace", namespace.as_str())], oldest);
-    }
-
-    if series == Series::PerWorker {
-        per_worker_series(&mut m, snap, at);
+    for (namespace, ages) in ages {
+        m.sample("fleet_oldest_heartbeat_age_seconds", &[("namespace", namespace.as_str())], ages.oldest_s);
     }
 
     m.family(
@@ -267,11 +334,7 @@ pub(crate) fn render(
         "gauge",
         "Snapshot findings by code; blocker=true ones make the fleet unsafe.",
     );
-    let mut findings: BTreeMap<(&str, bool), u64> = BTreeMap::new();
-    for f in &snap.findings {
-        *findings.entry((f.code.as_str(), f.active_blocker)).or_default() += 1;
-    }
-    for ((code, blocker), n) in &findings {
+    for ((code, blocker), n) in &tally.findings {
         m.sample(
             "fleet_findings",
             &[("code", code), ("blocker", if *blocker { "true" } else { "false" })],
@@ -280,8 +343,7 @@ pub(crate) fn render(
     }
 
     m.family("fleet_retired_workers", "gauge", "Rows stale retirement has retired.");
-    let retired = snap.workers.iter().filter(|v| v.row.status == WorkerStatus::Retired).count();
-    m.sample("fleet_retired_workers", &[], retired as f64);
+    m.sample("fleet_retired_workers", &[], tally.retired as f64);
 
     // One series per host, never per row: a fleet's hosts are few.
     m.family("fleet_host_workers", "gauge", "Each host's rows: live, stale (active, lapsed) and terminal.");
@@ -368,11 +430,13 @@ pub(crate) fn render(
     for (reason, n) in &denials {
         m.sample("fleet_lease_denials_total", &[("reason", reason)], *n as f64);
     }
+    m.0.push_str(&tally.per_worker);
     m.0
 }
 
 /// The series per active worker and per live launch (`--per-worker-series`).
-fn per_worker_series(m: &mut Exposition, snap: &FleetSnapshot<'_>, at: Timestamp) {
+fn per_worker_series(snap: &FleetSnapshot<'_>, at: Timestamp) -> String {
+    let mut m = Exposition(String::new());
     m.family(
         "fleet_launch_workers",
         "gauge",
@@ -402,6 +466,7 @@ fn per_worker_series(m: &mut Exposition, snap: &FleetSnapshot<'_>, at: Timestamp
             m.sample("fleet_worker_heartbeat_age_seconds", &labels, at.since(beat).as_seconds_f64());
         }
     }
+    m.0
 }
 
 /// The serving process's own series, by the names Prometheus's client libraries use:

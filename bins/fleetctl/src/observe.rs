@@ -1,7 +1,7 @@
 //! `fleetctl serve`'s one session over the fleet: every scrape of `/metrics`, every load
 //! of `/` and every open `/events` stream is answered through one [`Fleet`] kept for the
 //! server's lifetime, which reads only what changed since its last read. However many
-//! pages are open, the page is rendered at most once a second, and on an idle fleet (no
+//! pages are open, the page is rendered at most twice a second, and on an idle fleet (no
 //! write to the store, no heartbeat lapsing, no probe answering otherwise, no lease or
 //! plan deadline passing) not at all: it asks whether what it shows still stands, which
 //! costs one read of the store's change marker and a probe of this host's live workers.
@@ -16,11 +16,11 @@ use fleet_retirement::RetirementContext;
 use fleet_runtime::{Fleet, RegistryLocation, now};
 use fleet_snapshot::Policy;
 
-use crate::metrics_cmd::{DecisionCounts, Reading, Series};
+use crate::metrics_cmd::{DecisionCounts, Heartbeats, Reading, Series, Tally};
 use crate::status_page::{Current, Extras};
 
 /// How long a page serves every reader that asks for it.
-const FRESH: Duration = Duration::from_secs(1);
+const FRESH: Duration = Duration::from_millis(500);
 
 /// The longest a page is served without being rendered again, whatever stands: what
 /// moves with time alone and no check above follows (a host's age) is at most this old.
@@ -41,6 +41,31 @@ struct State {
     counts: DecisionCounts,
     series: Series,
     page: Option<Shown>,
+    derived: Option<Derived>,
+}
+
+/// What a scrape derives from the rows, kept while the store and the judgement stand.
+struct Derived {
+    /// The store's change marker read before the rows.
+    marker: Option<u128>,
+    /// The number of the snapshot the tally counts.
+    number: u64,
+    tally: Tally,
+    hosts: fleet_registry::HostList,
+    beats: Heartbeats,
+}
+
+impl Derived {
+    /// The hosts as listed, their ages moved on to `store_now`.
+    fn hosts_at(&self, store_now: Timestamp) -> fleet_registry::HostList {
+        let mut hosts = self.hosts.clone();
+        let moved = store_now.since(hosts.at).whole_seconds();
+        for host in &mut hosts.hosts {
+            host.last_seen_age_s = host.last_seen_age_s.map(|age| age + moved);
+        }
+        hosts.at = store_now;
+        hosts
+    }
 }
 
 /// The page last rendered, and what it rests on.
@@ -62,7 +87,8 @@ impl Observer {
     /// A session over the registry at `location`; `ctx` is the retirement the page shows.
     pub(crate) fn new(location: &RegistryLocation, ctx: Option<RetirementContext>, series: Series) -> Self {
         let fleet = Fleet::new(location.clone()).tracking_processes();
-        let state = State { fleet, ctx, counts: DecisionCounts::default(), series, page: None };
+        let state =
+            State { fleet, ctx, counts: DecisionCounts::default(), series, page: None, derived: None };
         Self { state: Mutex::new(state) }
     }
 
@@ -86,21 +112,38 @@ impl Observer {
 }
 
 impl State {
+    /// A scrape: the leases, the decision counters and the heartbeat ages as of now;
+    /// what the rows say besides (the verdict and counts, the hosts) derived again only
+    /// when the store or the snapshot's judgement moved.
     fn render_metrics(&mut self, schema_version: i64) -> Result<String, StoreError> {
         let at = now();
         let counts = &mut self.counts;
-        let (leases, store_now, fences, boots) = self.fleet.with_registry(|registry| {
-            let (leases, store_now) = registry.leases_now(None)?;
-            let fences = registry.host_fences()?;
-            let boots = registry.host_boots()?;
+        let (marker, (leases, store_now)) = self.fleet.with_registry(|registry| {
+            let marker = registry.change_marker()?;
             counts.update(registry)?;
-            Ok((leases, store_now, fences, boots))
+            Ok((marker, registry.leases_now(None)?))
         })?;
-        let rows = &self.fleet.dump()?.worker_registrations;
-        let hosts = fleet_registry::host_list(rows, &leases, &fences, &boots, store_now);
-        let reading = Reading { leases, store_now, hosts };
-        let snap = self.fleet.snapshot(None, &Policy::default(), at)?;
-        Ok(crate::metrics_cmd::render(&snap, &reading, &self.counts, self.series, schema_version, at))
+        let standing = self.fleet.standing(&Policy::default(), at)?;
+        let kept = self.derived.as_ref().is_some_and(|d| {
+            self.series == Series::Aggregate
+                && marker.is_some()
+                && d.marker == marker
+                && standing == Some(d.number)
+        });
+        if !kept {
+            self.derived = None;
+            let (fences, boots) =
+                self.fleet.with_registry(|registry| Ok((registry.host_fences()?, registry.host_boots()?)))?;
+            let (number, snap) = self.fleet.numbered_json_snapshot(None, &Policy::default(), at)?;
+            let tally = Tally::of(&snap.snapshot, self.series, at);
+            let rows = &self.fleet.dump()?.worker_registrations;
+            let hosts = fleet_registry::host_list(rows, &leases, &fences, &boots, store_now);
+            self.derived = Some(Derived { marker, number, tally, hosts, beats: Heartbeats::of(rows) });
+        }
+        let Some(derived) = &self.derived else { unreachable!("derived above") };
+        let reading = Reading { leases, store_now, hosts: derived.hosts_at(store_now) };
+        let ages = derived.beats.ages_at(at);
+        Ok(crate::metrics_cmd::render(&derived.tally, &ages, &reading, &self.counts, schema_version))
     }
 
     fn page(&mut self) -> Result<Arc<Current>, StoreError> {

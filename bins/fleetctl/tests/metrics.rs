@@ -213,6 +213,18 @@ fn served_counters_count_each_decision_once_across_scrapes() {
     );
     let epochs = third.samples.iter().filter(|s| s.metric == "fleet_lease_epoch").count();
     assert_eq!(epochs, 1, "one series per lease");
+    // What the server keeps of the rows between scrapes gives way to a row written since.
+    let merger = [("namespace", "merger"), ("status", "released")];
+    assert_eq!(count(&third, "fleet_workers", &merger), 0.0);
+    let out = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "merger", "--", "true"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", fleet.mint("codex"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(count(&scrape(), "fleet_workers", &merger), 1.0);
     let _ = server.kill();
     let _ = server.wait();
     let _ = running.kill();
