@@ -333,17 +333,6 @@ impl FleetServer {
             }
             WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed, e),
         })?;
-        // The plan's binding, unless one is given: where the server runs changes nothing.
-        let binding = match &p.canonical_repository {
-            Some(given) => Some(given.clone()),
-            None => self.fleet().binding_of(&ids).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?,
-        };
-        let ctx = context(binding.as_deref())?;
-        // Re-resolved immediately before the mutation: an edit to profiles.json since
-        // entry is honoured.
-        self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
-            refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
-        })?;
         let request = ApplyRequest {
             registry_fingerprint,
             candidate_fingerprint,
@@ -357,6 +346,19 @@ impl FleetServer {
             },
             audit,
         };
+        // The plan's binding, unless one is given: where the server runs changes nothing.
+        let binding = match &p.canonical_repository {
+            Some(given) => Some(given.clone()),
+            None => {
+                self.fleet().plan_binding(&request).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?
+            }
+        };
+        let ctx = context(binding.as_deref())?;
+        // Re-resolved immediately before the mutation: an edit to profiles.json since
+        // entry is honoured.
+        self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
+            refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
+        })?;
         let mut fleet = self.fleet();
         let applied = fleet.apply(&request, &ctx).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?;
         let report = &applied.report;

@@ -141,7 +141,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             // The plan's binding, unless one is given: where apply runs changes nothing.
             let binding = match &common.canonical_repository {
                 Some(given) => Some(given.clone()),
-                None => fleet.binding_of(&request.worker_identities)?,
+                None => fleet.plan_binding(&request)?,
             };
             let ctx = fleet_runtime::retirement_context(binding.as_deref())?;
             let applied = fleet.apply(&request, &ctx)?;
@@ -204,17 +204,44 @@ fn render_plan(p: &Plan) -> String {
             .collect();
         out.push_str(&crate::table::render(&["  WORKER", "REASON", "DETAIL"], &rows));
     }
+    // Rows bound to another repository than the plan's: name both, and the flag.
+    let elsewhere: std::collections::BTreeSet<&str> = p
+        .preserved
+        .iter()
+        .filter(|a| a.reason_code.as_str() == "repository_binding_ambiguous")
+        .filter_map(|a| a.evidence.repository.as_ref().map(|r| r.as_str()))
+        .filter(|r| *r != p.canonical_repository)
+        .collect();
+    if !elsewhere.is_empty() {
+        let bound: Vec<&str> = elsewhere.into_iter().collect();
+        out.push_str(&format!(
+            "
+this plan is for {}; rows preserved as repository_binding_ambiguous are bound to {}: \
+             plan for one with --canonical-repository REPO\n",
+            p.canonical_repository,
+            bound.join(", ")
+        ));
+    }
     if let Some(t) = p.next_eligible_after {
         out.push_str(&format!("\nplan again after {t}: a preserved row becomes a candidate then\n"));
     }
     if !p.candidate_worker_identities.is_empty() {
         let ids: Vec<&str> = p.candidate_worker_identities.iter().map(|i| i.as_str()).collect();
         out.push_str(&format!(
-            "\napply with:\n  fleetctl retire apply --registry-fingerprint {} --candidate-fingerprint {} --workers {}\n",
+            "\napply with:\n  fleetctl retire apply --canonical-repository {} --registry-fingerprint {} \
+             --candidate-fingerprint {} --workers {}\n",
+            shell_word(&p.canonical_repository),
             p.registry_fingerprint,
             p.candidate_fingerprint,
             ids.join(",")
         ));
     }
     out
+}
+
+/// `word` as one shell word: as it is when it needs no quoting, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain =
+        !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:@+=,".contains(c));
+    if plain { word.to_owned() } else { format!("'{}'", word.replace('\'', "'\\''")) }
 }

@@ -63,6 +63,12 @@ fn plan(fleet: &Fleet) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+fn plan_text(fleet: &Fleet) -> String {
+    let out = fleet.ctl(&["retire", "plan", "--canonical-repository", "/srv/repo"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn apply(fleet: &Fleet, plan: &serde_json::Value) -> (Option<i32>, serde_json::Value) {
     apply_with(fleet, plan, &[])
 }
@@ -466,6 +472,18 @@ fn legacy_pid_and_proc_workers_are_never_retired_and_stay_reported() {
 /// retires them.
 #[test]
 fn a_launch_killed_whole_is_retired_with_no_sweep_from_any_directory() {
+    retire_a_launch_killed_whole_from_the_root(false);
+}
+
+/// As above, with `--every-candidate` in place of the list: the apply finds the plan
+/// the candidate fingerprint names among the repositories the rows are bound to, from
+/// any directory.
+#[test]
+fn every_candidate_is_retired_from_any_directory() {
+    retire_a_launch_killed_whole_from_the_root(true);
+}
+
+fn retire_a_launch_killed_whole_from_the_root(every_candidate: bool) {
     use std::os::unix::process::CommandExt;
     let fleet = Fleet::new();
     let id = fleet.mint("codex");
@@ -505,10 +523,24 @@ fn a_launch_killed_whole_is_retired_with_no_sweep_from_any_directory() {
     let p = plan(&fleet);
     let workers: Vec<&str> =
         p["candidate_worker_identities"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    // Planned from elsewhere, the plan names the binding the rows have and its own.
+    let elsewhere = fleet.fleetctl().current_dir("/").args(["retire", "plan"]).output().unwrap();
+    let text = String::from_utf8_lossy(&elsewhere.stdout);
+    assert!(
+        text.contains("this plan is for /;")
+            && text.contains("bound to /srv/repo")
+            && text.contains("--canonical-repository REPO"),
+        "{text}"
+    );
+    let printed = plan_text(&fleet);
+    assert!(printed.contains("fleetctl retire apply --canonical-repository /srv/repo "), "{printed}");
+    let workers = workers.join(",");
+    let selection = if every_candidate { ["--every-candidate", ""] } else { ["--workers", &workers] };
     let out = fleet
         .fleetctl()
         .current_dir("/")
-        .args(["retire", "apply", "--json", "--workers", &workers.join(",")])
+        .args(["retire", "apply", "--json"])
+        .args(selection.iter().filter(|a| !a.is_empty()))
         .args(["--registry-fingerprint", p["registry_fingerprint"].as_str().unwrap()])
         .args(["--candidate-fingerprint", p["candidate_fingerprint"].as_str().unwrap()])
         .output()

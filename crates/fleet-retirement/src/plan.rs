@@ -39,6 +39,9 @@ pub struct RowEvidence {
     pub boot_id: Option<fleet_identity::BootId>,
     pub pid: Option<fleet_identity::Pid>,
     pub process_start_time: Option<fleet_identity::ProcessStartTime>,
+    /// The repository the row is bound to: beside the plan's own, what a
+    /// `repository_binding_ambiguous` row was compared with.
+    pub repository: Option<fleet_identity::Repository>,
     pub liveness: Option<ProcessVerdict>,
 }
 
@@ -89,6 +92,7 @@ fn evidence(row: &WorkerRow, probe: Option<ProcessVerdict>) -> RowEvidence {
         boot_id: row.boot_id.clone(),
         pid: row.pid,
         process_start_time: row.process_start_time,
+        repository: row.repository.clone(),
         liveness: probe,
     }
 }

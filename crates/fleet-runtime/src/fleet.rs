@@ -520,6 +520,33 @@ impl Fleet {
         Ok(repositories.all(|r| r == first).then(|| first.to_owned()))
     }
 
+    /// The repository binding an apply of `request` uses when none is given: the one
+    /// its plan was made for. For named workers, the binding they share
+    /// ([`Fleet::binding_of`]); for every candidate, the repository, among those the
+    /// active rows are bound to, whose plan now has the candidates the request's
+    /// fingerprint names. `None` when none does (then the caller's default holds, and
+    /// the apply refuses what does not match).
+    pub fn plan_binding(&mut self, request: &ApplyRequest) -> Result<Option<String>, StoreError> {
+        if !request.worker_identities.is_empty() {
+            return self.binding_of(&request.worker_identities);
+        }
+        let repositories: std::collections::BTreeSet<String> = self
+            .dump()?
+            .worker_registrations
+            .iter()
+            .filter(|r| r.status == fleet_registry::WorkerStatus::Active)
+            .filter_map(|r| r.repository.as_ref().map(|r| r.as_str().to_owned()))
+            .collect();
+        for repository in repositories {
+            let Ok(ctx) = retirement_context(Some(&repository)) else { continue };
+            let plan = self.plan(&ctx)?;
+            if plan.candidate_count > 0 && plan.candidate_fingerprint == request.candidate_fingerprint {
+                return Ok(Some(repository));
+            }
+        }
+        Ok(None)
+    }
+
     /// Plans retirement from one consistent read of rows, ledger and workflow leases,
     /// with this host's probe. Writes nothing.
     pub fn plan(&mut self, ctx: &RetirementContext) -> Result<Plan, StoreError> {
