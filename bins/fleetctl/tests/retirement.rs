@@ -523,6 +523,9 @@ fn retire_a_launch_killed_whole_from_the_root(every_candidate: bool) {
     let p = plan(&fleet);
     let workers: Vec<&str> =
         p["candidate_worker_identities"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    if !every_candidate {
+        the_pure_crates_plan_the_export_as_the_binary_does(&fleet, &p);
+    }
     // Planned from elsewhere, the plan names the binding the rows have and its own.
     let elsewhere = fleet.fleetctl().current_dir("/").args(["retire", "plan"]).output().unwrap();
     let text = String::from_utf8_lossy(&elsewhere.stdout);
@@ -548,4 +551,45 @@ fn retire_a_launch_killed_whole_from_the_root(every_candidate: bool) {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(report["retired_count"], 3, "{report} {}", String::from_utf8_lossy(&out.stderr));
     assert!(fleet.workers().iter().all(|r| r.status == WorkerStatus::Retired));
+}
+
+/// What `fleetctl registry export` writes, read by the pure crates alone
+/// (`fleet_retirement::Export`), plans as `fleetctl retire plan` does on the same
+/// registry: the same fingerprints, candidates and verdicts, given this host's probes and
+/// the same context; the pure classification reads the same file.
+fn the_pure_crates_plan_the_export_as_the_binary_does(fleet: &Fleet, cli: &serde_json::Value) {
+    let out = fleet.ctl(&["registry", "export"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let export = fleet_retirement::Export::from_json(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let ctx = fleet_runtime::retirement_context(Some("/srv/repo")).unwrap();
+    let rows = fleet_retirement::as_swept(&export.dump.worker_registrations, ctx.now);
+    let probes = fleet_registry::probe_active_rows(&rows, &fleet_probe::LocalProbe::new().unwrap());
+    let pure = serde_json::to_value(export.plan(&probes, &ctx)).unwrap();
+    for field in [
+        "registry_fingerprint",
+        "candidate_fingerprint",
+        "candidate_worker_identities",
+        "canonical_repository",
+    ] {
+        assert_eq!(pure[field], cli[field], "{field}");
+    }
+    let verdicts = |plan: &serde_json::Value| -> Vec<(String, String)> {
+        plan["preserved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(plan["candidates"].as_array().unwrap())
+            .map(|a| (a["worker_identity"].to_string(), a["reason_code"].to_string()))
+            .collect()
+    };
+    assert_eq!(verdicts(&pure), verdicts(cli));
+    let snapshot = fleet_snapshot::snapshot(fleet_snapshot::SnapshotInput {
+        rows: &export.dump.worker_registrations,
+        ledger: &export.dump.instances,
+        manifest: None,
+        probes: &probes,
+        policy: &fleet_snapshot::Policy::default(),
+        now: ctx.now,
+    });
+    assert_eq!(snapshot.counts.total_rows, 3);
 }

@@ -19,7 +19,7 @@ pub use hosts::{
 };
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
-    Claim, DumpError, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState, RegistryDump,
-    WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, numbered, probe_active_rows,
-    probe_places, probed_places, rows_by_identity,
+    Claim, DumpError, EXPORT_TABLES, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState,
+    RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, numbered,
+    probe_active_rows, probe_places, probed_places, rows_by_identity,
 };

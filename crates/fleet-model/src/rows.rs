@@ -430,8 +430,15 @@ impl DumpError {
     }
 }
 
+/// Every table `fleetctl registry export` writes. A dump holds the first two; the others
+/// (the leases, their audit log, the fencing high-water marks) are the registry's, read
+/// past here and read by `fleet_retirement::Export` (the leases) and a restore.
+pub const EXPORT_TABLES: [&str; 5] =
+    ["instances", "worker_registrations", "leases", "lease_audit_log", "fencing_high_water"];
+
 impl RegistryDump {
-    /// Reads a dump: either the object export writes, or a bare array of worker rows.
+    /// Reads a dump: either the object export writes (every table of it; those past the
+    /// ledger and the worker rows are read past), or a bare array of worker rows.
     pub fn from_json(text: &str) -> Result<Self, DumpError> {
         let value = serde_json::from_str(text).map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
         Self::from_value(value)
@@ -457,7 +464,7 @@ impl RegistryDump {
                 "expected an object with instances and worker_registrations, or an array of rows".into(),
             ));
         };
-        if let Some(key) = map.keys().find(|k| *k != "instances" && *k != "worker_registrations") {
+        if let Some(key) = map.keys().find(|k| !EXPORT_TABLES.contains(&k.as_str())) {
             return Err(DumpError(format!("unknown table {key:?}")));
         }
         let mut dump = RegistryDump::default();

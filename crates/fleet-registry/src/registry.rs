@@ -658,32 +658,7 @@ pub(crate) fn export_in(tx: &mut dyn Tx) -> Result<RegistryDump, StoreError> {
     Ok(RegistryDump { instances: tx.instances()?, worker_registrations: tx.workers()? })
 }
 
-/// Whether the stale sweep marks `row` at `now`: active, not yet stale, and its
-/// heartbeat expired by the registry's TTL rule.
-pub(crate) fn due_for_sweep(row: &WorkerRow, now: Timestamp) -> bool {
-    let not_stale = row.ownership_state != Some(OwnershipState::Stale);
-    row.status == WorkerStatus::Active && not_stale && row.heartbeat_expired(now)
-}
-
-/// The rows as the stale sweep would leave them at `now`: every row due marked stale.
-/// Retirement reads the registry through this, so a row whose heartbeat lapsed is judged
-/// as a sweep would have marked it, whether or not a live worker happened to sweep.
-pub(crate) fn as_swept(rows: &[WorkerRow], now: Timestamp) -> std::borrow::Cow<'_, [WorkerRow]> {
-    if !rows.iter().any(|r| due_for_sweep(r, now)) {
-        return std::borrow::Cow::Borrowed(rows);
-    }
-    std::borrow::Cow::Owned(
-        rows.iter()
-            .map(|r| {
-                let mut r = r.clone();
-                if due_for_sweep(&r, now) {
-                    r.ownership_state = Some(OwnershipState::Stale);
-                }
-                r
-            })
-            .collect(),
-    )
-}
+pub(crate) use fleet_retirement::{as_swept, due_for_sweep};
 
 /// The high-water scope of a worker slot.
 pub(crate) fn slot_scope(instance: &str, namespace: Namespace) -> String {

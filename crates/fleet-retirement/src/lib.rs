@@ -8,12 +8,14 @@
 #![warn(missing_docs)]
 
 mod eligibility;
+mod export;
 mod fingerprint;
 mod plan;
 
 pub use eligibility::{
     Evidence, PreserveReason, REQUIRED_IDENTITY_FIELDS, RetirementContext, Verdict, assess,
 };
+pub use export::{Export, as_swept, due_for_sweep};
 pub use fingerprint::{
     CandidateFingerprint, FINGERPRINT_FIELDS, NotAFingerprint, RegistryFingerprint, candidate_fingerprint,
     canonical_row, registry_fingerprint,

@@ -21,11 +21,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 const PURE: [&str; 5] =
     ["fleet-model", "fleet-identity", "fleet-snapshot", "fleet-retirement", "fleet-lease"];
 
-/// What a pure crate may depend on directly: the model, the identities, and the plain
-/// data crates (hashbrown for its `HashTable`, without the default hasher).
-const PURE_MAY_USE: [&str; 9] = [
+/// What a pure crate may depend on directly: the model, the identities, the lease
+/// records (retirement reads the workflow leases of an export), and the plain data
+/// crates (hashbrown for its `HashTable`, without the default hasher).
+const PURE_MAY_USE: [&str; 10] = [
     "fleet-model",
     "fleet-identity",
+    "fleet-lease",
     "serde",
     "serde_json",
     "blake3",
