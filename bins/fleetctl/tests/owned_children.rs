@@ -132,15 +132,26 @@ fn assert_tree_gone(token: &str, what: &str) {
 /// `fleetctl initialize --key schema --target-version 1 --ttl 2` running the tree of
 /// [`tree_script`] marked with `token`, once its daemon has started.
 fn initialize_tree(fleet: &Fleet, log: &Path, token: &str) -> std::process::Child {
-    let owner = fleet
-        .fleetctl()
+    use std::os::unix::process::CommandExt;
+    let mut owner = fleet.fleetctl();
+    owner
         .env("FLEET_TEST_TREE", token)
         .args(["initialize", "--key", "schema", "--target-version", "1", "--ttl", "2", "--", "sh", "-c"])
         .arg(tree_script(log))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    // As started from a terminal, where Ctrl-C reaches it: a test run in the background
+    // of a non-interactive shell inherits SIGINT ignored (POSIX, "Asynchronous Lists"),
+    // and an ignored signal stays ignored across exec.
+    // SAFETY: signal(2) is async-signal-safe, which is all a pre_exec hook may call.
+    unsafe {
+        owner.pre_exec(|| {
+            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigDfl)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let owner = owner.spawn().unwrap();
     wait_for_tree(token, log);
     owner
 }
