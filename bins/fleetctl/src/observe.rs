@@ -168,7 +168,8 @@ impl State {
             return Ok(page);
         }
         let plan = match &self.ctx {
-            Some(ctx) => Some(self.fleet.plan(ctx)?),
+            // Judged as of now: the context was made when the server started.
+            Some(ctx) => Some(self.fleet.plan_kept(&RetirementContext { now: at, ..ctx.clone() })?),
             None => None,
         };
         let newest = AuditQuery {

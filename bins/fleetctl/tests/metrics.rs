@@ -357,6 +357,66 @@ fn every_open_page_hears_a_change_and_only_a_change() {
     let _ = running.wait();
 }
 
+/// The page's retirement is judged as of each render, not as of the server's start: a
+/// worker killed after `serve` started becomes a candidate on the page once its
+/// heartbeat lapses.
+#[test]
+fn the_page_offers_a_worker_killed_after_the_server_started() {
+    use std::os::unix::process::CommandExt;
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    // Stopped however the test ends: a server left running would hold its output open.
+    let _server = KillOnDrop(
+        fleet
+            .fleetctl()
+            .args(["serve", "--listen", &listen, "--repository", "/srv/repo"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let page = || {
+        let mut stream = std::net::TcpStream::connect(&listen).ok()?;
+        write!(stream, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        response.starts_with("HTTP/1.1 200").then_some(response)
+    };
+    assert!(wait_for(Duration::from_secs(10), page).contains("0 candidates"));
+    // The server has rendered (and started) before the worker exists.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut worker = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--ttl", "1", "--repository", "/srv/repo"])
+        .args(["--", "sleep", "60"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", fleet.mint("codex"))
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = nix::unistd::Pid::from_raw(i32::try_from(worker.id()).unwrap());
+    wait_for(Duration::from_secs(10), || (fleet.workers_once_created()?.len() == 1).then_some(()));
+    common::wait_until_running(fleet.workers()[0].pid.unwrap());
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = worker.wait();
+    let identity = fleet.workers()[0].worker_identity.to_string();
+    let offered = wait_for(Duration::from_secs(20), || {
+        page().filter(|p| p.contains(&format!("<td>{identity}</td><td>eligible_stale_orphan</td>")))
+    });
+    assert!(offered.contains("1 candidate,"), "{offered}");
+}
+
+/// A child process killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Under systemd's `Type=notify` (sd_notify(3): a datagram to `NOTIFY_SOCKET`), `serve`
 /// says `READY=1` once its port is bound and pings `WATCHDOG=1` at half `WATCHDOG_USEC`
 /// while its loop turns. The test plays the service manager's socket.

@@ -635,10 +635,13 @@ mod tests {
     }
 
     #[test]
-    fn unknown_columns_and_tables_are_refused() {
+    fn unknown_columns_and_tables_are_refused_and_the_export_read_whole() {
         let col = r#"[{"worker_identity":"w1","namespace":"author","status":"active","registered_at":"2026-07-30T12:00:00Z","colour":"red"}]"#;
         assert!(RegistryDump::from_json(col).unwrap_err().to_string().contains("colour"));
-        assert!(RegistryDump::from_json(r#"{"leases":[]}"#).unwrap_err().to_string().contains("leases"));
+        assert!(RegistryDump::from_json(r#"{"colours":[]}"#).unwrap_err().to_string().contains("colours"));
+        // The export's other tables are the registry's: read past, not refused.
+        let export = r#"{"instances":[],"worker_registrations":[],"leases":[],"lease_audit_log":[],"fencing_high_water":[]}"#;
+        assert_eq!(RegistryDump::from_json(export).unwrap(), RegistryDump::default());
         assert!(RegistryDump::from_json("{").unwrap_err().to_string().starts_with("not valid JSON"));
     }
 

@@ -46,7 +46,7 @@ pub use replication::{
 };
 pub use retire::{
     ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, KeptReason, Preserved, RegistryMatch,
-    RetirementAudit,
+    RetirementAudit, plan_rows,
 };
 pub use store::{
     AuditQuery, ChangePosition, DecisionCount, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION,

@@ -279,6 +279,26 @@ impl BeforeWrite for () {
     }
 }
 
+/// The retirement plan of `rows` with the ledger's `instances`, the owners of the live
+/// workflow leases and the host `fences`, `probe` judging the rows it can speak for:
+/// what [`Registry::plan_retirement`] plans from one read of the store, for a caller
+/// that keeps those (a watcher's dry run). Rows are judged as the stale sweep leaves
+/// them: no dead worker waits for a live one to sweep it (docs/RETIREMENT.md).
+pub fn plan_rows(
+    rows: &[WorkerRow],
+    instances: &[fleet_model::InstanceRecord],
+    owners: &BTreeSet<String>,
+    fences: &[fleet_model::HostFence],
+    probe: &dyn LivenessProbe,
+    ctx: &RetirementContext,
+) -> Plan {
+    let ledger: BTreeSet<ClientInstanceId> = instances.iter().map(|i| i.client_instance_id.clone()).collect();
+    let rows = crate::registry::as_swept(rows, ctx.now);
+    let probes = probe_active_rows(&rows, probe);
+    let hosts = HostEvidence::new(&rows, fences);
+    plan(&Evidence::with_hosts(&rows, &ledger, owners, &probes, &hosts), ctx)
+}
+
 impl<S: Store> Registry<S> {
     /// Plans retirement (seed 004's dry run) from one consistent read of rows, ledger
     /// and workflow leases, with `probe` judging the rows it can speak for. Writes
@@ -288,22 +308,15 @@ impl<S: Store> Registry<S> {
         ctx: &RetirementContext,
         probe: &dyn LivenessProbe,
     ) -> Result<Plan, StoreError> {
-        let (rows, ledger, owners, fences) = self.store_mut().read(|tx| {
-            let ledger: BTreeSet<ClientInstanceId> =
-                tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
+        let (rows, instances, owners, fences) = self.store_mut().read(|tx| {
             Ok::<_, StoreError>((
                 tx.workers()?,
-                ledger,
+                tx.instances()?,
                 active_workflow_owners_in(tx)?.owners,
                 tx.host_fences()?,
             ))
         })?;
-        // Judged as the stale sweep leaves them: no dead worker waits for a live one to
-        // sweep it (docs/RETIREMENT.md).
-        let rows = crate::registry::as_swept(&rows, ctx.now);
-        let probes = probe_active_rows(&rows, probe);
-        let hosts = HostEvidence::new(&rows, &fences);
-        Ok(plan(&Evidence::with_hosts(&rows, &ledger, &owners, &probes, &hosts), ctx))
+        Ok(plan_rows(&rows, &instances, &owners, &fences, probe, ctx))
     }
 
     /// Applies a retirement plan as of `ctx.now`, re-probing each candidate with `probe`

@@ -547,6 +547,27 @@ impl Fleet {
         Ok(None)
     }
 
+    /// A retirement dry run over the rows and ledger this session keeps (read again only
+    /// when the store moved), with the workflow leases and host fences read now and this
+    /// host's probe: what a watcher shows, without a second copy of every row. An apply
+    /// plans again from one read inside its own transaction, whatever this says.
+    pub fn plan_kept(&mut self, ctx: &RetirementContext) -> Result<Plan, StoreError> {
+        let probe = self.local_probe()?;
+        let (owners, fences) = self.with_registry(|registry| {
+            Ok((registry.active_workflow_owners()?.owners, registry.host_fences()?))
+        })?;
+        self.read()?;
+        let dump = self.rows()?;
+        Ok(fleet_registry::plan_rows(
+            &dump.worker_registrations,
+            &dump.instances,
+            &owners,
+            &fences,
+            &probe,
+            ctx,
+        ))
+    }
+
     /// Plans retirement from one consistent read of rows, ledger and workflow leases,
     /// with this host's probe. Writes nothing.
     pub fn plan(&mut self, ctx: &RetirementContext) -> Result<Plan, StoreError> {
