@@ -5,30 +5,26 @@
 #![warn(missing_docs)]
 
 pub mod clock;
-mod diagnostics;
 mod env;
 mod fleet;
 pub mod hosts;
 mod init;
 pub mod input;
-pub mod keeper;
 mod launch;
 mod location;
-pub mod process;
 mod stable;
-pub mod tenure;
 mod tools;
 pub mod user_file;
 mod worker;
 mod worker_json;
 
 pub use clock::now;
-pub use diagnostics::{diagnostics_are_json, json_diagnostics, warn};
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use fleet::{
     AfterApply, Applied, ContextError, Fleet, JsonSnapshot, Taken, WorkerMayNotMutate, probe_local,
     retirement_audit, retirement_context, take_snapshot,
 };
+pub use fleet_host::{diagnostics_are_json, json_diagnostics, keeper, process, tenure, warn};
 pub use fleet_snapshot::MovedHeartbeats;
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{

@@ -44,8 +44,9 @@ impl std::fmt::Display for Superseded {
 }
 
 impl Tenure {
-    /// The tenure at `epoch` of lease `lease_key` in the registry whose id is `registry`.
-    pub fn new(registry: &fleet_registry::RegistryId, lease_key: &str, epoch: u64) -> Self {
+    /// The tenure at `epoch` of lease `lease_key` in the registry whose id is `registry`
+    /// (a `fleet_registry::RegistryId`; this crate knows no registry, only its name).
+    pub fn new(registry: &impl std::fmt::Display, lease_key: &str, epoch: u64) -> Self {
         Self { lease: format!("{registry} {lease_key}"), epoch }
     }
 
@@ -138,7 +139,7 @@ pub struct HostLock {
 impl HostLock {
     /// Takes the lock of `owner`'s hold on `lease_key` in `registry`, or says which live
     /// process holds it. Another owner (a takeover) is not stopped by it.
-    pub fn take(registry: &fleet_registry::RegistryId, lease_key: &str, owner: &str) -> Result<Self, String> {
+    pub fn take(registry: &impl std::fmt::Display, lease_key: &str, owner: &str) -> Result<Self, String> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir = lock_dir().map_err(|e| format!("cannot make a directory for tenure locks: {e}"))?;
         let host = crate::process::host_id().map(|h| h.to_string()).unwrap_or_default();
@@ -208,8 +209,9 @@ mod tests {
 
     use super::*;
 
-    fn id(last: char) -> fleet_registry::RegistryId {
-        fleet_registry::RegistryId::new(format!("{}{last}", "0".repeat(31))).unwrap()
+    /// A registry id as `fleet_registry::RegistryId` prints one: 32 hex digits.
+    fn id(last: char) -> String {
+        format!("{}{last}", "0".repeat(31))
     }
 
     /// A `sleep` marked as a tree of `tenure`.
