@@ -128,7 +128,7 @@ pub enum SameEpoch {
 
 /// One live process per tenure on this host: an exclusive `flock` on a file named by the
 /// registry's id, this host's id, the lease key and the owner, in a directory that no
-/// environment variable moves ([`lock_dir`]), held for the life of the process that holds
+/// environment variable moves (`lock_dir`), held for the life of the process that holds
 /// the lease (the kernel lets go of it however the process ends). The file records who
 /// holds it, for the refusal to name.
 #[derive(Debug)]
