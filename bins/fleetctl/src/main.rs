@@ -15,6 +15,7 @@ mod output;
 mod registry_cmd;
 mod replication_cmd;
 mod retire_cmd;
+mod serve_cmd;
 mod snapshot_cmd;
 mod status_page;
 mod table;
@@ -93,7 +94,7 @@ enum Cmd {
     /// Print the fleet in the Prometheus text exposition format.
     Metrics(metrics_cmd::MetricsArgs),
     /// Serve the metrics at http://ADDR/metrics for Prometheus to scrape (loopback by default).
-    Serve(metrics_cmd::ServeArgs),
+    Serve(serve_cmd::ServeArgs),
     /// Print shell completions for fleetctl.
     Completions {
         /// The shell.
@@ -175,7 +176,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Cmd::Demo { keep } => demo::run(keep),
         Cmd::Gate { .. } | Cmd::Keep { .. } => Ok(ExitCode::SUCCESS),
         Cmd::Metrics(args) => metrics_cmd::print(&location, &args),
-        Cmd::Serve(args) => metrics_cmd::serve(&location, args),
+        Cmd::Serve(args) => serve_cmd::serve(&location, args),
         Cmd::Completions { shell } => {
             let command = command_with_examples(<Cli as clap::CommandFactory>::command());
             fleet_cli::out!("{}", fleet_cli::manuals::completions(command, shell))?;

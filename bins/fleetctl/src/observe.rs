@@ -172,14 +172,7 @@ impl State {
             Some(ctx) => Some(self.fleet.plan_kept(&RetirementContext { now: at, ..ctx.clone() })?),
             None => None,
         };
-        let newest = AuditQuery {
-            key: None,
-            since: None,
-            until: None,
-            after: i64::MAX,
-            newest_first: true,
-            limit: RECENT_DECISIONS,
-        };
+        let newest = AuditQuery::newest(RECENT_DECISIONS);
         let (leases, decisions, fences, boots) = self.fleet.with_registry(|registry| {
             Ok((
                 registry.leases_now(None)?,

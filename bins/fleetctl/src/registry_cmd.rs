@@ -184,14 +184,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 None => Vec::new(),
             };
             // Entries written after this moment are never part of this run.
-            let newest = AuditQuery {
-                key: None,
-                since: None,
-                until: None,
-                after: i64::MAX,
-                newest_first: true,
-                limit: 1,
-            };
+            let newest = AuditQuery::newest(1);
             let through = registry.lease_audit_page(&newest)?.first().map_or(0, |e| e.id);
             // Written down, durably, before anything is removed.
             let exported =

@@ -167,23 +167,8 @@ fn serve_answers_a_scrape_at_slash_metrics_on_loopback() {
 #[test]
 fn served_counters_count_each_decision_once_across_scrapes() {
     let (fleet, _, mut running) = fleet_with_workers();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut server = fleet
-        .fleetctl()
-        .args(["serve", "--listen", &listen])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let scrape = || {
-        wait_for(Duration::from_secs(10), || {
-            let mut stream = std::net::TcpStream::connect(&listen).ok()?;
-            write!(stream, "GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-            let mut response = String::new();
-            stream.read_to_string(&mut response).ok()?;
-            Some(parse(response.split_once("\r\n\r\n")?.1))
-        })
-    };
+    let served = Served::start(&fleet, &[]);
+    let scrape = || parse(served.get("/metrics").split_once("\r\n\r\n").unwrap().1);
     let count = |scrape: &prometheus_parse::Scrape, metric: &str, pairs: &[(&str, &str)]| -> f64 {
         scrape
             .samples
@@ -225,8 +210,6 @@ fn served_counters_count_each_decision_once_across_scrapes() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(count(&scrape(), "fleet_workers", &merger), 1.0);
-    let _ = server.kill();
-    let _ = server.wait();
     let _ = running.kill();
     let _ = running.wait();
 }
@@ -237,23 +220,9 @@ fn served_counters_count_each_decision_once_across_scrapes() {
 #[test]
 fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
     let (fleet, _, mut running) = fleet_with_workers();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut server = fleet
-        .fleetctl()
-        .args(["serve", "--listen", &listen])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let get = |path: &str| {
-        wait_for(Duration::from_secs(10), || {
-            let mut stream = std::net::TcpStream::connect(&listen).ok()?;
-            write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-            let mut response = String::new();
-            stream.read_to_string(&mut response).ok()?;
-            Some(response)
-        })
-    };
+    let served = Served::start(&fleet, &[]);
+    let listen = served.listen.clone();
+    let get = |path: &str| served.get(path);
     let page = get("/");
     assert!(page.starts_with("HTTP/1.1 200") && page.contains("text/html"), "{page:.300}");
     assert!(page.contains("<h1 id=\"verdict\""), "{page}");
@@ -299,8 +268,6 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
         assert!(value.is_some(), "{series} is served");
     }
     assert!(get("/nowhere").starts_with("HTTP/1.1 404"));
-    let _ = server.kill();
-    let _ = server.wait();
     let _ = running.kill();
     let _ = running.wait();
 }
@@ -311,21 +278,9 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
 #[test]
 fn every_open_page_hears_a_change_and_only_a_change() {
     let (fleet, _, mut running) = fleet_with_workers();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut server = fleet
-        .fleetctl()
-        .args(["serve", "--listen", &listen])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let page = wait_for(Duration::from_secs(10), || {
-        let mut stream = std::net::TcpStream::connect(&listen).ok()?;
-        write!(stream, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        Some(response)
-    });
+    let served = Served::start(&fleet, &[]);
+    let listen = served.listen.clone();
+    let page = served.get("/");
     let since =
         page.split("data-since=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap().to_owned();
     let streams: Vec<std::net::TcpStream> = (0..4)
@@ -351,8 +306,6 @@ fn every_open_page_hears_a_change_and_only_a_change() {
         let text = String::from_utf8_lossy(&seen);
         assert_eq!(text.matches("data: changed").count(), 1, "one change, one event: {text}");
     }
-    let _ = server.kill();
-    let _ = server.wait();
     let _ = running.kill();
     let _ = running.wait();
 }
@@ -365,24 +318,8 @@ fn the_page_offers_a_worker_killed_after_the_server_started() {
     use std::os::unix::process::CommandExt;
     let fleet = Fleet::new();
     assert!(fleet.ctl(&["registry", "init"]).status.success());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("127.0.0.1:{port}");
-    // Stopped however the test ends: a server left running would hold its output open.
-    let _server = KillOnDrop(
-        fleet
-            .fleetctl()
-            .args(["serve", "--listen", &listen, "--repository", "/srv/repo"])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let page = || {
-        let mut stream = std::net::TcpStream::connect(&listen).ok()?;
-        write!(stream, "GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).ok()?;
-        response.starts_with("HTTP/1.1 200").then_some(response)
-    };
+    let served = Served::start(&fleet, &["--repository", "/srv/repo"]);
+    let page = || served.try_get("/").filter(|r| r.starts_with("HTTP/1.1 200"));
     assert!(wait_for(Duration::from_secs(10), page).contains("0 candidates"));
     // The server has rendered (and started) before the worker exists.
     std::thread::sleep(Duration::from_millis(1500));
@@ -407,13 +344,46 @@ fn the_page_offers_a_worker_killed_after_the_server_started() {
     assert!(offered.contains("1 candidate,"), "{offered}");
 }
 
-/// A child process killed and reaped when dropped.
-struct KillOnDrop(std::process::Child);
+/// `fleetctl serve` on a free loopback port, killed and reaped however the test ends (a
+/// server left running would hold the test's output open).
+struct Served {
+    listen: String,
+    server: std::process::Child,
+}
 
-impl Drop for KillOnDrop {
+impl Served {
+    fn start(fleet: &Fleet, args: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
+        let server = fleet
+            .fleetctl()
+            .args(["serve", "--listen", &listen])
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Self { listen, server }
+    }
+
+    /// The whole answer to `GET path`, if the server answered.
+    fn try_get(&self, path: &str) -> Option<String> {
+        let mut stream = std::net::TcpStream::connect(&self.listen).ok()?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        Some(response)
+    }
+
+    /// The whole answer to `GET path`, once the server answers.
+    fn get(&self, path: &str) -> String {
+        wait_for(Duration::from_secs(10), || self.try_get(path))
+    }
+}
+
+impl Drop for Served {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.server.kill();
+        let _ = self.server.wait();
     }
 }
 

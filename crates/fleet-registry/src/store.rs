@@ -57,6 +57,11 @@ pub struct AuditQuery<'a> {
 }
 
 impl AuditQuery<'_> {
+    /// The newest `limit` entries of the whole log, newest first.
+    pub fn newest(limit: usize) -> Self {
+        AuditQuery { key: None, since: None, until: None, after: i64::MAX, newest_first: true, limit }
+    }
+
     /// Whether `entry` is one this query selects (ignoring the page's size).
     pub fn selects(&self, entry: &AuditEntry) -> bool {
         let position = if self.newest_first { entry.id < self.after } else { entry.id > self.after };
