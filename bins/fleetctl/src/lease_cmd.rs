@@ -122,10 +122,11 @@ pub(crate) enum LeaseCmd {
         /// The lease (default: all).
         #[arg(long)]
         key: Option<String>,
-        /// Only entries at or after this time (RFC 3339, or a date: its first instant, UTC).
+        /// Only entries at or after this time: RFC 3339, a date (its first instant, UTC),
+        /// or an age before now (`15m`, `2h`, `7d`).
         #[arg(long)]
         since: Option<String>,
-        /// Only entries before this time.
+        /// Only entries before this time (the same forms).
         #[arg(long)]
         until: Option<String>,
         /// Only the last N entries (of those selected).

@@ -40,21 +40,28 @@ pub(crate) enum RegistryCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Remove released, superseded and retired rows last seen before DATE, after writing
-    /// them to an export file. Active rows and the lease audit log are never pruned.
+    /// Remove released, superseded and retired rows last seen before a time, after
+    /// writing them to an export file. Active rows are never pruned; lease audit entries
+    /// only with --audit-before. Run on a timer, it is the registry's retention
+    /// (docs/OPERATIONS.md, "Retention").
     #[command(group = clap::ArgGroup::new("what").required(true).multiple(true).args(["before", "audit_before"]))]
     Prune {
-        /// An RFC 3339 time, or a date (YYYY-MM-DD, its first instant UTC): terminal worker
-        /// rows whose last sign of life is before it go.
+        /// Terminal worker rows whose last sign of life is before this go: an RFC 3339
+        /// time, a date (YYYY-MM-DD, its first instant UTC) or an age before now (90d).
         #[arg(long)]
         before: Option<String>,
-        /// Lease audit entries written before this time go (retention), oldest first.
+        /// Lease audit entries written before this go, oldest first (a time, a date or
+        /// an age before now).
         #[arg(long)]
         audit_before: Option<String>,
-        /// Where what is pruned is written first (a registry export that `registry import`
-        /// reads; it must not exist).
+        /// Where what is pruned is written first, readable by its owner alone: a new file,
+        /// or a directory in which one named for the moment is made
+        /// (`pruned-20261207T171755Z.json`). A registry export `registry import` reads.
+        #[arg(long, required_unless_present = "dry_run")]
+        export: Option<PathBuf>,
+        /// Say what would be pruned, and change nothing.
         #[arg(long)]
-        export: PathBuf,
+        dry_run: bool,
         /// Print the outcome as JSON.
         #[arg(long)]
         json: bool,
@@ -174,49 +181,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 )?;
             }
         }
-        RegistryCmd::Prune { before, audit_before, export, json } => {
-            let before = before.map(|t| crate::table::instant("--before", &t)).transpose()?;
-            let audit_before =
-                audit_before.map(|t| crate::table::instant("--audit-before", &t)).transpose()?;
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let rows = match before {
-                Some(before) => registry.prunable(before)?,
-                None => Vec::new(),
-            };
-            // Entries written after this moment are never part of this run.
-            let newest = AuditQuery::newest(1);
-            let through = registry.lease_audit_page(&newest)?.first().map_or(0, |e| e.id);
-            // Written down, durably, before anything is removed.
-            let exported =
-                write_prune_export(&export, &rows, &mut registry, audit_before.map(|t| (t, through)))?;
-            let pruned = registry.prune(&rows)?;
-            let audit_removed = match audit_before {
-                Some(t) if exported > 0 => registry.prune_audit(through, t)?,
-                _ => 0,
-            };
-            if json {
-                let report = serde_json::json!({
-                    "pruned": pruned,
-                    "terminal_rows": rows.len(),
-                    "before": before,
-                    "audit_entries_pruned": audit_removed,
-                    "audit_before": audit_before,
-                    "export": export.display().to_string(),
-                });
-                outln!("{report}")?;
-            } else {
-                if let Some(before) = before {
-                    outln!(
-                        "pruned {} of {} terminal rows last seen before {before}",
-                        pruned.len(),
-                        rows.len()
-                    )?;
-                }
-                if let Some(t) = audit_before {
-                    outln!("pruned {audit_removed} audit entries written before {t}")?;
-                }
-                outln!("what was pruned is in {}", export.display())?;
-            }
+        RegistryCmd::Prune { before, audit_before, export, dry_run, json } => {
+            return prune(location, before.as_deref(), audit_before.as_deref(), export, dry_run, json);
         }
         RegistryCmd::Upgrade { dry_run, no_backup, json } => {
             let report = fleet_runtime::upgrade_registry(location, dry_run, !no_backup)?;
@@ -262,10 +228,127 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
 /// The largest import read by default (1 GiB: a registry with millions of audit entries).
 const MAX_IMPORT_BYTES: u64 = 1 << 30;
 
-/// Writes what a prune removes to `path` (created new, synced to disk), as an export
-/// `registry import` reads: the terminal `rows`, and with `audit` (a time and the newest
-/// position this run may touch) every audit entry written before that time, read and
-/// written a page at a time. Returns how many audit entries it wrote.
+/// `registry prune`: what goes is written down, durably and privately, before anything
+/// is removed; with `dry_run`, only counted.
+fn prune(
+    location: &RegistryLocation,
+    before: Option<&str>,
+    audit_before: Option<&str>,
+    export: Option<PathBuf>,
+    dry_run: bool,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let before = before.map(|t| crate::table::instant("--before", t)).transpose()?;
+    let audit_before = audit_before.map(|t| crate::table::instant("--audit-before", t)).transpose()?;
+    let mut registry = open_registry(location, OpenMode::MustExist)?;
+    let rows = match before {
+        Some(before) => registry.prunable(before)?,
+        None => Vec::new(),
+    };
+    // Entries written after this moment are never part of this run.
+    let through = registry.lease_audit_page(&AuditQuery::newest(1))?.first().map_or(0, |e| e.id);
+    let audit = audit_before.map(|t| (t, through));
+    // A run with nothing to prune (a retention timer's most days) writes no file.
+    let nothing = rows.is_empty()
+        && !audit.map(|a| any_audit_entry_before(&mut registry, a)).transpose()?.unwrap_or(false);
+    let (pruned, audit_entries, export) = match (dry_run || nothing, export) {
+        (false, Some(export)) => {
+            let export = export_file(&export)?;
+            let exported = write_prune_export(&export, &rows, &mut registry, audit)?;
+            let pruned = registry.prune(&rows)?;
+            let audit_removed = match audit_before {
+                Some(t) if exported > 0 => registry.prune_audit(through, t)?,
+                _ => 0,
+            };
+            (pruned, audit_removed, Some(export))
+        }
+        _ => {
+            let mut counted = 0;
+            if let Some(audit) = audit {
+                each_audit_entry_before(&mut registry, audit, |_| {
+                    counted += 1;
+                    Ok(())
+                })?;
+            }
+            (Vec::new(), counted, None)
+        }
+    };
+    let verb = if dry_run { "would prune" } else { "pruned" };
+    if json {
+        let report = serde_json::json!({
+            "dry_run": dry_run,
+            "terminal_rows": rows.len(),
+            "pruned": pruned,
+            "before": before,
+            "audit_entries": audit_entries,
+            "audit_entries_pruned": if dry_run { 0 } else { audit_entries },
+            "audit_before": audit_before,
+            "export": export.as_ref().map(|e| e.display().to_string()),
+        });
+        outln!("{report}")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(before) = before {
+        let count = if dry_run { rows.len() } else { pruned.len() };
+        outln!("{verb} {count} of {} terminal rows last seen before {before}", rows.len())?;
+    }
+    if let Some(t) = audit_before {
+        outln!("{verb} {audit_entries} audit entries written before {t}")?;
+    }
+    if let Some(export) = export {
+        outln!("what was pruned is in {}", export.display())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The file a prune writes: `path`, or in the directory `path` a new file named for
+/// this moment.
+fn export_file(path: &std::path::Path) -> Result<PathBuf, Failure> {
+    if !path.is_dir() {
+        if path.as_os_str().to_string_lossy().ends_with('/') {
+            return Err(Failure::usage(format!("--export {}: no such directory", path.display())));
+        }
+        return Ok(path.to_owned());
+    }
+    let stamp = now().to_string();
+    let compact: String = stamp.chars().filter(char::is_ascii_alphanumeric).collect();
+    // 20261207T171755123Z: the date, the time to the millisecond, the zone.
+    let name = format!("pruned-{}Z.json", compact.trim_end_matches('Z'));
+    Ok(path.join(name))
+}
+
+/// Whether any audit entry was written before `audit.0`, up to position `audit.1`.
+fn any_audit_entry_before(
+    registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
+    (until, through): (fleet_identity::Timestamp, i64),
+) -> Result<bool, Failure> {
+    let query =
+        AuditQuery { key: None, since: None, until: Some(until), after: 0, newest_first: false, limit: 1 };
+    Ok(registry.lease_audit_page(&query)?.first().is_some_and(|e| e.id <= through))
+}
+
+/// Calls `visit` with each audit entry written before `audit.0`, up to position
+/// `audit.1`, in log order, a page at a time.
+fn each_audit_entry_before(
+    registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
+    (until, through): (fleet_identity::Timestamp, i64),
+    mut visit: impl FnMut(&fleet_registry::AuditEntry) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let mut query =
+        AuditQuery { key: None, since: None, until: Some(until), after: 0, newest_first: false, limit: 1000 };
+    loop {
+        let page = registry.lease_audit_page(&query)?;
+        let page: Vec<_> = page.into_iter().filter(|e| e.id <= through).collect();
+        let Some(last) = page.last() else { return Ok(()) };
+        query.after = last.id;
+        page.iter().try_for_each(&mut visit)?;
+    }
+}
+
+/// Writes what a prune removes to `path` (created new and private, synced to disk), as
+/// an export `registry import` reads: the terminal `rows`, and with `audit` (a time and
+/// the newest position this run may touch) every audit entry written before that time,
+/// read and written a page at a time. Returns how many audit entries it wrote.
 fn write_prune_export(
     path: &std::path::Path,
     rows: &[fleet_registry::WorkerRow],
@@ -273,8 +356,12 @@ fn write_prune_export(
     audit: Option<(fleet_identity::Timestamp, i64)>,
 ) -> Result<usize, Failure> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let fail = |e: std::io::Error| Failure::usage(format!("cannot write {}: {e}", path.display()));
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(fail)?;
+    // Created new (never through a link planted at the path), readable by its owner
+    // alone: it holds what the registry held.
+    let file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(fail)?;
     let mut out = std::io::BufWriter::new(file);
     let rows = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
     write!(
@@ -283,26 +370,13 @@ fn write_prune_export(
     )
     .map_err(fail)?;
     let mut written = 0;
-    if let Some((until, through)) = audit {
-        let mut query = AuditQuery {
-            key: None,
-            since: None,
-            until: Some(until),
-            after: 0,
-            newest_first: false,
-            limit: 1000,
-        };
-        loop {
-            let page = registry.lease_audit_page(&query)?;
-            let page: Vec<_> = page.into_iter().filter(|e| e.id <= through).collect();
-            let Some(last) = page.last() else { break };
-            query.after = last.id;
-            for entry in &page {
-                let text = serde_json::to_string(entry).unwrap_or_default();
-                write!(out, "{}\n{text}", if written == 0 { "" } else { "," }).map_err(fail)?;
-                written += 1;
-            }
-        }
+    if let Some(audit) = audit {
+        each_audit_entry_before(registry, audit, |entry| {
+            let text = serde_json::to_string(entry).unwrap_or_default();
+            write!(out, "{}\n{text}", if written == 0 { "" } else { "," }).map_err(fail)?;
+            written += 1;
+            Ok(())
+        })?;
     }
     writeln!(out, "]}}").map_err(fail)?;
     let file = out.into_inner().map_err(|e| fail(e.into_error()))?;

@@ -38,12 +38,39 @@ pub(crate) fn span(d: time::Duration) -> String {
     }
 }
 
-/// A time an operator types: RFC 3339, or a bare date (its first instant, UTC). The
-/// error names `flag`.
+/// A time given on the command line: RFC 3339, a date (`YYYY-MM-DD`, its first instant
+/// UTC), or an age before now, as journalctl and kubectl take one (`90s`, `15m`, `12h`,
+/// `7d`, `2w`). The error names the flag.
 pub(crate) fn instant(flag: &str, text: &str) -> Result<fleet_identity::Timestamp, fleet_cli::Failure> {
+    if let Some(age) = age(text) {
+        let millis = fleet_runtime::now().unix_millis().saturating_sub(age);
+        return fleet_identity::Timestamp::from_unix_millis(millis).ok_or_else(|| {
+            fleet_cli::Failure::usage(format!("{flag}: {text} ago is before any time a registry holds"))
+        });
+    }
     let date = time::Date::parse(text, time::macros::format_description!("[year]-[month]-[day]"));
     let full = if date.is_ok() { format!("{text}T00:00:00Z") } else { text.to_owned() };
-    fleet_identity::Timestamp::parse(&full).map_err(|e| fleet_cli::Failure::usage(format!("{flag}: {e}")))
+    fleet_identity::Timestamp::parse(&full).map_err(|e| {
+        fleet_cli::Failure::usage(format!("{flag}: {e} (or an age before now: 90s, 15m, 12h, 7d, 2w)"))
+    })
+}
+
+/// The milliseconds of an age such as `15m` or `7d`; `None` for anything else.
+fn age(text: &str) -> Option<i64> {
+    let unit = text.chars().last()?;
+    let seconds: i64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 604_800,
+        _ => return None,
+    };
+    let number = &text[..text.len() - 1];
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    number.parse::<i64>().ok()?.checked_mul(seconds)?.checked_mul(1000)
 }
 
 /// When `at` is, from `now`: `in 4m 10s` or `12m 30s ago`.

@@ -349,6 +349,8 @@ fn prune_writes_the_rows_down_before_removing_them_and_keeps_active_ones() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(fleet.export(), before, "nothing that old");
+    assert!(!export.exists(), "nothing to prune, no file written");
+    std::fs::write(&export, "an operator's file").unwrap();
     let out = fleet.ctl(&[
         "registry",
         "prune",

@@ -189,3 +189,49 @@ fn the_serve_unit_serves_and_stops_on_sigterm() {
     let stopped = serve_then_stop(command, port, |serve| i32::try_from(serve.id()).unwrap());
     assert!(stopped.success(), "systemctl stop is a clean stop: {stopped:?}");
 }
+
+/// The retention unit's `ExecStart`, run as the timer runs it: history older than 90 days
+/// moves into a new file, readable by its owner alone, in the unit's directory; newer
+/// history and the live fleet stay; a run with nothing to prune writes no file.
+#[test]
+fn the_retention_unit_moves_old_history_into_a_private_file() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let unit = deploy("fleetctl-retention.service");
+    assert!(deploy("fleetctl-retention.timer").contains("OnCalendar=daily"));
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    fleet.register_and_release(&id, "author");
+    let mut old = fleet.workers().remove(0);
+    old.worker_identity = "wkr-released-a-hundred-days-ago".parse().unwrap();
+    let hundred_days_ago =
+        fleet_identity::Timestamp::from_unix_millis(fleet_runtime::now().unix_millis() - 100 * 86_400 * 1000)
+            .unwrap();
+    old.registered_at = hundred_days_ago;
+    old.last_heartbeat_at = Some(hundred_days_ago.to_string());
+    let dump = fleet_registry::RegistryDump { instances: Vec::new(), worker_registrations: vec![old] };
+    fleet.open().import(&dump).unwrap();
+    let pruned = fleet.dir.path().join("pruned");
+    std::fs::create_dir(&pruned).unwrap();
+    let (program, args) = this_build(&exec_start(&unit, ""));
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| if a == "/var/lib/fleetward/pruned/" { format!("{}/", pruned.display()) } else { a })
+        .collect();
+    let run = || Command::new(&program).args(&args).env("FLEET_REGISTRY", &fleet.registry).output().unwrap();
+    let out = run();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files: Vec<PathBuf> = std::fs::read_dir(&pruned).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("pruned-") && name.ends_with(".json"), "{name}");
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777, 0o600);
+    let kept: Vec<String> = fleet.workers().iter().map(|r| r.worker_identity.to_string()).collect();
+    assert_eq!(kept.len(), 1, "the recent row stays: {kept:?}");
+    assert!(!kept.contains(&"wkr-released-a-hundred-days-ago".to_owned()));
+    let written =
+        fleet_registry::RegistryDump::from_json(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(written.worker_registrations.len(), 1, "what went is written down");
+    let out = run();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_dir(&pruned).unwrap().count(), 1, "nothing to prune, no file");
+}

@@ -314,3 +314,36 @@ fn prune_takes_a_bare_date() {
     let out = fleet.ctl(&["registry", "prune", "--before", "2026-13-01", "--export", "other.json"]);
     common::assert_one_line_error(&out, 2, "--before");
 }
+
+/// `registry prune --before` takes an age before now as journalctl does (`7d`); a dry
+/// run says what would go and changes nothing; an export path where a link was planted
+/// is refused and nothing is pruned; a malformed age is bad input naming the flag.
+#[test]
+fn prune_takes_an_age_and_a_dry_run_changes_nothing() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    fleet.register_and_release(&id, "author");
+    let said = |args: &[&str]| -> serde_json::Value {
+        let out = fleet.ctl(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let week = said(&["registry", "prune", "--before", "7d", "--dry-run", "--json"]);
+    assert_eq!(week["terminal_rows"], 0, "released just now, not a week ago: {week}");
+    std::thread::sleep(Duration::from_millis(1100));
+    let now = said(&["registry", "prune", "--before", "1s", "--dry-run", "--json"]);
+    assert_eq!((now["terminal_rows"].as_u64(), now["export"].is_null()), (Some(1), true), "{now}");
+    assert_eq!(fleet.workers().len(), 1, "a dry run prunes nothing");
+
+    let target = fleet.dir.path().join("elsewhere.json");
+    std::fs::write(&target, "kept").unwrap();
+    let planted = fleet.dir.path().join("pruned.json");
+    std::os::unix::fs::symlink(&target, &planted).unwrap();
+    let out = fleet.ctl(&["registry", "prune", "--before", "1s", "--export", planted.to_str().unwrap()]);
+    common::assert_one_line_error(&out, 2, "cannot write");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
+    assert_eq!(fleet.workers().len(), 1, "nothing pruned without its export");
+
+    let out = fleet.ctl(&["registry", "prune", "--before", "5x", "--dry-run"]);
+    common::assert_one_line_error(&out, 2, "--before");
+}

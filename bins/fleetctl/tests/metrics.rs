@@ -166,7 +166,7 @@ fn serve_answers_a_scrape_at_slash_metrics_on_loopback() {
 /// entry once, new ones included; a lease's epoch keeps one series whatever its holder.
 #[test]
 fn served_counters_count_each_decision_once_across_scrapes() {
-    let (fleet, _, mut running) = fleet_with_workers();
+    let (fleet, id, mut running) = fleet_with_workers();
     let served = Served::start(&fleet, &[]);
     let scrape = || parse(served.get("/metrics").split_once("\r\n\r\n").unwrap().1);
     let count = |scrape: &prometheus_parse::Scrape, metric: &str, pairs: &[(&str, &str)]| -> f64 {
@@ -198,14 +198,15 @@ fn served_counters_count_each_decision_once_across_scrapes() {
     );
     let epochs = third.samples.iter().filter(|s| s.metric == "fleet_lease_epoch").count();
     assert_eq!(epochs, 1, "one series per lease");
-    // What the server keeps of the rows between scrapes gives way to a row written since.
+    // What the server keeps of the rows between scrapes gives way to a row written since
+    // (of the running launch: a finished launch's rows are history, not counted).
     let merger = [("namespace", "merger"), ("status", "released")];
     assert_eq!(count(&third, "fleet_workers", &merger), 0.0);
     let out = fleet
         .fleetctl()
         .args(["worker", "run", "--namespace", "merger", "--", "true"])
         .env("GITEA_MCP_CLIENT", "codex")
-        .env("GITEA_MCP_CLIENT_INSTANCE", fleet.mint("codex"))
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -458,11 +459,12 @@ fn serve_pings_a_one_second_watchdog_in_time() {
     let _ = server.wait();
 }
 
-/// Twenty launches that ran and finished leave counts, not series of their own:
-/// `fleet_workers` has one series per namespace and status for them all.
+/// Twenty launches that ran and finished are history: the scrape counts the live fleet
+/// (the running launch's rows, its released one included), in aggregates with one series
+/// per namespace, status and state, and the finished rows are in no series at all.
 #[test]
-fn finished_launches_leave_counts_not_series_of_their_own() {
-    let fleet = Fleet::new();
+fn finished_launches_are_history_and_the_scrape_counts_the_live_fleet() {
+    let (fleet, _, mut running) = fleet_with_workers();
     for _ in 0..20 {
         let id = fleet.mint("codex");
         for ns in ["author", "reviewer"] {
@@ -476,21 +478,15 @@ fn finished_launches_leave_counts_not_series_of_their_own() {
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         }
     }
+    assert_eq!(fleet.workers().len(), 42, "the record keeps every row");
     let out = fleet.ctl(&["metrics"]);
     assert!(out.status.success());
     let scrape = parse(&String::from_utf8(out.stdout).unwrap());
-    let historical: Vec<_> = scrape
-        .samples
-        .iter()
-        .filter(|s| s.metric == "fleet_workers" && s.labels.get("state") == Some("historical"))
-        .collect();
-    assert_eq!(historical.len(), 2, "one series per namespace and status: {historical:?}");
-    let counted: f64 = historical
-        .iter()
-        .map(|s| match s.value {
-            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
-            _ => 0.0,
-        })
-        .sum();
-    assert_eq!(counted, 40.0, "every finished row is counted");
+    let workers: Vec<_> = scrape.samples.iter().filter(|s| s.metric == "fleet_workers").collect();
+    let series = |state: &str| workers.iter().filter(|s| s.labels.get("state") == Some(state)).count();
+    assert_eq!((series("historical"), series("live")), (1, 1), "{workers:?}");
+    let counted: f64 = workers.iter().map(|s| value(s)).sum();
+    assert_eq!(counted, 2.0, "the running launch's two rows, and no finished row: {workers:?}");
+    let _ = running.kill();
+    let _ = running.wait();
 }

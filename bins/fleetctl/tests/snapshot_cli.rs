@@ -66,7 +66,8 @@ fn the_json_is_the_library_snapshot_and_the_gate_follows_it() {
         let out = run(&fleet, &args, &["--json"]);
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let expected: serde_json::Value = {
-            let dump = fleet.export();
+            // The binary reads the live fleet (SNAPSHOT.md, "What a snapshot reads").
+            let dump = fleet.export().live();
             let args: Vec<String> = serde_json::from_value(fixture["args"].clone()).unwrap();
             let flag = |f: &str| args.iter().position(|a| a == f).map(|i| args[i + 1].clone());
             let manifest = (!fixture["manifest"].is_null())
@@ -206,6 +207,20 @@ fn a_watcher_sees_the_registry_copied_back_with_its_log_removed() {
     let id = fleet.mint("codex");
     let register = || fleet.register_and_release(&id, "author");
     register();
+    // A row of the launch kept active (in a namespace the registrations below do not
+    // supersede), so that its released rows stay in the live fleet the watcher reads
+    // (SNAPSHOT.md, "What a snapshot reads").
+    let mut keeps_it_live = fleet.workers().remove(0);
+    keeps_it_live.worker_identity = "wkr-keeps-the-launch-live".parse().unwrap();
+    keeps_it_live.namespace = fleet_identity::Namespace::Reconciler;
+    keeps_it_live.status = fleet_registry::WorkerStatus::Active;
+    let dump =
+        fleet_registry::RegistryDump { instances: Vec::new(), worker_registrations: vec![keeps_it_live] };
+    fleet.open().import(&dump).unwrap();
+    // The copy is of the file alone: what the log holds is moved into it first.
+    let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
+    drop(conn);
     let backup = std::fs::read(&fleet.registry).unwrap();
     let mut watcher = fleet
         .fleetctl()
@@ -235,7 +250,7 @@ fn a_watcher_sees_the_registry_copied_back_with_its_log_removed() {
                 .then_some(())
         })
     };
-    rows_shown(1);
+    rows_shown(2);
     std::fs::write(&fleet.registry, &backup).unwrap();
     for suffix in ["-wal", "-shm"] {
         let mut log = fleet.registry.clone().into_os_string();

@@ -22,8 +22,12 @@ fn an_older_registry_is_upgraded_by_the_upgrade_command_alone() {
     // The registry as the build before this one left it: without its last step.
     {
         let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
-        conn.execute_batch(&format!("DROP TABLE host_boots; PRAGMA user_version = {};", current - 1))
-            .unwrap();
+        conn.execute_batch(&format!(
+            "DROP INDEX worker_registrations_active; DROP TABLE fleet_schema_compatibility; \
+             PRAGMA user_version = {};",
+            current - 1
+        ))
+        .unwrap();
     }
     let before = std::fs::read(&fleet.registry).unwrap();
 

@@ -12,6 +12,7 @@
 mod hosts;
 mod process;
 mod rows;
+mod scope;
 
 pub use hosts::{
     BootSpan, CloneConflict, FencedBoot, HostBoot, HostEvidence, HostFence, HostProof, MAX_HOSTNAME_LEN,
@@ -23,3 +24,4 @@ pub use rows::{
     RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, numbered,
     probe_active_rows, probe_places, probed_places, rows_by_identity,
 };
+pub use scope::LiveScope;

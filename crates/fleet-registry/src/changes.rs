@@ -10,10 +10,10 @@
 //! A file restored in place from an older copy and then written again fails that proof,
 //! and the reader reads everything.
 
-use fleet_model::{InstanceRecord, RegistryDump, WorkerRow};
+use fleet_model::{InstanceRecord, LiveScope, RegistryDump, WorkerRow, WorkerStatus};
 
 use crate::error::StoreError;
-use crate::registry::{Registry, export_in};
+use crate::registry::Registry;
 use crate::store::{ReadMark, Store};
 
 /// One read of the registry by [`Registry::read_since`].
@@ -48,13 +48,15 @@ pub enum RegistryChanges {
 pub const WHOLE_READ_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl<S: Store> Registry<S> {
-    /// Reads the registry in one transaction: everything, or, given the mark of an
-    /// earlier read of this store (`since`), only what changed after it — when the
-    /// store proves that the rows not written since are the rows that read kept.
+    /// Reads the live fleet ([`fleet_model::LiveScope`]) in one transaction: all of it,
+    /// or, given the mark of an earlier read of this store (`since`), only what changed
+    /// after it — when the store proves that the rows not written since are the rows
+    /// that read kept, and the history beside them unchanged. A launch that comes into
+    /// the live fleet brings its history with it.
     pub fn read_since(&mut self, since: Option<ReadMark>) -> Result<RegistryRead, StoreError> {
         self.store_mut().read(|tx| {
             let Some(now) = tx.change_position()? else {
-                return Ok(RegistryRead { mark: None, changes: RegistryChanges::Everything(export_in(tx)?) });
+                return Ok(RegistryRead { mark: None, changes: RegistryChanges::Everything(live_in(tx)?) });
             };
             if let Some(then) = since {
                 let at = *then.position();
@@ -65,26 +67,78 @@ impl<S: Store> Registry<S> {
                     && now.instances >= at.instances
                     && then.whole_read_within(WHOLE_READ_EVERY);
                 if continues {
-                    let (workers, versions) = if now.workers == at.workers {
+                    let (mut workers, versions) = if now.workers == at.workers {
                         (Vec::new(), Vec::new())
                     } else {
                         (tx.workers_changed_since(&at)?, tx.worker_versions_since(Some(&at))?)
                     };
                     if tx.versions_digest_upto(&at)? == Some(then.expected_unchanged(&versions)) {
-                        let instances =
-                            if now.instances == at.instances { None } else { Some(tx.instances()?) };
+                        // New active rows: their launches' history (none for a new launch)
+                        // and ledger entries join the rows kept.
+                        let mut launches: Vec<&str> = workers
+                            .iter()
+                            .filter(|r| r.status == WorkerStatus::Active)
+                            .filter_map(|r| r.client_instance_id.as_deref())
+                            .filter(|id| !then.keeps_launch(id))
+                            .collect();
+                        launches.sort_unstable();
+                        launches.dedup();
+                        let (history, history_versions) = if launches.is_empty() {
+                            Default::default()
+                        } else {
+                            tx.launch_history(&launches)?
+                        };
+                        let instances = if now.instances == at.instances && launches.is_empty() {
+                            None
+                        } else {
+                            Some(tx.live_instances()?)
+                        };
+                        let mut mark = then.advance(now, versions);
+                        let joined: Vec<String> = launches.iter().map(|id| (*id).to_owned()).collect();
+                        let history: Vec<WorkerRow> =
+                            history.into_iter().filter(|r| !mark.keeps(r.worker_identity.as_str())).collect();
+                        mark.keep(history_versions, joined);
+                        workers.extend(history);
                         return Ok(RegistryRead {
-                            mark: Some(then.advance(now, versions)),
+                            mark: Some(mark),
                             changes: RegistryChanges::Since { workers, instances },
                         });
                     }
                 }
             }
-            let dump = export_in(tx)?;
-            let mark = ReadMark::new(now, tx.worker_versions_since(None)?);
+            let dump = live_in(tx)?;
+            let mut mark = ReadMark::new(now, tx.live_worker_versions()?, tx.versions_digest_upto(&now)?);
+            mark.set_launches(active_launches(&dump.worker_registrations));
             Ok(RegistryRead { mark: Some(mark), changes: RegistryChanges::Everything(dump) })
         })
     }
+}
+
+/// The live fleet's ledger entries and rows, as transaction `tx` sees them.
+pub(crate) fn live_in(tx: &mut dyn crate::store::Tx) -> Result<RegistryDump, StoreError> {
+    Ok(RegistryDump { instances: tx.live_instances()?, worker_registrations: tx.live_workers()? })
+}
+
+impl RegistryRead {
+    /// Brings `dump`, the live fleet as read at the earlier position, up to date with
+    /// this read (see [`RegistryChanges::apply`]), and returns the mark to give the
+    /// next [`Registry::read_since`], which no longer counts rows that became history
+    /// among those kept.
+    pub fn apply(self, dump: &mut RegistryDump) -> (Option<ReadMark>, Vec<Option<usize>>) {
+        let mut mark = self.mark;
+        let (origins, forgotten) = self.changes.apply_live(dump);
+        if let Some(mark) = mark.as_mut().filter(|_| !forgotten.is_empty()) {
+            mark.forget(forgotten.iter().map(String::as_str));
+            mark.set_launches(active_launches(&dump.worker_registrations));
+        }
+        (mark, origins)
+    }
+}
+
+/// The launches with an active row among `rows`.
+fn active_launches(rows: &[WorkerRow]) -> Vec<String> {
+    let active = rows.iter().filter(|r| r.status == WorkerStatus::Active);
+    active.filter_map(|r| r.client_instance_id.as_ref().map(|id| id.as_str().to_owned())).collect()
 }
 
 impl RegistryChanges {
@@ -124,14 +178,20 @@ impl RegistryChanges {
         Some(moved)
     }
 
-    /// Brings `dump`, the registry as read at the earlier position, up to date with
+    /// Brings `dump`, the live fleet as read at the earlier position, up to date with
     /// these changes. Returns, for each worker row now in `dump`, its place in the rows
     /// before when it is the same row, unchanged (`None` for a new or changed row), so
     /// that what a caller derived from a row can be kept.
     ///
     /// The rows stay in `worker_identity` order: a changed row replaces the row of its
-    /// identity, a new one is merged in.
+    /// identity, a new one is merged in. Rows and ledger entries that left the live
+    /// fleet (their launch has no active row left) are let go.
     pub fn apply(self, dump: &mut RegistryDump) -> Vec<Option<usize>> {
+        self.apply_live(dump).0
+    }
+
+    /// [`RegistryChanges::apply`], and the identities of the rows let go.
+    fn apply_live(self, dump: &mut RegistryDump) -> (Vec<Option<usize>>, Vec<String>) {
         match self {
             RegistryChanges::Everything(new) => {
                 let origins = new
@@ -141,13 +201,34 @@ impl RegistryChanges {
                     .map(|(i, row)| (dump.worker_registrations.get(i) == Some(row)).then_some(i))
                     .collect();
                 *dump = new;
-                origins
+                (origins, Vec::new())
             }
             RegistryChanges::Since { workers, instances } => {
                 if let Some(instances) = instances {
                     dump.instances = instances;
                 }
-                merge(&mut dump.worker_registrations, workers)
+                let origins = merge(&mut dump.worker_registrations, workers);
+                let scope = LiveScope::of(&dump.worker_registrations);
+                let held: Vec<bool> = dump.worker_registrations.iter().map(|r| scope.holds(r)).collect();
+                let records: Vec<bool> = dump.instances.iter().map(|i| scope.holds_record(i)).collect();
+                drop(scope);
+                if held.iter().chain(&records).all(|h| *h) {
+                    return (origins, Vec::new());
+                }
+                let mut forgotten = Vec::new();
+                let mut kept_origins = Vec::with_capacity(origins.len());
+                let rows = std::mem::take(&mut dump.worker_registrations);
+                for ((row, origin), held) in rows.into_iter().zip(origins).zip(held) {
+                    if held {
+                        dump.worker_registrations.push(row);
+                        kept_origins.push(origin);
+                    } else {
+                        forgotten.push(row.worker_identity.to_string());
+                    }
+                }
+                let mut records = records.into_iter();
+                dump.instances.retain(|_| records.next().unwrap_or(false));
+                (kept_origins, forgotten)
             }
         }
     }

@@ -49,8 +49,8 @@ pub use retire::{
     RetirementAudit, plan_rows,
 };
 pub use store::{
-    AuditQuery, ChangePosition, DecisionCount, ImportSummary, OpenMode, ReadMark, SCHEMA_VERSION,
-    SchemaUpgrade, Store, Tx, VersionsDigest,
+    AuditQuery, ChangePosition, DecisionCount, ImportSummary, OpenMode, ReadMark, RowVersions,
+    SCHEMA_VERSION, SchemaUpgrade, Store, Tx, VersionsDigest,
 };
 
 /// The rows the registry stores and the probe values its rules consult, from the data

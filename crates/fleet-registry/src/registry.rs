@@ -275,6 +275,12 @@ impl<S: Store> Registry<S> {
         self.store.read(|tx| tx.workers())
     }
 
+    /// The live fleet ([`fleet_model::LiveScope`]): its ledger entries and rows, read
+    /// from the store's index, without the history beside them.
+    pub fn live(&mut self) -> Result<RegistryDump, StoreError> {
+        self.store.read(crate::changes::live_in)
+    }
+
     /// The ledger and every worker row, read in one transaction.
     pub fn export(&mut self) -> Result<RegistryDump, StoreError> {
         self.store.read(export_in)

@@ -310,8 +310,8 @@ impl<S: Store> Registry<S> {
     ) -> Result<Plan, StoreError> {
         let (rows, instances, owners, fences) = self.store_mut().read(|tx| {
             Ok::<_, StoreError>((
-                tx.workers()?,
-                tx.instances()?,
+                tx.live_workers()?,
+                tx.live_instances()?,
                 active_workflow_owners_in(tx)?.owners,
                 tx.host_fences()?,
             ))
@@ -361,20 +361,27 @@ impl<S: Store> Registry<S> {
             return ApplyReport::nothing(ApplyOutcome::LivenessReprobeUnavailable, request);
         };
         let result: Result<ApplyReport, StoreError> = self.store_mut().write(|tx| {
-            // 1. The authoritative rows, and the same rows as the stale sweep leaves them
-            // at `now` (what the plan judged); a row is written by swapping its stored
-            // version.
-            let stored = tx.workers()?;
+            // 1. The authoritative rows (the live fleet's: history is never a candidate),
+            // and the same rows as the stale sweep leaves them at `now` (what the plan
+            // judged); a row is written by swapping its stored version.
+            let stored = tx.live_workers()?;
             let stored_by_id: BTreeMap<&WorkerIdentity, &WorkerRow> =
                 stored.iter().map(|r| (&r.worker_identity, r)).collect();
             let rows = crate::registry::as_swept(&stored, now);
             let by_id: BTreeMap<&WorkerIdentity, &WorkerRow> =
                 rows.iter().map(|r| (&r.worker_identity, r)).collect();
-            let all_retired = !request.every_candidate
-                && request
-                    .worker_identities
-                    .iter()
-                    .all(|id| by_id.get(id).is_some_and(|r| r.status == WorkerStatus::Retired));
+            // A replay names rows already retired; those of a launch that has ended are
+            // history, looked up one by one.
+            let mut all_retired = !request.every_candidate;
+            for id in &request.worker_identities {
+                if !all_retired {
+                    break;
+                }
+                all_retired = match by_id.get(id) {
+                    Some(row) => row.status == WorkerStatus::Retired,
+                    None => tx.worker(id)?.is_some_and(|r| r.status == WorkerStatus::Retired),
+                };
+            }
             let nothing = |outcome| ApplyReport::nothing(outcome, request);
             if all_retired {
                 let current = registry_fingerprint(&rows);
@@ -384,7 +391,7 @@ impl<S: Store> Registry<S> {
             // transaction; it recomputes both tokens.
             let fence = active_workflow_owners_in(tx)?;
             let ledger: BTreeSet<ClientInstanceId> =
-                tx.instances()?.into_iter().map(|i| i.client_instance_id).collect();
+                tx.live_instances()?.into_iter().map(|i| i.client_instance_id).collect();
             let probes = probe_active_rows(&rows, probe);
             let hosts = HostEvidence::new(&rows, &tx.host_fences()?);
             let evidence = Evidence::with_hosts(&rows, &ledger, &fence.owners, &probes, &hosts);

@@ -3,7 +3,7 @@
 
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
-use fleet_model::{Claim, HostBoot, HostFence, InstanceRecord, WorkerRow};
+use fleet_model::{Claim, HostBoot, HostFence, InstanceRecord, RegistryDump, WorkerRow};
 
 use crate::error::StoreError;
 use crate::leases::AuditEntry;
@@ -14,6 +14,10 @@ use crate::registry::WorkerCredential;
 /// reach at least this version; a backend may number further migrations of its own
 /// that add nothing to the data model (SQLite's fourth keeps a history of changes).
 pub const SCHEMA_VERSION: i64 = 3;
+
+/// Rows' identities and versions (the value of [`ChangePosition::workers`] each was last
+/// written at).
+pub type RowVersions = Vec<(String, i64)>;
 
 /// Whether opening a registry may create it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +80,20 @@ impl AuditQuery<'_> {
 pub trait Tx {
     /// Every worker row, ordered by `worker_identity`.
     fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError>;
+    /// The live fleet's rows ([`fleet_model::LiveScope`]: every active row, and every
+    /// row of a launch that has one), ordered by `worker_identity`: what the snapshot,
+    /// the retirement plan and its apply read. A backend answers from an index, so the
+    /// history beside the live fleet costs these reads nothing.
+    fn live_workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
+        let rows = self.workers()?;
+        Ok(RegistryDump { instances: Vec::new(), worker_registrations: rows }.live().worker_registrations)
+    }
+    /// The ledger entries of the launches that have an active row, ordered by
+    /// `client_instance_id`.
+    fn live_instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
+        let dump = RegistryDump { instances: self.instances()?, worker_registrations: self.workers()? };
+        Ok(dump.live().instances)
+    }
     /// One worker row.
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError>;
     /// Every row, of any status, that claims `(client_instance_id, namespace)`.
@@ -248,6 +266,31 @@ pub trait Tx {
         let _ = upto;
         Ok(None)
     }
+
+    /// The versions (as [`Tx::worker_versions_since`] gives them) of the live fleet's
+    /// rows ([`Tx::live_workers`]): what a reader that keeps those rows marks them with.
+    fn live_worker_versions(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let live: std::collections::HashSet<String> =
+            self.live_workers()?.into_iter().map(|r| r.worker_identity.to_string()).collect();
+        Ok(self.worker_versions_since(None)?.into_iter().filter(|(id, _)| live.contains(id)).collect())
+    }
+
+    /// The rows of `launches` that are not active, and their versions: the history a
+    /// reader of the live fleet takes in when one of these launches has an active row
+    /// again (or for the first time: then there is none).
+    fn launch_history(&mut self, launches: &[&str]) -> Result<(Vec<WorkerRow>, RowVersions), StoreError> {
+        let rows: Vec<WorkerRow> = self
+            .workers()?
+            .into_iter()
+            .filter(|r| r.status != fleet_model::WorkerStatus::Active)
+            .filter(|r| r.client_instance_id.as_deref().is_some_and(|id| launches.contains(&id)))
+            .collect();
+        let ids: std::collections::HashSet<String> =
+            rows.iter().map(|r| r.worker_identity.to_string()).collect();
+        let versions =
+            self.worker_versions_since(None)?.into_iter().filter(|(id, _)| ids.contains(id)).collect();
+        Ok((rows, versions))
+    }
 }
 
 /// What a store without replication answers to a replication command.
@@ -286,28 +329,38 @@ impl VersionsDigest {
     }
 }
 
-/// What a reader keeps to prove its rows current: the store's position at its read and
-/// the version of each row it holds.
+/// What a reader keeps to prove its rows current: the store's position at its read,
+/// the version of each row it holds (the live fleet's), and the digest of every row the
+/// store held then (those rows and the history beside them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadMark {
     position: ChangePosition,
     versions: std::collections::HashMap<String, i64>,
     digest: VersionsDigest,
+    /// The launches with an active row among the kept rows.
+    launches: std::collections::HashSet<String>,
     /// When the registry was last read whole for this mark.
     whole_read_at: std::time::Instant,
 }
 
 impl ReadMark {
-    /// A mark at `position` for rows of these versions.
-    pub(crate) fn new(position: ChangePosition, versions: Vec<(String, i64)>) -> Self {
-        let mut digest = VersionsDigest::default();
-        for (_, v) in &versions {
-            digest.add(*v);
-        }
+    /// A mark at `position` for kept rows of these versions, in a store whose rows
+    /// all together show `digest` (`None`: the kept rows are all there are).
+    pub(crate) fn new(
+        position: ChangePosition,
+        versions: Vec<(String, i64)>,
+        digest: Option<VersionsDigest>,
+    ) -> Self {
+        let digest = digest.unwrap_or_else(|| {
+            let mut sum = VersionsDigest::default();
+            versions.iter().for_each(|(_, v)| sum.add(*v));
+            sum
+        });
         Self {
             position,
             versions: versions.into_iter().collect(),
             digest,
+            launches: std::collections::HashSet::new(),
             whole_read_at: std::time::Instant::now(),
         }
     }
@@ -322,8 +375,24 @@ impl ReadMark {
         &self.position
     }
 
+    /// Whether the reader keeps the row `id`.
+    pub(crate) fn keeps(&self, id: &str) -> bool {
+        self.versions.contains_key(id)
+    }
+
+    /// Whether the launch `id` has an active row among the kept rows.
+    pub(crate) fn keeps_launch(&self, id: &str) -> bool {
+        self.launches.contains(id)
+    }
+
+    /// The launches with an active row among the kept rows are these.
+    pub(crate) fn set_launches(&mut self, launches: impl IntoIterator<Item = String>) {
+        self.launches = launches.into_iter().collect();
+    }
+
     /// The digest the rows not among `changed` must show, if every one of them is the
-    /// row this mark holds: the kept rows' digest without the rows written since.
+    /// row this mark holds (or history the reader does not keep, unchanged): the
+    /// store's digest at the read without the kept rows written since.
     pub(crate) fn expected_unchanged(&self, changed: &[(String, i64)]) -> VersionsDigest {
         let mut digest = self.digest;
         for (id, _) in changed {
@@ -344,6 +413,20 @@ impl ReadMark {
         }
         self.position = position;
         self
+    }
+
+    /// Launches that now have an active row among the kept rows, and their history,
+    /// unchanged since the read, that the reader now keeps.
+    pub(crate) fn keep(&mut self, history: Vec<(String, i64)>, launches: Vec<String>) {
+        self.versions.extend(history);
+        self.launches.extend(launches);
+    }
+
+    /// Rows the reader no longer keeps (they became history); they stay in the store.
+    pub(crate) fn forget<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        for id in ids {
+            self.versions.remove(id);
+        }
     }
 }
 
@@ -464,7 +547,7 @@ mod tests {
     #[test]
     fn a_mark_tells_how_long_ago_the_registry_was_read_whole() {
         let position = ChangePosition { workers: 1, worker_removals: 0, instances: 0, history: 0 };
-        let mark = ReadMark::new(position, vec![("w".into(), 1)]);
+        let mark = ReadMark::new(position, vec![("w".into(), 1)], None);
         assert!(mark.whole_read_within(crate::WHOLE_READ_EVERY));
         std::thread::sleep(std::time::Duration::from_millis(5));
         assert!(!mark.whole_read_within(std::time::Duration::from_millis(1)), "older than the limit");

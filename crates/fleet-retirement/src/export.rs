@@ -63,14 +63,18 @@ impl Export {
     /// gone). Rows are judged as the stale sweep leaves them ([`as_swept`]), as
     /// `fleetctl retire plan` judges them: on the same rows, leases, probes and context
     /// both give the same fingerprints and verdicts, but for what an operator's host
-    /// fence proves (an export carries no fences).
+    /// fence proves (an export carries no fences). As the binary does, it plans over the
+    /// live fleet ([`fleet_model::LiveScope`]): history is never a candidate, and the
+    /// registry fingerprint covers the rows the plan read.
     pub fn plan(
         &self,
         probes: &std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>,
         ctx: &RetirementContext,
     ) -> Plan {
-        let rows = as_swept(&self.dump.worker_registrations, ctx.now);
-        let (ledger, owners) = (self.ledger(), self.workflow_owners(ctx.now));
+        let live = self.dump.clone().live();
+        let rows = as_swept(&live.worker_registrations, ctx.now);
+        let ledger = live.instances.iter().map(|i| i.client_instance_id.clone()).collect();
+        let owners = self.workflow_owners(ctx.now);
         // What the rows' own boots prove; an export carries no host fences.
         let hosts = HostEvidence::new(&rows, &[]);
         plan(&Evidence::with_hosts(&rows, &ledger, &owners, probes, &hosts), ctx)

@@ -39,8 +39,9 @@ pub fn take_snapshot<T>(
     at: Timestamp,
     read: impl FnOnce(&FleetSnapshot<'_>) -> T,
 ) -> Result<T, StoreError> {
-    // One read, nothing kept: no versions for a next read, no verdicts to follow.
-    let dump = open_registry(location, OpenMode::MustExist)?.export()?;
+    // One read of the live fleet, nothing kept: no versions for a next read, no
+    // verdicts to follow.
+    let dump = open_registry(location, OpenMode::MustExist)?.live()?;
     let probes = probe_local(&dump.worker_registrations);
     let taken = snapshot(SnapshotInput {
         rows: &dump.worker_registrations,
@@ -256,7 +257,7 @@ impl Fleet {
         } else {
             None
         };
-        let origins = read.changes.apply(&mut last.dump);
+        let (mark, origins) = read.apply(&mut last.dump);
         self.json.follow(&origins);
         self.generation += 1;
         if let (Some(probed), Some(_)) = (probed, &beats) {
@@ -266,7 +267,7 @@ impl Fleet {
             judged.judgement.follow(&last.dump.worker_registrations, &places);
             judged.generation = self.generation;
         }
-        (last.marker, last.mark) = (marker, read.mark);
+        (last.marker, last.mark) = (marker, mark);
         Ok(())
     }
 

@@ -65,6 +65,9 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// The launches that have an active row, from the index of active rows.
+const LIVE_LAUNCHES: &str = "SELECT client_instance_id FROM worker_registrations WHERE status = 'active' AND client_instance_id IS NOT NULL";
+
 pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
     let e = match e.into() {
         bounded::Error::Pg(e) => e,
@@ -262,6 +265,30 @@ impl Tx for PgTx<'_, '_> {
         let mut workers = self.tx.query_map(&sql, rows::read_worker).map_err(map_error)??;
         workers.sort_unstable_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
         Ok(workers)
+    }
+
+    /// From the index of active rows, and the slot index for the rest of their
+    /// launches; sorted here, as every row is.
+    fn live_workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {cols} FROM worker_registrations WHERE status = 'active' \
+             UNION ALL SELECT {cols} FROM worker_registrations \
+             WHERE status <> 'active' AND client_instance_id IN ({LIVE_LAUNCHES})",
+            cols = *rows::LIST
+        );
+        let mut workers = self.tx.query_map(&sql, rows::read_worker).map_err(map_error)??;
+        workers.sort_unstable_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+        Ok(workers)
+    }
+
+    fn live_instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM instances WHERE client_instance_id IN ({LIVE_LAUNCHES})",
+            *rows::INSTANCE_LIST
+        );
+        let mut instances = self.tx.query_map(&sql, rows::read_instance).map_err(map_error)??;
+        instances.sort_unstable_by(|a, b| a.client_instance_id.as_str().cmp(b.client_instance_id.as_str()));
+        Ok(instances)
     }
 
     fn worker(&mut self, id: &WorkerIdentity) -> Result<Option<WorkerRow>, StoreError> {

@@ -183,6 +183,11 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE TABLE fleet_schema_compatibility (oldest_build BIGINT NOT NULL);
     INSERT INTO fleet_schema_compatibility VALUES (10);",
+    // 12: the live fleet found from an index (fleet_model::LiveScope), so the reads a
+    // fleet makes all the time do not pay for its history (an index changes nothing
+    // for the builds before it).
+    "CREATE INDEX worker_registrations_active ON worker_registrations (client_instance_id)
+        WHERE status = 'active';",
 ];
 
 /// What each migration adds, for `registry upgrade` to say: step `i + 1` is `STEPS[i]`.
@@ -198,6 +203,7 @@ const STEPS: &[&str] = &[
     "operators' fences of hosts gone for good",
     "what each host's boots said of themselves",
     "the server history grants are made on, and which builds may use the schema",
+    "the live fleet's index",
 ];
 const _: () = assert!(STEPS.len() == MIGRATIONS.len(), "one description per migration");
 
@@ -213,8 +219,8 @@ const COMPATIBILITY: &str = "fleet_schema_compatibility";
 /// counted as they are written (version 6), once per statement (version 7), the process
 /// that holds a tenure (version 8), the fences of hosts gone for good (version 9), what
 /// each host's boots said of themselves (version 10), the server history grants are made
-/// on (version 11).
-pub const SCHEMA_VERSION: i64 = 11;
+/// on (version 11), the live fleet's index (version 12).
+pub const SCHEMA_VERSION: i64 = 12;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");

@@ -343,6 +343,7 @@ fn an_older_schema_is_refused_until_upgraded() {
     // Version 10 as it was.
     side.batch_execute(
         "DROP TABLE server_history; DROP TABLE fleet_schema_compatibility; \
+         DROP INDEX worker_registrations_active; \
          UPDATE fleet_schema_version SET version = 10; \
          INSERT INTO instances VALUES ('inst-codex-20260730T120000Z-0123456789ab', 'codex', NULL, '2026-07-30T12:00:00.000Z', NULL);",
     )
@@ -352,7 +353,7 @@ fn an_older_schema_is_refused_until_upgraded() {
     assert!(refused.to_string().contains("fleetctl registry upgrade"), "{refused}");
 
     let planned = scratch.upgrade(true).unwrap();
-    assert_eq!((planned.from, planned.to, planned.steps.len()), (10, registry_postgres::SCHEMA_VERSION, 1));
+    assert_eq!((planned.from, planned.to, planned.steps.len()), (10, registry_postgres::SCHEMA_VERSION, 2));
     assert_eq!(
         scratch.connect_again().unwrap_err().kind(),
         StoreErrorKind::OlderSchema,

@@ -88,6 +88,9 @@ struct SqliteTx<'a> {
     conn: &'a Connection,
 }
 
+/// The launches that have an active row, from the index of active rows.
+const LIVE_LAUNCHES: &str = "SELECT client_instance_id FROM worker_registrations WHERE status = 'active' AND client_instance_id IS NOT NULL";
+
 impl SqliteTx<'_> {
     /// The count one `SELECT count(*) …` returns.
     fn count(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
@@ -128,6 +131,69 @@ impl Tx for SqliteTx<'_> {
         let count = self.count("SELECT count(*) FROM worker_registrations", [])?;
         let sql = format!("SELECT {} FROM worker_registrations ORDER BY worker_identity", *columns::LIST);
         self.read_workers(&sql, [], count)
+    }
+
+    /// Found from the index of active rows: the active rows, then the other rows of
+    /// their launches (from the slot index), sorted here (a sort in SQLite built a
+    /// temporary tree of every row).
+    fn live_workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
+        let count = self.count("SELECT count(*) FROM worker_registrations WHERE status = 'active'", [])?;
+        let sql = format!(
+            "SELECT {cols} FROM worker_registrations WHERE status = 'active' \
+             UNION ALL SELECT {cols} FROM worker_registrations \
+             WHERE status <> 'active' AND client_instance_id IN ({LIVE_LAUNCHES})",
+            cols = *columns::LIST
+        );
+        let mut rows = self.read_workers(&sql, [], count)?;
+        rows.sort_unstable_by(|a, b| a.worker_identity.cmp(&b.worker_identity));
+        Ok(rows)
+    }
+
+    fn live_instances(&mut self) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM instances WHERE client_instance_id IN ({LIVE_LAUNCHES}) ORDER BY client_instance_id",
+            *columns::INSTANCE_LIST
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let rows = stmt.query_map([], columns::read_instance).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error).and_then(|r| r)).collect()
+    }
+
+    fn live_worker_versions(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = format!(
+            "SELECT worker_identity, change_seq FROM worker_registrations WHERE status = 'active' \
+             UNION ALL SELECT worker_identity, change_seq FROM worker_registrations \
+             WHERE status <> 'active' AND client_instance_id IN ({LIVE_LAUNCHES})"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(map_error)?;
+        rows.map(|r| r.map_err(map_error)).collect()
+    }
+
+    fn launch_history(
+        &mut self,
+        launches: &[&str],
+    ) -> Result<(Vec<WorkerRow>, fleet_registry::RowVersions), StoreError> {
+        let sql = format!(
+            "SELECT {}, change_seq FROM worker_registrations \
+             WHERE client_instance_id = ?1 AND status <> 'active'",
+            *columns::LIST
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(map_error)?;
+        let at = columns::COLUMNS.len();
+        let (mut rows, mut versions) = (Vec::new(), Vec::new());
+        for launch in launches {
+            let found = stmt
+                .query_map([launch], |r| Ok((columns::read_worker(r)?, r.get::<_, i64>(at)?)))
+                .map_err(map_error)?;
+            for entry in found {
+                let (row, version) = entry.map_err(map_error)?;
+                let row = row?;
+                versions.push((row.worker_identity.to_string(), version));
+                rows.push(row);
+            }
+        }
+        Ok((rows, versions))
     }
 
     /// Seconds are compared whole: a row whose heartbeat lapsed by a millisecond passes

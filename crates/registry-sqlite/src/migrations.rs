@@ -255,6 +255,13 @@ const MIGRATIONS: &[&str] = &[
         clock_offset_ms INTEGER,
         PRIMARY KEY (host_id, boot_id)
     );",
+    // 13: the live fleet found from an index (fleet_model::LiveScope), so the reads a
+    // fleet makes all the time do not pay for its history; and which builds may use
+    // the schema (an index changes nothing for the builds of version 12).
+    "CREATE INDEX worker_registrations_active ON worker_registrations (client_instance_id)
+        WHERE status = 'active';
+    CREATE TABLE fleet_schema_compatibility (oldest_build INTEGER NOT NULL);
+    INSERT INTO fleet_schema_compatibility VALUES (12);",
 ];
 
 /// The history's one row, built again: fresh counters, as migration 4 writes them, and
@@ -270,8 +277,9 @@ const HISTORY_ROW: &str = "INSERT OR IGNORE INTO registry_changes \
 /// written (version 7), a history that only moves forward (version 8), the process that
 /// holds a tenure (version 9), the digest of the rows' versions kept as they are
 /// written (version 10), the fences of hosts gone for good (version 11), what each
-/// host's boots said of themselves (version 12).
-pub const SCHEMA_VERSION: i64 = 12;
+/// host's boots said of themselves (version 12), the live fleet's index and which builds
+/// may use the schema (version 13).
+pub const SCHEMA_VERSION: i64 = 13;
 const _: () = assert!(SCHEMA_VERSION >= fleet_registry::SCHEMA_VERSION);
 #[allow(clippy::cast_possible_wrap)] // a handful of migrations, never near i64::MAX
 const _: () = assert!(MIGRATIONS.len() as i64 == SCHEMA_VERSION, "one migration per schema version");
@@ -290,6 +298,7 @@ const STEPS: &[&str] = &[
     "the digest of the rows' versions",
     "operators' fences of hosts gone for good",
     "what each host's boots said of themselves",
+    "the live fleet's index, and which builds may use the schema",
 ];
 const _: () = assert!(STEPS.len() == MIGRATIONS.len(), "one description per migration");
 

@@ -1,8 +1,10 @@
-//! A reader that follows the history of changes (`Registry::read_since`) holds what a
-//! full read holds, whatever SQL any client runs between its reads: random inserts,
-//! updates, renames, deletes, replaces and ledger writes on a real SQLite file, read at
-//! random points, each read checked against a full export; and the digest of the rows'
-//! versions the triggers keep is the rows' own after every write but a replace.
+//! A reader that follows the history of changes (`Registry::read_since`) holds the live
+//! fleet a full read holds, whatever SQL any client runs between its reads: random
+//! inserts into a few launches, updates, releases and reactivations (a launch leaves the
+//! live fleet and comes back), renames, deletes, replaces and ledger writes on a real
+//! SQLite file, read at random points, each read checked against a full export's live
+//! fleet; and the digest of the rows' versions the triggers keep is the rows' own after
+//! every write but a replace.
 
 use fleet_registry::{OpenMode, ReadMark, Registry, RegistryChanges, RegistryDump};
 use proptest::prelude::*;
@@ -14,9 +16,12 @@ use common::digests;
 /// One write by another SQL client, on identities `wkr-0` to `wkr-7`.
 #[derive(Debug, Clone)]
 enum Write {
-    Insert(u8),
+    /// A row of launch `.1` (of four; the fifth is none).
+    Insert(u8, u8),
     Heartbeat(u8, u16),
     Release(u8),
+    /// A terminal row made active again: its launch comes back into the live fleet.
+    Activate(u8),
     Rename(u8, u8),
     Delete(u8),
     Ledger(u8),
@@ -30,9 +35,10 @@ enum Write {
 
 fn write() -> impl Strategy<Value = Write> {
     prop_oneof![
-        4 => (0..8u8).prop_map(Write::Insert),
+        4 => (0..8u8, 0..5u8).prop_map(|(w, l)| Write::Insert(w, l)),
         6 => (0..8u8, any::<u16>()).prop_map(|(w, t)| Write::Heartbeat(w, t)),
-        2 => (0..8u8).prop_map(Write::Release),
+        3 => (0..8u8).prop_map(Write::Release),
+        1 => (0..8u8).prop_map(Write::Activate),
         1 => (0..8u8, 0..8u8).prop_map(|(a, b)| Write::Rename(a, b)),
         1 => (0..8u8).prop_map(Write::Delete),
         1 => (0..4u8).prop_map(Write::Ledger),
@@ -41,15 +47,21 @@ fn write() -> impl Strategy<Value = Write> {
     ]
 }
 
+/// The instance ID of launch `l`.
+fn launch(l: u8) -> String {
+    format!("inst-codex-20260730T120000Z-00000000000{l}")
+}
+
 /// Runs `write`; a write that breaks a constraint (a duplicate identity) is a write
 /// that did not happen, as for any client.
 fn run(conn: &rusqlite::Connection, write: &Write) {
     let beat = |t: u16| format!("2026-07-30T12:{:02}:{:02}.{:03}Z", t / 6000 % 60, t / 100 % 60, t % 1000);
     let _ = match write {
-        Write::Insert(w) => conn.execute(
-            "INSERT INTO worker_registrations (worker_identity, namespace, status, registered_at) \
-             VALUES (?1, 'author', 'active', '2026-07-30T12:00:00Z')",
-            [format!("wkr-{w}")],
+        Write::Insert(w, l) => conn.execute(
+            "INSERT INTO worker_registrations \
+             (worker_identity, client_instance_id, namespace, status, registered_at) \
+             VALUES (?1, ?2, 'author', 'active', '2026-07-30T12:00:00Z')",
+            rusqlite::params![format!("wkr-{w}"), (*l < 4).then(|| launch(*l))],
         ),
         Write::Heartbeat(w, t) => conn.execute(
             "UPDATE worker_registrations SET last_heartbeat_at = ?1 WHERE worker_identity = ?2",
@@ -57,6 +69,10 @@ fn run(conn: &rusqlite::Connection, write: &Write) {
         ),
         Write::Release(w) => conn.execute(
             "UPDATE worker_registrations SET status = 'released' WHERE worker_identity = ?1",
+            [format!("wkr-{w}")],
+        ),
+        Write::Activate(w) => conn.execute(
+            "UPDATE worker_registrations SET status = 'active' WHERE worker_identity = ?1",
             [format!("wkr-{w}")],
         ),
         Write::Rename(a, b) => conn.execute(
@@ -69,7 +85,7 @@ fn run(conn: &rusqlite::Connection, write: &Write) {
         Write::Ledger(i) => conn.execute(
             "INSERT OR REPLACE INTO instances (client_instance_id, client_type, minted_at) \
              VALUES (?1, 'codex', '2026-07-30T12:00:00Z')",
-            [format!("inst-codex-20260730T120000Z-00000000000{i}")],
+            [launch(*i)],
         ),
         Write::HeartbeatAll(t) => {
             conn.execute("UPDATE worker_registrations SET last_heartbeat_at = ?1", [beat(*t)])
@@ -110,9 +126,9 @@ proptest! {
             let read = registry.read_since(position.take()).unwrap();
             let incremental = matches!(read.changes, RegistryChanges::Since { .. });
             let before = kept.clone();
-            let origins = read.changes.apply(&mut kept);
-            position = read.mark;
-            prop_assert_eq!(&kept, &registry.export().unwrap(), "incremental read: {}", incremental);
+            let (mark, origins) = read.apply(&mut kept);
+            position = mark;
+            prop_assert_eq!(&kept, &registry.export().unwrap().live(), "incremental read: {}", incremental);
             prop_assert_eq!(origins.len(), kept.worker_registrations.len());
             for (row, origin) in kept.worker_registrations.iter().zip(&origins) {
                 if let Some(origin) = origin {

@@ -49,6 +49,8 @@ fn a_registry_from_a_newer_build_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("registry.sqlite3");
     let store = SqliteStore::open(&path, OpenMode::CreateIfMissing).unwrap();
+    // A newer build's file that does not say which builds may use it.
+    store.connection().execute_batch("DROP TABLE fleet_schema_compatibility").unwrap();
     store.connection().pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
     drop(store);
     let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
@@ -66,7 +68,7 @@ fn a_newer_registry_is_used_only_where_it_says_this_build_may() {
     store
         .connection()
         .execute_batch(&format!(
-            "CREATE TABLE fleet_schema_compatibility (oldest_build INTEGER NOT NULL);
+            "DELETE FROM fleet_schema_compatibility;
              INSERT INTO fleet_schema_compatibility VALUES ({SCHEMA_VERSION});
              CREATE TABLE added_by_a_later_build (x INTEGER);
              PRAGMA user_version = {};",
@@ -251,9 +253,9 @@ fn follow(
         fleet_registry::RegistryChanges::Everything(_) => None,
         fleet_registry::RegistryChanges::Since { workers, .. } => Some(workers.len()),
     };
-    read.changes.apply(kept);
-    assert_eq!(*kept, registry.export().unwrap());
-    (read.mark, rows)
+    let (mark, _) = read.apply(kept);
+    assert_eq!(*kept, registry.export().unwrap().live());
+    (mark, rows)
 }
 
 /// The history of changes is kept by the file itself (triggers), so a writer that knows
@@ -326,6 +328,8 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
                  ALTER TABLE leases DROP COLUMN holder_process;
                  DROP TABLE host_fences;
                  DROP TABLE host_boots;
+                 DROP INDEX worker_registrations_active;
+                 DROP TABLE fleet_schema_compatibility;
                  PRAGMA user_version = 3;",
             )
             .unwrap();
@@ -337,7 +341,7 @@ fn a_version_3_registry_is_upgraded_with_its_rows_and_followed() {
     assert_eq!(refused.kind(), StoreErrorKind::OlderSchema, "{refused}");
     assert!(refused.to_string().contains("fleetctl registry upgrade"), "{refused}");
     let planned = SqliteStore::upgrade(&path, true, true).unwrap();
-    assert_eq!((planned.from, planned.to, planned.steps.len()), (3, SCHEMA_VERSION, 9), "{planned:?}");
+    assert_eq!((planned.from, planned.to, planned.steps.len()), (3, SCHEMA_VERSION, 10), "{planned:?}");
     let refused = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
     assert_eq!(refused.kind(), StoreErrorKind::OlderSchema, "a dry run changes nothing: {refused}");
     let done = SqliteStore::upgrade(&path, false, true).unwrap();
@@ -465,6 +469,8 @@ fn the_digest_of_versions_is_seeded_from_the_rows_on_upgrade_and_on_repair() {
              ALTER TABLE registry_changes DROP COLUMN worker_version_sum;
              DROP TABLE host_fences;
              DROP TABLE host_boots;
+             DROP INDEX worker_registrations_active;
+             DROP TABLE fleet_schema_compatibility;
              PRAGMA user_version = 9;",
         )
         .unwrap();
