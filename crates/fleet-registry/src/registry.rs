@@ -524,6 +524,7 @@ impl<S: Store> Registry<S> {
             })
             .map_err(StoreError::from)
             .inspect(log_import)
+            .inspect(|_| self.bulk_loaded())
     }
 
     /// [`restore`](Self::restore) of a backup read from `reader` as it streams in: rows
@@ -533,7 +534,18 @@ impl<S: Store> Registry<S> {
         &mut self,
         reader: impl std::io::Read,
     ) -> Result<ImportSummary, crate::RestoreError> {
-        self.store.write(|tx| crate::backup::Restorer::new(tx).stream(reader)).inspect(log_import)
+        self.store
+            .write(|tx| crate::backup::Restorer::new(tx).stream(reader))
+            .inspect(log_import)
+            .inspect(|_| self.bulk_loaded())
+    }
+
+    /// After a bulk load: the store's statistics brought up to date, best effort (the
+    /// load stands either way).
+    fn bulk_loaded(&mut self) {
+        if let Err(e) = self.store.after_bulk_load() {
+            tracing::warn!(error = %e, "planner statistics not updated after the import");
+        }
     }
 }
 

@@ -497,6 +497,11 @@ pub trait Store {
     /// without such a bound ignore it.
     fn set_call_deadline(&mut self, _deadline: Option<std::time::Duration>) {}
 
+    /// Brings the store's planner statistics up to date after a bulk load (an import or
+    /// a restore), so the first reads after it are planned on what the tables now hold.
+    /// No default: a store that wraps another must pass it on.
+    fn after_bulk_load(&mut self) -> Result<(), StoreError>;
+
     /// The heartbeat, as one guarded statement: sets `last_heartbeat_at = now` and
     /// `ownership_state` to what the worker claims on the row only if it is active and
     /// still belongs to the credential's generation and token. Returns whether a row

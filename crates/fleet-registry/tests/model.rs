@@ -168,6 +168,10 @@ impl Tx for MemoryTx<'_> {
 }
 
 impl Store for MemoryStore {
+    fn after_bulk_load(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         E: From<StoreError>,

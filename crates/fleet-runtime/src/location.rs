@@ -273,6 +273,14 @@ impl Store for AnyStore {
         }
     }
 
+    fn after_bulk_load(&mut self) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Sqlite(s) => s.after_bulk_load(),
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) => s.after_bulk_load(),
+        }
+    }
+
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.change_marker(),

@@ -93,6 +93,10 @@ impl Store for Scratch {
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
         self.store.change_marker()
     }
+
+    fn after_bulk_load(&mut self) -> Result<(), StoreError> {
+        self.store.after_bulk_load()
+    }
 }
 
 impl Scratch {
@@ -391,4 +395,41 @@ fn a_newer_schema_is_used_only_where_it_says_this_build_may() {
     let err = scratch.connect_again().unwrap_err();
     assert_eq!(err.kind(), fleet_registry::StoreErrorKind::NewerSchema, "{err}");
     assert!(err.to_string().contains(&format!("version {next}")), "{err}");
+}
+
+/// An import leaves the planner statistics of what it loaded (`ANALYZE`): a server whose
+/// autovacuum has not run yet otherwise plans the first reads of a fresh import blind,
+/// and a live read beside a large history then cost a whole-table plan and a JIT
+/// compilation (docs/PERFORMANCE.md, "History").
+#[test]
+fn an_import_leaves_the_tables_analyzed() {
+    if url().is_none() {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    let scratch = fresh();
+    let mut side = scratch.side_client();
+    let analyzed = |side: &mut postgres::Client| -> f32 {
+        side.query_one("SELECT reltuples FROM pg_class WHERE oid = 'worker_registrations'::regclass", &[])
+            .unwrap()
+            .get(0)
+    };
+    use fleet_registry::conformance as c;
+    let mut registry = fleet_registry::Registry::new(scratch.connect_again().unwrap());
+    let registration = c::registration(fleet_identity::Namespace::Author, c::process(100, 5000), "gen-a");
+    let token = fleet_registry::WorkerToken::from_bytes([1; 32]);
+    let registered =
+        registry.register(&registration, &token, c::at(0), &c::ScriptedProbe::default()).unwrap();
+    assert!(analyzed(&mut side) < 0.0, "a registration analyzes nothing");
+    let rows: Vec<_> = (0..3)
+        .map(|i| {
+            let mut row = registered.row.clone();
+            row.worker_identity = format!("wkr-imported-{i}").parse().unwrap();
+            row
+        })
+        .collect();
+    registry
+        .import(&fleet_registry::RegistryDump { instances: Vec::new(), worker_registrations: rows })
+        .unwrap();
+    assert_eq!(analyzed(&mut side), 4.0, "the import analyzed the table it loaded");
 }

@@ -554,6 +554,11 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    /// SQLite plans these reads from the indexes alone, statistics or not.
+    fn after_bulk_load(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     fn write<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         E: From<StoreError>,
