@@ -123,7 +123,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 let ready = serde_json::json!({
                     "outcome": "ready",
                     "registry": location.to_string(),
-                    "schema_version": fleet_registry::SCHEMA_VERSION,
+                    "schema_version": location.schema_version(),
                 });
                 outln!("{ready}")?;
             } else {
@@ -172,12 +172,12 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
             } else {
                 outln!(
-                    "imported {} instances ({} already present), {} workers, {} leases and {} audit entries",
-                    summary.instances,
+                    "imported {} ({} already present), {}, {} and {}",
+                    fleet_cli::count(summary.instances, "instance", "instances"),
                     summary.instances_unchanged,
-                    summary.workers,
-                    summary.leases,
-                    summary.audit_entries
+                    fleet_cli::count(summary.workers, "worker", "workers"),
+                    fleet_cli::count(summary.leases, "lease", "leases"),
+                    fleet_cli::count(summary.audit_entries, "audit entry", "audit entries")
                 )?;
             }
         }

@@ -176,10 +176,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
 
 fn render_plan(p: &Plan) -> String {
     let mut out = format!(
-        "retirement plan: {} candidates, {} preserved of {} rows\nregistry_fingerprint  {}\ncandidate_fingerprint {}\n",
-        p.candidate_count,
+        "retirement plan: {}, {} preserved of {}\nregistry_fingerprint  {}\ncandidate_fingerprint {}\n",
+        fleet_cli::count(p.candidate_count, "candidate", "candidates"),
         p.preserved_count,
-        p.assessed_count,
+        fleet_cli::count(p.assessed_count, "row", "rows"),
         p.registry_fingerprint,
         p.candidate_fingerprint
     );

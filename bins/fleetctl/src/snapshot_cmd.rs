@@ -214,12 +214,12 @@ pub(crate) fn render(snap: &FleetSnapshot<'_>, colour: bool) -> String {
     let c = &snap.counts;
     let verdict = if snap.live_fleet_safe { p.green("SAFE") } else { p.red("UNSAFE") };
     let mut out = format!(
-        "fleet {verdict}: {} instances, {} live, {} stale, {} historical, {} active blockers (at {})\n",
-        c.instance_count,
+        "fleet {verdict}: {}, {} live, {} stale, {} historical, {} (at {})\n",
+        fleet_cli::count(c.instance_count, "instance", "instances"),
         c.live_worker_count,
         c.stale_worker_count,
         c.historical_row_count,
-        c.active_blocker_count,
+        fleet_cli::count(c.active_blocker_count, "active blocker", "active blockers"),
         snap.snapshot_at
     );
     let workers: BTreeMap<&str, &fleet_snapshot::WorkerView<'_>> =

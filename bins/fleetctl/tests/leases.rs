@@ -449,7 +449,11 @@ fn registry_init_prune_and_initialize_report_as_json() {
     };
     let init = json(fleet.ctl(&["registry", "init", "--json"]));
     assert_eq!(init["outcome"], "ready");
-    assert!(init["schema_version"].is_u64());
+    let written: i64 = rusqlite::Connection::open(&fleet.registry)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(init["schema_version"].as_i64(), Some(written), "the schema version the file is at");
     let json_init = |fleet: &Fleet| {
         let mut cmd = initialize(fleet, "5", "true");
         cmd.stdout(Stdio::piped());

@@ -15,3 +15,18 @@ pub use exit::{
     print_json, write_stdout,
 };
 pub use fleet_runtime::warn;
+
+/// `n` and the noun that counts it: `1 candidate`, `2 candidates`, `0 audit entries`.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(super::count(1, "instance", "instances"), "1 instance");
+        assert_eq!(super::count(0, "instance", "instances"), "0 instances");
+        assert_eq!(super::count(2, "audit entry", "audit entries"), "2 audit entries");
+    }
+}
