@@ -46,6 +46,10 @@ pub(crate) enum WorkerCmd {
         /// Only rows of this status.
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["active", "released", "superseded", "retired"]))]
         status: Option<String>,
+        /// Only the live fleet, as the snapshot reads it: the active rows and the other
+        /// rows of their launches, from the index, without the history of ended launches.
+        #[arg(long)]
+        live: bool,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -61,8 +65,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
         WorkerCmd::Run { namespace, ttl, repository, command } => {
             run_worker(location, namespace, ttl, repository, &command)
         }
-        WorkerCmd::List { instance, namespace, status, output } => {
-            let mut rows = open_registry(location, OpenMode::MustExist)?.workers()?;
+        WorkerCmd::List { instance, namespace, status, live, output } => {
+            let mut registry = open_registry(location, OpenMode::MustExist)?;
+            let mut rows = if live { registry.live()?.worker_registrations } else { registry.workers()? };
             rows.retain(|r| {
                 instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
                     && namespace.is_none_or(|ns| r.namespace == ns)

@@ -347,3 +347,35 @@ fn prune_takes_an_age_and_a_dry_run_changes_nothing() {
     let out = fleet.ctl(&["registry", "prune", "--before", "5x", "--dry-run"]);
     common::assert_one_line_error(&out, 2, "--before");
 }
+
+/// `worker list` shows the record, every row; `worker list --live` the live fleet the
+/// snapshot reads: a running launch's rows, its released one included, and nothing of a
+/// launch that has ended.
+#[test]
+fn worker_list_live_shows_the_live_fleet_and_the_default_the_record() {
+    let fleet = Fleet::new();
+    let ended = fleet.mint("codex");
+    fleet.register_and_release(&ended, "author");
+    let running = fleet.mint("codex");
+    fleet.register_and_release(&running, "author");
+    let mut worker = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "reviewer", "--", "sleep", "30"])
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &running)
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(10), || (fleet.workers().len() == 3).then_some(()));
+    let launches = |args: &[&str]| -> Vec<String> {
+        let out = fleet.ctl(args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        rows.iter().map(|r| r["client_instance_id"].as_str().unwrap_or_default().to_owned()).collect()
+    };
+    let all = launches(&["worker", "list", "--json"]);
+    assert_eq!(all.len(), 3, "{all:?}");
+    let live = launches(&["worker", "list", "--live", "--json"]);
+    assert_eq!(live, [running.clone(), running], "the running launch's two rows, not the ended one's");
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
