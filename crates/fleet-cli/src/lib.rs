@@ -4,7 +4,7 @@
 //! manual pages of a binary's commands. Only the binaries link it: nothing below them
 //! knows an exit code.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod exit;
 pub mod manuals;

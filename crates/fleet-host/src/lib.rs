@@ -7,7 +7,7 @@
 //! It knows no registry: what authority a command runs under (a lease's epoch, a
 //! deadline on the boot clock) is handed to it.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod diagnostics;
 pub mod keeper;

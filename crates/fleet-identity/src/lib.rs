@@ -5,7 +5,7 @@
 //! minting takes the time and the random bytes as arguments, and trust takes the
 //! launcher's ledger as an argument.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod codes;
 mod instance;

@@ -135,13 +135,18 @@ pub struct StaticPolicy {
 /// One rule of a [`StaticPolicy`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct PolicyRule {
+    /// The tenant the rule is for.
     pub tenant: String,
+    /// The agent.
     pub agent: String,
+    /// The binding.
     pub binding: String,
+    /// The connector the agent may bind.
     pub connector: String,
+    /// The scopes a lease or grant may ask for.
     pub scopes: Vec<String>,
+    /// The longest TTL a lease of this rule may have, in seconds.
     pub max_ttl_s: u64,
 }
 

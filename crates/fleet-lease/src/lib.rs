@@ -6,7 +6,7 @@
 //! it. A TTL is a minimum: nobody else can take the lease over before it lapses, but the
 //! holder may have lost it by the time it acts, so it must present its epoch.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod act;
 mod connector;

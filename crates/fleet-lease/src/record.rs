@@ -209,18 +209,28 @@ pub const LEASE_COLUMNS: [&str; 16] = [
 /// One lease row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct LeaseRecord {
+    /// The lease's key (`workflow:…`, `connector:…`, `init:…`).
     pub lease_key: LeaseKey,
+    /// Its kind, as its key says.
     pub kind: LeaseKind,
+    /// Who holds (or last held) it.
     pub owner: String,
+    /// The tenure's id, new with every acquisition and takeover.
     pub lease_id: LeaseId,
+    /// The tenure's fencing epoch: it only rises.
     pub fencing_epoch: FencingEpoch,
+    /// Held or released.
     pub state: LeaseState,
+    /// When this tenure began.
     pub acquired_at: Timestamp,
+    /// Its last renewal.
     pub heartbeat_at: Timestamp,
+    /// When it lapses unless renewed (on the store's clock).
     pub expires_at: Timestamp,
+    /// When it was released, if it was.
     pub released_at: Option<Timestamp>,
+    /// The last write to the row.
     pub updated_at: Timestamp,
     /// Normalized scopes (connector leases).
     pub scopes: Vec<String>,

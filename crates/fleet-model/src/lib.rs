@@ -7,7 +7,7 @@
 //! `fleet-retirement`) judge them; each of those depends on this crate, never on the
 //! store or the probe.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod hosts;
 mod process;

@@ -138,58 +138,85 @@ pub const WORKER_COLUMNS: [&str; 29] = [
 /// heartbeat are kept as written, because a malformed one is evidence too.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct WorkerRow {
+    /// The row's key, minted at registration.
     pub worker_identity: WorkerIdentity,
+    /// The agent client of the worker's launch.
     #[serde(default)]
     pub client_type: Option<ClientType>,
+    /// The launch's instance ID, as written (a malformed one is evidence too).
     #[serde(default)]
     pub client_instance_id: Option<String>,
+    /// Who vouched for the instance ID (`trusted_launcher`).
     #[serde(default)]
     pub instance_provenance: Option<String>,
+    /// The fleet run its launch belongs to.
     #[serde(default)]
     pub fleet_run_id: Option<FleetRunId>,
+    /// The namespace the worker serves.
     pub namespace: Namespace,
+    /// The worker's profile.
     #[serde(default)]
     pub profile: Option<Profile>,
+    /// The client session the launch's workers share.
     #[serde(default)]
     pub session_id: Option<SessionId>,
+    /// Minted once per process boot of the worker.
     #[serde(default)]
     pub generation_id: Option<GenerationId>,
+    /// The host of the registered process (its machine id).
     #[serde(default)]
     pub host_id: Option<HostId>,
+    /// The boot of that host.
     #[serde(default)]
     pub boot_id: Option<BootId>,
+    /// The registered process's pid.
     #[serde(default)]
     pub pid: Option<Pid>,
+    /// When that process started (clock ticks since boot): which incarnation of the pid.
     #[serde(default)]
     pub process_start_time: Option<ProcessStartTime>,
+    /// The repository the worker is bound to.
     #[serde(default)]
     pub repository: Option<Repository>,
+    /// `active`, `released`, `superseded` or `retired`.
     pub status: WorkerStatus,
+    /// Owned, orphaned, unowned, or stale (only the sweep writes stale).
     #[serde(default)]
     pub ownership_state: Option<OwnershipState>,
+    /// When the row was written.
     pub registered_at: Timestamp,
+    /// The last heartbeat, as written (an unparsable one is evidence too).
     #[serde(default)]
     pub last_heartbeat_at: Option<String>,
+    /// How long a heartbeat vouches for the row, in seconds.
     #[serde(default, deserialize_with = "lenient_seconds")]
     pub heartbeat_ttl_s: Option<u32>,
+    /// The slot's fencing epoch at registration: it only rises.
     #[serde(default, deserialize_with = "storable_epoch")]
     pub fencing_epoch: Option<u64>,
+    /// The fingerprint of the secret only the registered process holds.
     #[serde(default)]
     pub token_fingerprint: Option<String>,
+    /// The code revision the worker runs.
     #[serde(default)]
     pub code_revision: Option<String>,
+    /// The configuration revision it was started with.
     #[serde(default)]
     pub config_revision: Option<String>,
+    /// Its profile's revision.
     #[serde(default)]
     pub profile_revision: Option<String>,
+    /// The registry data model it speaks.
     #[serde(default)]
     pub schema_revision: Option<String>,
+    /// When stale retirement retired the row.
     #[serde(default)]
     pub retired_at: Option<Timestamp>,
+    /// Who retired it.
     #[serde(default)]
     pub retired_by: Option<String>,
+    /// Why (`eligible_stale_orphan`).
     #[serde(default)]
     pub retirement_reason: Option<String>,
     /// The PID namespace of `pid` (the inode of `/proc/<pid>/ns/pid`); rows written
@@ -380,13 +407,17 @@ pub fn rows_by_identity(rows: &[WorkerRow]) -> Vec<&WorkerRow> {
 /// One row of `instances`: the launcher's ledger of the IDs it minted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)]
 pub struct InstanceRecord {
+    /// The minted ID.
     pub client_instance_id: ClientInstanceId,
+    /// The client it was minted for.
     pub client_type: ClientType,
+    /// The fleet run it was minted in, when one was named.
     #[serde(default)]
     pub fleet_run_id: Option<FleetRunId>,
+    /// When it was minted.
     pub minted_at: Timestamp,
+    /// The host it was minted on, when recorded.
     #[serde(default)]
     pub host_id: Option<HostId>,
 }

@@ -8,7 +8,7 @@
 //! The values it hands back ([`ProcessIdentity`], [`Liveness`], [`ProcessVerdict`]) and
 //! the [`LivenessProbe`] trait it implements belong to `fleet-model`.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod clock;
 pub use clock::{host_now, kernel_wall_clock_ms, process_skew_ms};

@@ -8,7 +8,7 @@
 //! lives here, so two backends cannot drift apart. `conformance` (a feature) holds the suite each
 //! backend runs against itself.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod backup;
 mod changes;

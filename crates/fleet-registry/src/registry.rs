@@ -67,30 +67,43 @@ impl HeartbeatTtl {
 
 /// The code, configuration, profile and schema revisions a worker runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub struct Revisions {
+    /// The code revision (a build's version or a commit).
     pub code: Option<String>,
+    /// The revision of the configuration it was started with.
     pub config: Option<String>,
+    /// The revision of its profile.
     pub profile: Option<String>,
+    /// The registry data model it speaks (`SCHEMA_VERSION`).
     pub schema: Option<String>,
 }
 
 /// Everything a worker process says about itself when it registers.
 #[derive(Debug, Clone)]
-#[allow(missing_docs)]
 pub struct Registration {
+    /// The agent client of its launch (`codex`, `claude_code`, …).
     pub client_type: ClientType,
+    /// Its launch's instance ID: minted by the launcher, or a legacy placeholder.
     pub instance: InstanceRef,
+    /// Who vouched for the instance ID (`trusted_launcher` when the launcher did).
     pub instance_provenance: Option<String>,
+    /// The fleet run its launch belongs to, when one was named.
     pub fleet_run_id: Option<FleetRunId>,
+    /// The namespace it serves.
     pub namespace: Namespace,
+    /// Its profile, when one was named.
     pub profile: Option<Profile>,
+    /// The client session its launch shares (all five workers of a launch alike).
     pub session_id: Option<SessionId>,
     /// Minted by the worker runtime once per process boot.
     pub generation_id: GenerationId,
+    /// The registered process: host, boot, pid, start time and PID namespace.
     pub process: ProcessIdentity,
+    /// The repository it is bound to (retirement runs only where it is canonical).
     pub repository: Option<Repository>,
+    /// How long its row stays live after a heartbeat.
     pub heartbeat_ttl: HeartbeatTtl,
+    /// The revisions it runs.
     pub revisions: Revisions,
     /// What the worker says of its ownership: owned by its launch, orphaned (its
     /// launch's client is gone), or unowned (started outside any launch).

@@ -5,7 +5,7 @@
 //! plan and tokens whenever they are observed. Nothing here reads a clock, a process
 //! table or a database.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod eligibility;
 mod export;

@@ -29,19 +29,27 @@ pub struct Assessment {
 
 /// The row fields and probe result a verdict rests on (each as the row holds it).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[allow(missing_docs)]
 pub struct RowEvidence {
+    /// The row's status.
     pub status: fleet_model::WorkerStatus,
+    /// Its ownership state.
     pub ownership_state: Option<OwnershipState>,
+    /// Its last heartbeat, as stored.
     pub last_heartbeat_at: Option<String>,
+    /// Its heartbeat TTL.
     pub heartbeat_ttl_s: Option<u32>,
+    /// The host of its process.
     pub host_id: Option<fleet_identity::HostId>,
+    /// The boot of that host.
     pub boot_id: Option<fleet_identity::BootId>,
+    /// The pid of its process.
     pub pid: Option<fleet_identity::Pid>,
+    /// The start time of the process that holds that pid.
     pub process_start_time: Option<fleet_identity::ProcessStartTime>,
     /// The repository the row is bound to: beside the plan's own, what a
     /// `repository_binding_ambiguous` row was compared with.
     pub repository: Option<fleet_identity::Repository>,
+    /// What the probe said of its process (none where no probe could speak).
     pub liveness: Option<ProcessVerdict>,
 }
 

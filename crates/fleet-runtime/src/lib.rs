@@ -2,7 +2,7 @@
 //! the instance environment the launcher hands to workers, and a worker's registration
 //! with its heartbeat loop.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod clock;
 mod env;

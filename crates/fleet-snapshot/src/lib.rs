@@ -33,7 +33,7 @@
 //!
 //! `examples/classify_export.rs` does the same for a file.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod classify;
 mod findings;

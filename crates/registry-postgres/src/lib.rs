@@ -8,7 +8,7 @@
 //! stored as the registry's canonical RFC 3339 text, so both backends hold the same
 //! values; the store's clock is the server's `clock_timestamp()`.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 // Store crates convert between Rust and SQL integers; every such cast must be checked.
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 

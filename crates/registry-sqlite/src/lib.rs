@@ -7,7 +7,7 @@
 //! `synchronous = FULL` instead, so a fencing epoch once handed out survives a power
 //! loss and is never handed out again.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 // Store crates convert between Rust and SQL integers; every such cast must be checked.
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 

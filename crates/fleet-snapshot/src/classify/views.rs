@@ -155,15 +155,22 @@ impl Serialize for NamespaceWorkers<'_> {
 
 /// How many of each, by the name of the count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)]
 pub struct Counts {
+    /// Every row the snapshot was taken of.
     pub total_rows: usize,
+    /// Rows of status `active`: live and stale.
     pub active_worker_count: usize,
+    /// Active rows something vouches for.
     pub live_worker_count: usize,
+    /// Active rows nothing vouches for any longer.
     pub stale_worker_count: usize,
+    /// Released, superseded and retired rows.
     pub historical_row_count: usize,
+    /// Instances with an active row.
     pub instance_count: usize,
+    /// Findings of every code.
     pub finding_count: usize,
+    /// Findings that make the live fleet unsafe.
     pub active_blocker_count: usize,
 }
 
