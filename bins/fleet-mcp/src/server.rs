@@ -10,7 +10,7 @@ use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, RegistryMatch, St
 use fleet_retirement::{CandidateFingerprint, RegistryFingerprint};
 
 use fleet_runtime::{
-    Fleet, InstanceEnv, JsonSnapshot, McpTool, RegistryLocation, Taken, WorkerMayNotMutate, now,
+    Fleet, InstanceEnv, JsonSnapshot, McpTool, RegistryLocation, Taken, WorkerApplyRefused, now,
     retirement_context,
 };
 use fleet_snapshot::{FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate};
@@ -321,18 +321,6 @@ impl FleetServer {
         let candidate_fingerprint: CandidateFingerprint =
             p.candidate_fingerprint.parse().map_err(|e| invalid("candidate_fingerprint", e))?;
         let me = self.me()?;
-        self.fleet().worker_may_mutate(&me, &self.ctx.runtime).map_err(|e| match e {
-            WorkerMayNotMutate::Registry(e) => refuse(Refusal::RegistryUnavailable, e),
-            WorkerMayNotMutate::GateClosed(reasons) => {
-                refusal(Refusal::MutationGateClosed, json!({ "reasons": reasons }))
-            }
-            // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
-            WorkerMayNotMutate::RuntimeUnstable(e) => refuse(Refusal::RuntimeUnstable, e),
-            WorkerMayNotMutate::CohortNotUnique => {
-                refuse(Refusal::CohortNotUnique, "this instance runs more than one worker in a namespace")
-            }
-            WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed, e),
-        })?;
         let request = ApplyRequest {
             registry_fingerprint,
             candidate_fingerprint,
@@ -346,21 +334,21 @@ impl FleetServer {
             },
             audit,
         };
-        // The plan's binding, unless one is given: where the server runs changes nothing.
-        let binding = match &p.canonical_repository {
-            Some(given) => Some(given.clone()),
-            None => {
-                self.fleet().plan_binding(&request).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?
-            }
-        };
-        let ctx = context(binding.as_deref())?;
         // Re-resolved immediately before the mutation: an edit to profiles.json since
         // entry is honoured.
-        self.authorize(RETIRE, Reach::Fleet).map_err(|_| {
-            refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
-        })?;
-        let mut fleet = self.fleet();
-        let applied = fleet.apply(&request, &ctx).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?;
+        let still_allowed = || self.authorize(RETIRE, Reach::Fleet).is_ok();
+        let repository = p.canonical_repository.as_deref();
+        let applied = self
+            .fleet()
+            .apply_as(&me, &self.ctx.runtime, &request, repository, still_allowed)
+            .map_err(|e| match e {
+                WorkerApplyRefused::MayNotMutate(e) => may_not_mutate(e),
+                WorkerApplyRefused::Registry(e) => refuse(Refusal::RegistryUnavailable, e),
+                WorkerApplyRefused::Context(e) => context_refusal(e),
+                WorkerApplyRefused::Revoked => {
+                    refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
+                }
+            })?;
         let report = &applied.report;
         let mut value = crate::pages::apply_body(report);
         match report.outcome {

@@ -616,6 +616,33 @@ impl Fleet {
         Ok(Applied { report, after })
     }
 
+    /// Seed 004's apply as an acting worker makes it, whole: the worker's mutation
+    /// gate, stable runtime, unique cohort and readable workflow leases
+    /// ([`Fleet::worker_may_mutate`]); the plan's repository binding unless `repository`
+    /// names one ([`Fleet::plan_binding`]); the retirement context; `still_allowed`,
+    /// asked immediately before the write (a capability withdrawn during the call stops
+    /// it); then the apply and the fleet right after it ([`Fleet::apply`]). Each step
+    /// reuses this session's reads and probe.
+    pub fn apply_as(
+        &mut self,
+        worker: &WorkerRow,
+        runtime: &StableRuntime,
+        request: &ApplyRequest,
+        repository: Option<&str>,
+        still_allowed: impl FnOnce() -> bool,
+    ) -> Result<Applied, WorkerApplyRefused> {
+        self.worker_may_mutate(worker, runtime).map_err(WorkerApplyRefused::MayNotMutate)?;
+        let binding = match repository {
+            Some(given) => Some(given.to_owned()),
+            None => self.plan_binding(request).map_err(WorkerApplyRefused::Registry)?,
+        };
+        let ctx = retirement_context(binding.as_deref()).map_err(WorkerApplyRefused::Context)?;
+        if !still_allowed() {
+            return Err(WorkerApplyRefused::Revoked);
+        }
+        self.apply(request, &ctx).map_err(WorkerApplyRefused::Registry)
+    }
+
     /// This host's probe (its host, boot and PID namespace, read once per session).
     fn local_probe(&mut self) -> Result<LocalProbe, StoreError> {
         if let Some(probe) = &self.local {
@@ -626,6 +653,19 @@ impl Fleet {
         })?;
         Ok(self.local.insert(probe).clone())
     }
+}
+
+/// Why [`Fleet::apply_as`] wrote nothing before the apply's own transaction.
+#[derive(Debug)]
+pub enum WorkerApplyRefused {
+    /// The worker may not act on the fleet now.
+    MayNotMutate(WorkerMayNotMutate),
+    /// The registry could not be read or written.
+    Registry(StoreError),
+    /// The retirement context could not be made (this host, or the repository given).
+    Context(ContextError),
+    /// The caller's permission was withdrawn before the write.
+    Revoked,
 }
 
 /// An apply and the fleet right after it.

@@ -21,8 +21,8 @@ mod worker_json;
 pub use clock::now;
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use fleet::{
-    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, Taken, WorkerMayNotMutate, probe_local,
-    retirement_audit, retirement_context, take_snapshot,
+    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, Taken, WorkerApplyRefused, WorkerMayNotMutate,
+    probe_local, retirement_audit, retirement_context, take_snapshot,
 };
 pub use fleet_host::{diagnostics_are_json, json_diagnostics, keeper, process, tenure, warn};
 pub use fleet_snapshot::MovedHeartbeats;

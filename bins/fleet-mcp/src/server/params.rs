@@ -191,10 +191,32 @@ pub(super) fn parse_identities(value: &Value) -> Result<Vec<WorkerIdentity>, Str
 pub(super) fn context(
     repository: Option<&str>,
 ) -> Result<fleet_retirement::RetirementContext, CallToolResult> {
-    retirement_context(repository).map_err(|e| match e {
+    retirement_context(repository).map_err(context_refusal)
+}
+
+/// The answer to a retirement context that could not be made.
+pub(super) fn context_refusal(e: ContextError) -> CallToolResult {
+    match e {
         ContextError::HostIdentity(_) => refuse(Refusal::RegistryUnavailable, e),
         ContextError::CurrentDirectory(_) | ContextError::Repository(_) => invalid("canonical_repository", e),
-    })
+    }
+}
+
+/// The answer to a worker that may not act on the fleet now.
+pub(super) fn may_not_mutate(e: fleet_runtime::WorkerMayNotMutate) -> CallToolResult {
+    use fleet_runtime::WorkerMayNotMutate;
+    match e {
+        WorkerMayNotMutate::Registry(e) => refuse(Refusal::RegistryUnavailable, e),
+        WorkerMayNotMutate::GateClosed(reasons) => {
+            refusal(Refusal::MutationGateClosed, serde_json::json!({ "reasons": reasons }))
+        }
+        // Seed 004's stable-runtime mode: no mutation from a binary an upgrade replaced.
+        WorkerMayNotMutate::RuntimeUnstable(e) => refuse(Refusal::RuntimeUnstable, e),
+        WorkerMayNotMutate::CohortNotUnique => {
+            refuse(Refusal::CohortNotUnique, "this instance runs more than one worker in a namespace")
+        }
+        WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed, e),
+    }
 }
 
 pub(super) fn ttl(seconds: Option<u64>) -> Result<time::Duration, CallToolResult> {
