@@ -43,7 +43,7 @@ impl Common {
             self.org.clone(),
             self.repo.clone(),
         )
-        .map_err(|(field, message)| Failure::usage(format!("--{field}: {message}")))
+        .map_err(|e| Failure::usage(format!("--{}: {}", e.field, e.message)))
     }
 }
 

@@ -45,8 +45,8 @@ pub use replication::{
     ReplicationPolicy, ReplicationStatus, ServerHistory, ServerReplication, judge_grant,
 };
 pub use retire::{
-    ApplyOutcome, ApplyReport, ApplyRequest, BeforeWrite, KeptReason, Preserved, RegistryMatch,
-    RetirementAudit, plan_rows,
+    ApplyOutcome, ApplyReport, ApplyRequest, AuditFieldError, BeforeWrite, KeptReason, Preserved,
+    RegistryMatch, RetirementAudit, plan_rows,
 };
 pub use store::{
     AuditQuery, ChangePosition, DecisionCount, ImportSummary, OpenMode, ReadMark, RowVersions,

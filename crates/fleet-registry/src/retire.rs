@@ -63,6 +63,22 @@ pub struct RetirementAudit {
     pub repo: Option<String>,
 }
 
+/// An audit context value refused: which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AuditFieldError {
+    /// The field (`remote`, `host`, `org`, `repo`).
+    pub field: &'static str,
+    /// Why, naming the value.
+    pub message: String,
+}
+
+impl AuditFieldError {
+    fn new(field: &'static str, message: String) -> Self {
+        Self { field, message }
+    }
+}
+
 impl RetirementAudit {
     /// Checks each value given: `remote` a name (`[a-z0-9][a-z0-9._-]*`, and one of
     /// `known_remotes` when the operator lists them), `host` a DNS host name (with an
@@ -74,7 +90,7 @@ impl RetirementAudit {
         org: Option<String>,
         repo: Option<String>,
         known_remotes: Option<&[String]>,
-    ) -> Result<Self, (&'static str, String)> {
+    ) -> Result<Self, AuditFieldError> {
         fn shaped(value: &str, first: impl Fn(char) -> bool, rest: impl Fn(char) -> bool) -> bool {
             let mut chars = value.chars();
             value.len() <= 100 && chars.next().is_some_and(first) && chars.all(rest)
@@ -83,12 +99,15 @@ impl RetirementAudit {
         if let Some(r) = &remote {
             let lower = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
             if !shaped(r, lower, |c| lower(c) || matches!(c, '.' | '_' | '-')) {
-                return Err(("remote", format!("remote {r:?} is not a remote name ([a-z0-9][a-z0-9._-]*)")));
+                return Err(AuditFieldError::new(
+                    "remote",
+                    format!("remote {r:?} is not a remote name ([a-z0-9][a-z0-9._-]*)"),
+                ));
             }
             if let Some(known) = known_remotes
                 && !known.iter().any(|k| k == r)
             {
-                return Err((
+                return Err(AuditFieldError::new(
                     "remote",
                     format!("remote {r:?} is not one of the configured remotes: {}", known.join(", ")),
                 ));
@@ -105,14 +124,17 @@ impl RetirementAudit {
             });
             let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
             if name.len() > 253 || !label_ok || !port_ok {
-                return Err(("host", format!("host {h:?} is not a host name")));
+                return Err(AuditFieldError::new("host", format!("host {h:?} is not a host name")));
             }
         }
         for (field, value) in [("org", &org), ("repo", &repo)] {
             if let Some(v) = value
                 && !shaped(v, |c| c.is_ascii_alphanumeric(), name_char)
             {
-                return Err((field, format!("{field} {v:?} is not a name ([A-Za-z0-9][A-Za-z0-9._-]*)")));
+                return Err(AuditFieldError::new(
+                    field,
+                    format!("{field} {v:?} is not a name ([A-Za-z0-9][A-Za-z0-9._-]*)"),
+                ));
             }
         }
         Ok(Self { remote, host, org, repo })
@@ -513,7 +535,7 @@ mod tests {
         assert_eq!(ok.remote.as_deref(), Some("prgs"));
         assert!(RetirementAudit::new(None, None, None, None, None).unwrap().is_empty());
         let bad =
-            |remote, host, org, repo| RetirementAudit::new(remote, host, org, repo, None).unwrap_err().0;
+            |remote, host, org, repo| RetirementAudit::new(remote, host, org, repo, None).unwrap_err().field;
         assert_eq!(bad(some("Upper"), None, None, None), "remote");
         assert_eq!(bad(None, some("a..b"), None, None), "host");
         assert_eq!(bad(None, some("host:0"), None, None), "host");
@@ -521,9 +543,8 @@ mod tests {
         assert_eq!(bad(None, None, None, some(&"r".repeat(101))), "repo");
         let known = ["dadeschools".to_owned(), "prgs".to_owned()];
         assert!(RetirementAudit::new(some("prgs"), None, None, None, Some(&known)).is_ok());
-        let (field, message) =
-            RetirementAudit::new(some("other"), None, None, None, Some(&known)).unwrap_err();
-        assert_eq!(field, "remote");
-        assert!(message.contains("dadeschools, prgs"), "{message}");
+        let refused = RetirementAudit::new(some("other"), None, None, None, Some(&known)).unwrap_err();
+        assert_eq!(refused.field, "remote");
+        assert!(refused.message.contains("dadeschools, prgs"), "{refused}");
     }
 }

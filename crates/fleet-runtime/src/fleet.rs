@@ -466,7 +466,7 @@ pub fn retirement_audit(
     host: Option<String>,
     org: Option<String>,
     repo: Option<String>,
-) -> Result<fleet_registry::RetirementAudit, (&'static str, String)> {
+) -> Result<fleet_registry::RetirementAudit, fleet_registry::AuditFieldError> {
     let known: Option<Vec<String>> = std::env::var(crate::vars::REMOTES)
         .ok()
         .filter(|v| !v.trim().is_empty())

@@ -74,7 +74,7 @@ impl AuditArgs {
     /// The audit context, checked; a bad value is `invalid_arguments` naming its field.
     pub(super) fn checked(self) -> Result<fleet_registry::RetirementAudit, CallToolResult> {
         fleet_runtime::retirement_audit(self.remote, self.host, self.org, self.repo)
-            .map_err(|(field, message)| invalid(field, message))
+            .map_err(|e| invalid(e.field, e.message))
     }
 }
 
