@@ -12,7 +12,11 @@ bin="${FLEET_BIN_DIR:-$root/target/debug}"
 work="$(mktemp -d)"
 running=""
 cleanup() {
-    [ -n "$running" ] && kill "$running" 2>/dev/null || true
+    # The running worker releases its row as it stops: the registry goes after it.
+    if [ -n "$running" ]; then
+        kill "$running" 2>/dev/null || true
+        wait "$running" 2>/dev/null || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
