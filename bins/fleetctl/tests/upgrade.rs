@@ -67,5 +67,16 @@ fn every_binary_names_the_schema_versions_it_writes() {
         let line = String::from_utf8_lossy(&out.stdout);
         assert!(line.contains(env!("CARGO_PKG_VERSION")), "{line}");
         assert!(line.contains(&format!("SQLite {written}")), "{bin:?} says {line}");
+        // Built from a git checkout (CI's clean clone), it names the commit.
+        let head = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        if let Some(head) = head {
+            assert!(line.contains(&format!("git {head}")), "{bin:?} says {line}, HEAD is {head}");
+        }
     }
 }

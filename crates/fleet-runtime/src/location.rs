@@ -163,8 +163,9 @@ impl RegistryLocation {
     }
 }
 
-/// What `--version` prints after a binary's name: the build's version and the registry
-/// schema versions it writes (and reads: UPGRADING.md).
+/// What `--version` prints after a binary's name: the build's version, the git revision
+/// it was built from (`unknown` outside a checkout) and the registry schema versions it
+/// writes (and reads: UPGRADING.md).
 pub fn version_line() -> &'static str {
     static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     LINE.get_or_init(|| {
@@ -173,8 +174,9 @@ pub fn version_line() -> &'static str {
         #[cfg(not(feature = "postgres"))]
         let postgres = String::new();
         format!(
-            "{} (registry schema: SQLite {}{postgres})",
+            "{} (git {}; registry schema: SQLite {}{postgres})",
             env!("CARGO_PKG_VERSION"),
+            env!("FLEET_GIT_REVISION"),
             registry_sqlite::SCHEMA_VERSION
         )
     })
