@@ -207,7 +207,14 @@ impl RegistryChanges {
                 if let Some(instances) = instances {
                     dump.instances = instances;
                 }
+                // Only a row that is not active can take a launch out of the live fleet
+                // (or be history of a launch that is not in it): heartbeats and new
+                // registrations, nearly every read, merge without a pass over every row.
+                let may_leave = workers.iter().any(|r| r.status != WorkerStatus::Active);
                 let origins = merge(&mut dump.worker_registrations, workers);
+                if !may_leave {
+                    return (origins, Vec::new());
+                }
                 let scope = LiveScope::of(&dump.worker_registrations);
                 let held: Vec<bool> = dump.worker_registrations.iter().map(|r| scope.holds(r)).collect();
                 let records: Vec<bool> = dump.instances.iter().map(|i| scope.holds_record(i)).collect();
