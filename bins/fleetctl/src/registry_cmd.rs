@@ -56,7 +56,7 @@ pub(crate) enum RegistryCmd {
         audit_before: Option<String>,
         /// Where what is pruned is written first, readable by its owner alone: a new file,
         /// or a directory in which one named for the moment is made
-        /// (`pruned-20261207T171755Z.json`). A registry export `registry import` reads.
+        /// (`pruned-20261207T171755123Z.json`). A registry export `registry import` reads.
         #[arg(long, required_unless_present = "dry_run")]
         export: Option<PathBuf>,
         /// Say what would be pruned, and change nothing.
@@ -310,11 +310,9 @@ fn export_file(path: &std::path::Path) -> Result<PathBuf, Failure> {
         }
         return Ok(path.to_owned());
     }
-    let stamp = now().to_string();
-    let compact: String = stamp.chars().filter(char::is_ascii_alphanumeric).collect();
-    // 20261207T171755123Z: the date, the time to the millisecond, the zone.
-    let name = format!("pruned-{}Z.json", compact.trim_end_matches('Z'));
-    Ok(path.join(name))
+    // 20261207T171755123Z: the date, the time to the millisecond, UTC.
+    let stamp: String = now().to_string().chars().filter(char::is_ascii_alphanumeric).collect();
+    Ok(path.join(format!("pruned-{stamp}.json")))
 }
 
 /// Whether any audit entry was written before `audit.0`, up to position `audit.1`.

@@ -71,9 +71,17 @@ impl Export {
         probes: &std::collections::BTreeMap<fleet_identity::WorkerIdentity, ProcessVerdict>,
         ctx: &RetirementContext,
     ) -> Plan {
-        let live = self.dump.clone().live();
-        let rows = as_swept(&live.worker_registrations, ctx.now);
-        let ledger = live.instances.iter().map(|i| i.client_instance_id.clone()).collect();
+        let scope = fleet_model::LiveScope::of(&self.dump.worker_registrations);
+        let live: Vec<WorkerRow> =
+            self.dump.worker_registrations.iter().filter(|r| scope.holds(r)).cloned().collect();
+        let rows = as_swept(&live, ctx.now);
+        let ledger = self
+            .dump
+            .instances
+            .iter()
+            .filter(|i| scope.holds_record(i))
+            .map(|i| i.client_instance_id.clone())
+            .collect();
         let owners = self.workflow_owners(ctx.now);
         // What the rows' own boots prove; an export carries no host fences.
         let hosts = HostEvidence::new(&rows, &[]);
