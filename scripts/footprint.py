@@ -19,21 +19,15 @@ database, its WAL and shared memory each). Not part of CI.
   scripts/footprint.py empty.sqlite3 f1000.sqlite3 f100000.sqlite3 h100000.sqlite3
 """
 import argparse
-import json
 import os
-import socket
 import subprocess
 import time
 
+from fleet_processes import Mcp, free_port, get, memory, wait_for_port
+
 
 def footprint(pid, registry):
-    rss = pss_anon = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Pss_Anon:"):
-                pss_anon = int(line.split()[1])
+    rss, private = memory(pid)
     threads = len(os.listdir(f"/proc/{pid}/task"))
     registry = os.path.realpath(registry)
     fds = 0
@@ -43,20 +37,7 @@ def footprint(pid, registry):
                 fds += 1
         except OSError:
             pass
-    return pss_anon / 1024, rss / 1024, threads, fds
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(port, path):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-        while s.recv(1 << 16):
-            pass
+    return private, rss, threads, fds
 
 
 def worker(bindir, env, registry):
@@ -70,24 +51,11 @@ def worker(bindir, env, registry):
 
 
 def mcp(bindir, env, registry, calls):
-    proc = subprocess.Popen([f"{bindir}/fleet-mcp", "--namespace", "controller"], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-
-    def call(message):
-        proc.stdin.write((json.dumps(message) + "\n").encode())
-        proc.stdin.flush()
-        if "id" in message:
-            proc.stdout.readline()
-
-    call({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "footprint", "version": "0"}}})
-    call({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    for i in range(calls):
-        call({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
-              "params": {"name": "gitea_snapshot_instance_fleet", "arguments": {}}})
-    figures = footprint(proc.pid, registry)
-    proc.stdin.close()
-    proc.wait()
+    server = Mcp(bindir, env)
+    for _ in range(calls):
+        server.call("gitea_snapshot_instance_fleet", {})
+    figures = footprint(server.pid, registry)
+    server.close()
     return figures
 
 
@@ -95,12 +63,8 @@ def serve(bindir, env, registry):
     port = free_port()
     proc = subprocess.Popen([f"{bindir}/fleetctl", "serve", "--listen", f"127.0.0.1:{port}"], env=env,
                             stderr=subprocess.DEVNULL)
-    while True:
-        try:
-            get(port, "/metrics")
-            break
-        except OSError:
-            time.sleep(0.1)
+    wait_for_port(port)
+    get(port, "/metrics")
     get(port, "/")
     figures = footprint(proc.pid, registry)
     proc.terminate()

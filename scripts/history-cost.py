@@ -23,11 +23,12 @@ fleet_history_full. Not part of CI.
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
+
+from fleet_processes import Mcp, free_port, get, wait_for_port
 
 
 def split(export, launches):
@@ -55,71 +56,19 @@ def split(export, launches):
     return small, export
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(port, path):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-        while s.recv(1 << 16):
-            pass
-
-
 def timed(command, env):
     start = time.perf_counter()
     subprocess.run(command, env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
-class Mcp:
-    """One `fleet-mcp --namespace controller` of a freshly minted launch."""
-
-    def __init__(self, bindir, env):
-        self.proc = subprocess.Popen([f"{bindir}/fleet-mcp", "--namespace", "controller"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.next = 0
-        self.send({"method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "history-cost", "version": "0"}}})
-        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        self.proc.stdin.flush()
-
-    def send(self, message):
-        self.next += 1
-        message = dict(message, jsonrpc="2.0", id=self.next)
-        start = time.perf_counter()
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
-        self.proc.stdout.readline()
-        return time.perf_counter() - start
-
-    def call(self, tool, arguments):
-        return self.send({"method": "tools/call", "params": {"name": tool, "arguments": arguments}})
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def serve_first(bindir, env):
     port = free_port()
     proc = subprocess.Popen([f"{bindir}/fleetctl", "serve", "--listen", f"127.0.0.1:{port}"], env=env,
                             stderr=subprocess.DEVNULL)
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    start = time.perf_counter()
-    get(port, "/metrics")
-    metrics = time.perf_counter() - start
-    start = time.perf_counter()
-    get(port, "/")
-    page = time.perf_counter() - start
+    wait_for_port(port)
+    metrics, _, _ = get(port, "/metrics")
+    page, _, _ = get(port, "/")
     proc.terminate()
     proc.wait()
     return metrics, page

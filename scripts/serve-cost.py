@@ -23,39 +23,13 @@ import subprocess
 import threading
 import time
 
-
-def get(port, path):
-    start = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
-        data = b""
-        while chunk := s.recv(1 << 16):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return time.perf_counter() - start, head, body
+from fleet_processes import free_port, get, memory
 
 
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def memory(pid):
-    rss = pss_anon = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Pss_Anon:"):
-                pss_anon = int(line.split()[1])
-    return rss / 1024, pss_anon / 1024
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():

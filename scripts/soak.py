@@ -31,6 +31,8 @@ import tempfile
 import threading
 import time
 
+from fleet_processes import Mcp, free_port, get, memory, wait_for_port
+
 NAMESPACES = ["author", "reviewer", "merger", "controller", "reconciler"]
 
 
@@ -44,11 +46,7 @@ def launch_process():
 
 def sample(pid):
     """(private MB, descriptors, threads, sockets) of `pid`."""
-    private = 0
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss_Anon:"):
-                private = int(line.split()[1]) / 1024
+    _, private = memory(pid)
     fds = sockets = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         fds += 1
@@ -135,17 +133,10 @@ class Soak:
         self.ctl("lease", "release", "--key", "workflow:soak", "--owner", owner, "--lease-id", lease["lease_id"],
                  "--epoch", str(self.epoch), check=False)
 
-    def mcp_caller(self, proc):
-        n = 0
+    def mcp_caller(self, server):
         while not self.stopping.is_set():
-            n += 1
-            message = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-                       "params": {"name": "gitea_snapshot_instance_fleet", "arguments": {}}}
-            began = time.perf_counter()
-            proc.stdin.write((json.dumps(message) + "\n").encode())
-            proc.stdin.flush()
-            proc.stdout.readline()
-            self.record("fleet-mcp snapshot call ms", (time.perf_counter() - began) * 1000)
+            took = server.call("gitea_snapshot_instance_fleet", {})
+            self.record("fleet-mcp snapshot call ms", took * 1000)
             self.stopping.wait(0.5)
 
     def events(self, port):
@@ -160,12 +151,8 @@ class Soak:
                     pass
 
     def scrape(self, port):
-        began = time.perf_counter()
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            while s.recv(1 << 16):
-                pass
-        self.record("serve /metrics ms", (time.perf_counter() - began) * 1000)
+        took, _, _ = get(port, "/metrics")
+        self.record("serve /metrics ms", took * 1000)
 
 
 def tenth_medians(points, duration):
@@ -190,25 +177,11 @@ def main():
         for _ in range(args.launches):
             soak.new_launch()
         env = dict(soak.env, GITEA_MCP_CLIENT="codex", GITEA_MCP_CLIENT_INSTANCE=soak.mint())
-        mcp = subprocess.Popen([f"{args.bin}/fleet-mcp", "--namespace", "controller"], cwd=soak.dir, env=env,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        mcp.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "soak", "version": "0"}}}).encode() + b"\n")
-        mcp.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        mcp.stdin.flush()
-        mcp.stdout.readline()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        mcp = Mcp(args.bin, env, cwd=soak.dir)
+        port = free_port()
         serve = subprocess.Popen([f"{args.bin}/fleetctl", "serve", "--listen", f"127.0.0.1:{port}"],
                                  cwd=soak.dir, env=soak.env, stderr=subprocess.DEVNULL)
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_for_port(port)
         threads = [threading.Thread(target=soak.mcp_caller, args=(mcp,), daemon=True)]
         threads += [threading.Thread(target=soak.events, args=(port,), daemon=True) for _ in range(2)]
         for t in threads:
@@ -242,7 +215,7 @@ def main():
         finally:
             soak.stopping.set()
             serve.terminate()
-            mcp.stdin.close()
+            mcp.close()
             for _, workers in soak.launches:
                 for worker in workers:
                     worker.terminate()
@@ -250,7 +223,6 @@ def main():
                 for worker in workers:
                     worker.wait()
             serve.wait()
-            mcp.wait()
         backend = "PostgreSQL" if args.registry else "SQLite"
         print(f"{backend}, {args.duration:.0f} s: {args.launches} live launches, {churns} crashed and "
               f"replaced, {retired} rows retired; medians of the first and the last tenth")
