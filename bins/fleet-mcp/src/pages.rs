@@ -275,7 +275,7 @@ impl PlanPage {
         let candidates: Vec<_> = plan.candidates.iter().skip(from).take(count).collect();
         let identities: Vec<_> = plan.candidate_worker_identities.iter().skip(from).take(count).collect();
         let next_candidate = from + candidates.len();
-        let mut body = json!({
+        let body = json!({
             "outcome": plan.outcome,
             "registry_fingerprint": plan.registry_fingerprint,
             "candidate_fingerprint": plan.candidate_fingerprint,
@@ -305,41 +305,100 @@ impl PlanPage {
                          To retire every candidate, pass the two fingerprints to apply without worker_identities",
             },
         });
-        if let (Some(after), Value::Object(map)) = (plan.next_eligible_after, &mut body) {
-            map.insert("next_eligible_after".into(), serde_json::to_value(after)?);
+        // `next_eligible_after` only when some preserved row becomes eligible later.
+        #[derive(serde::Serialize)]
+        struct Body {
+            #[serde(flatten)]
+            body: Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            next_eligible_after: Option<fleet_identity::Timestamp>,
         }
-        Ok(body)
+        serde_json::to_value(Body { body, next_eligible_after: plan.next_eligible_after })
     }
 }
 
 /// An apply report sized for an agent: every count, and the first [`MAX_LIMIT`] retired
 /// and preserved identities (an apply of every candidate may retire tens of thousands);
-/// `page` says how many each list holds in all.
-pub(crate) fn apply_body(report: &fleet_registry::ApplyReport) -> Value {
-    let mut value = serde_json::to_value(report).unwrap_or_default();
-    let shown = usize::try_from(MAX_LIMIT).unwrap_or(usize::MAX);
-    if let Value::Object(map) = &mut value {
-        for list in ["retired", "preserved"] {
-            if let Some(Value::Array(items)) = map.get_mut(list) {
-                items.truncate(shown);
-            }
-        }
-        let mut reasons: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+/// `page` says how many each list holds in all. An apply that wrote carries the fleet
+/// after it (`post_apply`); a refusal carries no `success` flag, since it is not a
+/// success of any kind.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct ApplyAnswer<'a> {
+    outcome: fleet_registry::ApplyOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    success: Option<bool>,
+    retired: &'a [fleet_identity::WorkerIdentity],
+    preserved: &'a [fleet_registry::Preserved],
+    retired_count: usize,
+    mutation_performed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    plan_registry_fingerprint: &'a fleet_retirement::RegistryFingerprint,
+    registry_fingerprint: Option<&'a fleet_retirement::RegistryFingerprint>,
+    #[serde(skip_serializing_if = "fleet_registry::RetirementAudit::is_empty")]
+    audit_context: &'a fleet_registry::RetirementAudit,
+    registry_moved: Option<bool>,
+    page: ApplyPage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    post_apply: Option<&'a fleet_runtime::AfterApply>,
+}
+
+/// How much of an apply's lists an [`ApplyAnswer`] shows.
+#[derive(Debug, serde::Serialize)]
+struct ApplyPage {
+    retired_total: usize,
+    retired_returned: usize,
+    preserved_total: usize,
+    preserved_returned: usize,
+    preserved_reason_counts: std::collections::BTreeMap<String, usize>,
+}
+
+impl<'a> ApplyAnswer<'a> {
+    /// The answer to an apply that wrote (or found its rows already retired): the
+    /// report and the fleet after it.
+    pub(crate) fn applied(applied: &'a fleet_runtime::Applied) -> Self {
+        Self { post_apply: Some(&applied.after), ..Self::refused(&applied.report) }
+            .with_success(applied.report.success)
+    }
+
+    /// The detail of an apply the registry refused: the report without its flag.
+    pub(crate) fn refused(report: &'a fleet_registry::ApplyReport) -> Self {
+        let shown = usize::try_from(MAX_LIMIT).unwrap_or(usize::MAX);
+        let mut reasons = std::collections::BTreeMap::new();
         for p in &report.preserved {
             *reasons.entry(p.reason_code.to_string()).or_default() += 1;
         }
-        map.insert(
-            "page".into(),
-            json!({
-                "retired_total": report.retired.len(),
-                "retired_returned": report.retired.len().min(shown),
-                "preserved_total": report.preserved.len(),
-                "preserved_returned": report.preserved.len().min(shown),
-                "preserved_reason_counts": reasons,
-            }),
-        );
+        Self {
+            outcome: report.outcome,
+            success: None,
+            retired: &report.retired[..report.retired.len().min(shown)],
+            preserved: &report.preserved[..report.preserved.len().min(shown)],
+            retired_count: report.retired_count,
+            mutation_performed: report.mutation_performed,
+            error: report.error.as_deref(),
+            plan_registry_fingerprint: &report.plan_registry_fingerprint,
+            registry_fingerprint: report.registry_fingerprint.as_ref(),
+            audit_context: &report.audit_context,
+            registry_moved: report.registry_moved,
+            page: ApplyPage {
+                retired_total: report.retired.len(),
+                retired_returned: report.retired.len().min(shown),
+                preserved_total: report.preserved.len(),
+                preserved_returned: report.preserved.len().min(shown),
+                preserved_reason_counts: reasons,
+            },
+            post_apply: None,
+        }
     }
-    value
+
+    fn with_success(self, success: bool) -> Self {
+        Self { success: Some(success), ..self }
+    }
+
+    /// The answer as JSON.
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

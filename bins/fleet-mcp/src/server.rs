@@ -5,13 +5,13 @@
 use std::sync::{Arc, Mutex};
 
 use fleet_identity::{Namespace, WorkerIdentity, assess_instance_id};
-use fleet_lease::{FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind};
-use fleet_registry::{ApplyOutcome, ApplyRequest, AuditContext, RegistryMatch, StoreError, WorkerRow};
+use fleet_lease::{DenyAll, FencingEpoch, Holder, LeaseId, LeaseKey};
+use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch, StoreError, WorkerRow};
 use fleet_retirement::{CandidateFingerprint, RegistryFingerprint};
 
 use fleet_runtime::{
-    Fleet, InstanceEnv, JsonSnapshot, McpTool, RegistryLocation, Taken, WorkerApplyRefused, now,
-    retirement_context,
+    Fleet, InstanceEnv, JsonSnapshot, LeaseChange, LeaseError, McpTool, RegistryLocation, Taken,
+    WorkerApplyRefused, now, retirement_context,
 };
 use fleet_snapshot::{FleetSnapshot, LiveHeartbeats, Manifest, Policy, compare_heartbeats, mutation_gate};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -37,7 +37,7 @@ use params::*;
 use summaries::*;
 
 use crate::codes::{Refusal, RefusalCode};
-use crate::pages::{Detail, PlanPage, PlanPaging, SnapshotPage};
+use crate::pages::{ApplyAnswer, Detail, PlanPage, PlanPaging, SnapshotPage};
 use crate::profiles::{Profiles, READ, RETIRE, WORKFLOW_LEASE};
 use crate::schemas;
 use crate::stdio::Bodies;
@@ -349,22 +349,11 @@ impl FleetServer {
                     refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
                 }
             })?;
-        let report = &applied.report;
-        let mut value = crate::pages::apply_body(report);
-        match report.outcome {
+        match applied.report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => {
-                // The fleet after the apply, as `fleetctl retire apply` reports it.
-                value["post_apply"] = serde_json::to_value(&applied.after).unwrap_or_default();
-                Ok(value)
+                Ok(ApplyAnswer::applied(&applied).to_value())
             }
-            other => {
-                // A refusal is not a success of any kind: the detail carries what the
-                // registry said, without the flag.
-                if let Value::Object(map) = &mut value {
-                    map.remove("success");
-                }
-                Err(refusal(other, value))
-            }
+            other => Err(refusal(other, ApplyAnswer::refused(&applied.report).to_value())),
         }
     }
 
@@ -383,11 +372,12 @@ impl FleetServer {
         })
     }
 
-    fn lease_result(result: Result<fleet_registry::LeaseResult, StoreError>) -> Outcome {
+    fn lease_result(result: Result<fleet_registry::LeaseResult, LeaseError>) -> Outcome {
         match result {
             Ok(Ok(lease)) => Ok(json!({ "outcome": "ok", "lease": lease })),
             Ok(Err(denial)) => Err(refuse(denial, denial)),
-            Err(e) => Err(refuse(Refusal::RegistryUnavailable, e)),
+            Err(LeaseError::Store(e)) => Err(refuse(Refusal::RegistryUnavailable, e)),
+            Err(e) => Err(invalid("workflow", e)),
         }
     }
 
@@ -438,7 +428,7 @@ impl FleetServer {
         // (its every write is then refused).
         let host = fleet_runtime::process::current_host();
         let fence = host.as_ref().and_then(|(h, b)| {
-            let fences = fleet.with_registry(|r| r.host_fences()).ok()?;
+            let fences = fleet.host_fences().ok()?;
             fences.into_iter().find(|f| f.stands_against(h, b))
         });
         drop(fleet);
@@ -621,9 +611,8 @@ impl FleetServer {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let owner = self.me()?.worker_identity.to_string();
             let (key, ttl) = (Self::lease_key(&p.workflow)?, ttl(p.ttl_s)?);
-            Self::lease_result(self.fleet().with_registry(|registry| {
-                registry.acquire_lease(&key, LeaseKind::Workflow, &owner, ttl, &[], &AuditContext::default())
-            }))
+            let change = LeaseChange::Acquire { owner: &owner, ttl, scopes: &[] };
+            Self::lease_result(self.fleet().change_lease(&key, change, &DenyAll, None))
         }))
     }
 
@@ -641,11 +630,8 @@ impl FleetServer {
         finish(self.blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder, ttl) = (Self::lease_key(&p.workflow)?, self.holder(&p)?, ttl(p.ttl_s)?);
-            Self::lease_result(
-                self.fleet().with_registry(|registry| {
-                    registry.renew_lease(&key, &holder, ttl, &AuditContext::default())
-                }),
-            )
+            let change = LeaseChange::Renew { holder: &holder, ttl: Some(ttl) };
+            Self::lease_result(self.fleet().change_lease(&key, change, &DenyAll, None))
         }))
     }
 
@@ -663,11 +649,8 @@ impl FleetServer {
         finish(self.blocking(|| {
             self.authorize(WORKFLOW_LEASE, Reach::OwnWorker)?;
             let (key, holder) = (Self::lease_key(&p.workflow)?, self.holder(&p)?);
-            Self::lease_result(
-                self.fleet().with_registry(|registry| {
-                    registry.release_lease(&key, &holder, &AuditContext::default())
-                }),
-            )
+            let change = LeaseChange::Release { holder: &holder };
+            Self::lease_result(self.fleet().change_lease(&key, change, &DenyAll, None))
         }))
     }
 }

@@ -1,25 +1,17 @@
 //! `fleetctl connector run`: a connector binding held and exercised the way the gateway
-//! demands. It holds the binding's lease and renews it, issues an execution grant on the
-//! stored lease and validates it against the store before the command runs and on every
-//! renewal, hands the command only the execution context, and stops the command the
-//! moment the lease is lost (a takeover, an expiry, a policy change).
+//! demands ([`fleet_runtime::run_connector`]): the arguments checked, one call, its end
+//! as an exit code.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
-use std::time::{Duration as StdDuration, Instant};
 
 use fleet_cli::Failure;
-use fleet_lease::{
-    ConnectorIdentity, ConnectorPolicy, FencingEpoch, GrantIssuer, GrantLimits, Holder, HolderProcess,
-    LeaseDenial, LeaseRecord, normalize_scopes,
-};
-use fleet_registry::{AuditContext, ConnectorExecutionContext, ConnectorRequest, OpenMode};
-use fleet_runtime::{RegistryLocation, open_registry};
+use fleet_lease::normalize_scopes;
+use fleet_runtime::{ConnectorEnd, ConnectorError, ConnectorRun, RegistryLocation};
 use time::Duration;
 
-use crate::lease_cmd::{load_policy, parse_key};
+use crate::lease_cmd::parse_key;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct RunArgs {
@@ -49,321 +41,37 @@ pub(crate) enum ConnectorCmd {
     Run(RunArgs),
 }
 
-/// Everything one binding needs from the store on every tick.
-struct Binding<'a> {
-    registry: fleet_registry::Registry<fleet_runtime::AnyStore>,
-    identity: ConnectorIdentity,
-    connector: &'a str,
-    scopes: Vec<String>,
-    ttl: Duration,
-    policy: Box<dyn ConnectorPolicy>,
-    issuer: GrantIssuer,
-    audit: AuditContext,
-    /// This process, recorded as the tenure's holder.
-    process: HolderProcess,
-}
-
-impl Binding<'_> {
-    fn lease(&mut self, request: ConnectorRequest<'_>) -> Result<Result<LeaseRecord, LeaseDenial>, Failure> {
-        let limits = self.issuer.limits();
-        Ok(self.registry.connector_lease(
-            &self.identity,
-            request,
-            limits,
-            self.policy.as_ref(),
-            &self.audit,
-        )?)
-    }
-
-    /// Acquires the binding, taking over a lapsed or released lease at its epoch. A live
-    /// lease this connector itself holds — left by a run of it on this host that ended
-    /// without releasing (a SIGKILL, a crash; the host lock proves it gone) — is resumed:
-    /// renewed at the same epoch, as seed 002's reconnect keeps the binding. The earlier
-    /// run's command tree ended with it. One held by a run of it on another host is
-    /// refused, naming that run, until it lapses: nothing here can prove that run gone.
-    fn hold(&mut self) -> Result<LeaseRecord, Failure> {
-        let (connector, ttl, scopes) = (self.connector, self.ttl, self.scopes.clone());
-        let process = self.process.clone();
-        let acquire = ConnectorRequest::Acquire { connector, scopes: &scopes, ttl, process: Some(&process) };
-        match self.lease(acquire)? {
-            Ok(lease) => Ok(lease),
-            Err(LeaseDenial::LeaseHeld) => {
-                let (current, _) = self.registry.lease(&self.identity.lease_key())?;
-                let Some(mine) = current.filter(|c| c.owner == connector) else {
-                    return Err(refused(&self.identity, LeaseDenial::LeaseHeld));
-                };
-                // The run that holds this tenure may live here still, whatever lock this
-                // run could take: it is never resumed beside it.
-                if let Some(live) =
-                    mine.holder_process.as_ref().filter(|p| fleet_runtime::process::holder_alive_here(p))
-                {
-                    return Err(Failure::refused(format!(
-                        "cannot hold {}: {connector} already holds it in a live run on this host ({live})",
-                        self.identity.lease_key()
-                    )));
-                }
-                let resume = ConnectorRequest::Resume { holder: &mine.holder(), ttl, process: &process };
-                match self.lease(resume)? {
-                    Ok(lease) => Ok(lease),
-                    Err(LeaseDenial::LeaseHeld) => Err(self.held_elsewhere()?),
-                    Err(d) => Err(refused(&self.identity, d)),
-                }
-            }
-            Err(LeaseDenial::TakeoverRequired) => {
-                let (current, _) = self.registry.lease(&self.identity.lease_key())?;
-                let expected_epoch = current.map_or(FencingEpoch::FIRST, |c| c.fencing_epoch);
-                let request = ConnectorRequest::TakeOver {
-                    expected_epoch,
-                    connector,
-                    scopes: &scopes,
-                    ttl,
-                    process: Some(&process),
-                };
-                self.lease(request)?.map_err(|d| refused(&self.identity, d))
-            }
-            Err(d) => Err(refused(&self.identity, d)),
-        }
-    }
-
-    /// The refusal of a tenure that a run of this connector on another host holds.
-    fn held_elsewhere(&mut self) -> Result<Failure, Failure> {
-        let key = self.identity.lease_key();
-        let (current, _) = self.registry.lease(&key)?;
-        Ok(match current {
-            Some(LeaseRecord { owner, expires_at, holder_process: Some(process), .. }) => {
-                Failure::refused(format!(
-                    "cannot hold {key}: {owner} already holds it in a live run on another host ({process}); it lapses \
-                 at {expires_at} unless that run renews it"
-                ))
-            }
-            _ => refused(&self.identity, LeaseDenial::LeaseHeld),
-        })
-    }
-
-    /// Issues a grant on the stored lease and validates it against the store: the
-    /// context the command may act under, or why it may not.
-    fn authorize(&mut self) -> Result<ConnectorExecutionContext, Failure> {
-        let grant_ttl = self.ttl.min(self.issuer.limits().max_grant_ttl());
-        let grant = self
-            .registry
-            .issue_grant(
-                &self.issuer,
-                &self.identity,
-                self.connector,
-                &self.scopes,
-                grant_ttl,
-                self.policy.as_ref(),
-                &self.audit,
-            )?
-            .map_err(|d| Failure::refused(format!("no grant for {}: {d}", self.identity.lease_key())))?;
-        self.registry
-            .validate_grant(&self.issuer, &grant, &self.identity, &self.scopes, &self.audit)?
-            .map_err(|d| {
-                Failure::refused(format!(
-                    "the grant for {} is no longer valid: {d}",
-                    self.identity.lease_key()
-                ))
-            })
-    }
-}
-
-fn refused(identity: &ConnectorIdentity, denial: LeaseDenial) -> Failure {
-    Failure::refused(format!("cannot hold {}: {denial}", identity.lease_key()))
-}
-
-/// Writes the context where the command reads it, replacing the file in one step.
-fn publish(context: &ConnectorExecutionContext, path: &Path) -> Result<(), Failure> {
-    let text = serde_json::to_string_pretty(context).unwrap_or_default();
-    fleet_runtime::user_file::replace(path, text.as_bytes())
-        .map_err(|e| Failure::store(format!("cannot write the execution context {}: {e}", path.display())))
-}
-
 pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<ExitCode, Failure> {
     let ConnectorCmd::Run(args) = cmd;
     let (_, _, identity) = parse_key(&args.key)?;
     let identity = identity.ok_or_else(|| {
         Failure::usage(format!("{:?} is not a connector:TENANT/AGENT/BINDING key", args.key))
     })?;
-    let limits = GrantLimits::default();
-    let max = limits.max_lease_ttl().whole_seconds();
+    let max = fleet_runtime::max_connector_ttl().whole_seconds();
     let ttl = i64::try_from(args.ttl).ok().filter(|t| (1..=max).contains(t)).ok_or_else(|| {
         Failure::usage(format!("--ttl {} is outside 1..={max} seconds (the connector lease cap)", args.ttl))
     })?;
     let scopes = normalize_scopes(&args.scopes).map_err(Failure::usage)?;
-    let policy = load_policy(Some(&args.policy))?;
     let (program, rest) = args.command.split_first().ok_or_else(|| Failure::usage("no command"))?;
-    let audit = AuditContext {
-        correlation_id: None,
-        binding: Some(format!(
-            "{}/{}/{}",
-            identity.tenant_id, identity.logical_agent_id, identity.binding_id
-        )),
-    };
-    let mut binding = Binding {
-        registry: open_registry(location, OpenMode::CreateIfMissing)?,
+    let run = ConnectorRun {
         identity,
-        connector: &args.owner,
+        connector: args.owner,
         scopes,
         ttl: Duration::seconds(ttl),
-        policy,
-        issuer: GrantIssuer::new(fleet_runtime::random_key()?, limits),
-        audit,
-        process: fleet_runtime::process::holder_process()
-            .map_err(|e| Failure::store(format!("cannot tell which host this is: {e}")))?,
+        policy: args.policy,
+        program: program.clone(),
+        args: rest.to_vec(),
     };
-
-    // One live `connector run` per binding on this host: a second one started beside a
-    // live first is refused, never resumed into the same tenure.
-    let registry_id = binding.registry.registry_id()?;
-    let lease_key = binding.identity.lease_key().to_string();
-    let _host_lock = fleet_runtime::tenure::HostLock::take(&registry_id, &lease_key, &args.owner)
-        .map_err(Failure::refused)?;
-    let window = fleet_lease::ActWindow::for_ttl(binding.ttl.unsigned_abs());
-    let sent = fleet_runtime::process::boot_clock();
-    let mut lease = binding.hold()?;
-    let context = binding.authorize()?;
-    let mut act_until = sent.saturating_add(window.act);
-    // A former holder paused past its lease may still have its command's tree running
-    // here: nothing of it may run beside this tenure. Any tree of this same epoch is a
-    // leftover of a run that is gone (the host lock says no live one holds it).
-    let tenure = fleet_runtime::tenure::Tenure::new(&registry_id, &lease_key, context.fencing_epoch.get());
-    let left = tenure.end_former_trees(fleet_runtime::tenure::SameEpoch::Leftover);
-    if !matches!(left, Ok(0)) {
-        let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
-        return Err(Failure::refused(match left {
-            Err(superseded) => format!("cannot hold {lease_key}: {superseded}"),
-            Ok(left) => format!(
-                "{left} processes of a former holder's command would not end; not running beside them"
-            ),
-        }));
+    match fleet_runtime::run_connector(location, &run) {
+        Ok(ConnectorEnd::Exited(status)) => {
+            Ok(ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
+        }
+        Ok(ConnectorEnd::Stopped(sig)) => Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255))),
+        Err(ConnectorError::Store(e)) => Err(e.into()),
+        Err(e @ ConnectorError::Refused(_)) => Err(Failure::refused(e.to_string())),
+        Err(e @ (ConnectorError::Policy(_) | ConnectorError::Command(_))) => {
+            Err(Failure::usage(e.to_string()))
+        }
+        Err(e) => Err(Failure::store(e.to_string())),
     }
-    let dir = fleet_runtime::user_file::private_dir("fleetctl-connector-")
-        .map_err(|e| Failure::store(format!("cannot create a private directory for the context: {e}")))?;
-    let context_file = dir.path().join("context.json");
-    publish(&context, &context_file)?;
-    let mut kept = fleet_runtime::keeper::LeasedCommand::new(program, rest, act_until, window.grace)
-        .map_err(|e| Failure::store(format!("cannot start the command's keeper: {e}")))?;
-    let command = kept.command();
-    // The command acts only through its context: it is not handed the registry, whose
-    // location may carry a database password.
-    command
-        .env_remove("FLEET_REGISTRY")
-        .env("FLEET_CONNECTOR_CONTEXT", &context_file)
-        .env("FLEET_CONNECTOR_TENANT", &context.tenant_id)
-        .env("FLEET_CONNECTOR_AGENT", &context.logical_agent_id)
-        .env("FLEET_CONNECTOR_BINDING", &context.binding_id)
-        .env("FLEET_CONNECTOR_ID", &context.connector)
-        .env("FLEET_CONNECTOR_LEASE_ID", context.lease_id.as_str())
-        .env("FLEET_CONNECTOR_FENCING_EPOCH", context.fencing_epoch.to_string())
-        .env("FLEET_CONNECTOR_SCOPES", context.scopes.join(" "));
-    tenure.mark(command);
-    // A stop asked of this process (SIGTERM, SIGINT, SIGHUP) ends the command's tree
-    // gracefully and releases the lease; watched from before the command starts.
-    let asked = fleet_runtime::keeper::watch_stop_signals(None)
-        .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
-    let lapsed = || {
-        Failure::refused(format!(
-            "the lease of {lease_key} lapsed: no renewal committed in time; the command was stopped"
-        ))
-    };
-    // Checked last before the command starts: a pause since the lease was taken may have
-    // let it lapse.
-    if fleet_runtime::process::boot_clock() >= act_until {
-        return Err(lapsed());
-    }
-    let (mut child, mut line) =
-        kept.spawn().map_err(|e| Failure::usage(format!("cannot run {}: {e}", program.to_string_lossy())))?;
-
-    let period = fleet_lease::renew_period(binding.ttl.unsigned_abs());
-    // The first renewal is due a period after the lease was secured, not after the
-    // command started: the grant's round trips between them come out of the same window.
-    let mut next =
-        Instant::now() + period.saturating_sub(fleet_runtime::process::boot_clock().saturating_sub(sent));
-    let outcome = loop {
-        match child.try_wait() {
-            // The keeper ended the command at the deadline: its authority lapsed.
-            Ok(Some(status))
-                if status.code() == Some(i32::from(fleet_runtime::keeper::LAPSED))
-                    && fleet_runtime::process::boot_clock() >= act_until =>
-            {
-                break Err(lapsed());
-            }
-            Ok(Some(status)) => break Ok(status),
-            Ok(None) => {}
-            Err(e) => break Err(Failure::store(format!("cannot wait for the command: {e}"))),
-        }
-        if asked.load(Ordering::SeqCst) != 0 {
-            match fleet_runtime::keeper::stop_kept(&mut child) {
-                Some(status) => break Ok(status),
-                None => break Err(Failure::store("cannot wait for the stopped command")),
-            }
-        }
-        if fleet_runtime::process::boot_clock() >= act_until {
-            fleet_runtime::keeper::stop_kept(&mut child);
-            break Err(lapsed());
-        }
-        if Instant::now() < next {
-            std::thread::sleep(StdDuration::from_millis(20));
-            continue;
-        }
-        next = Instant::now() + period;
-        // The policy is read again on every renewal: a grant withdrawn from the file stops
-        // the work at the next renewal, and an unreadable policy denies.
-        match load_policy(Some(&args.policy)) {
-            Ok(policy) => binding.policy = policy,
-            Err(e) => {
-                fleet_runtime::keeper::stop_kept(&mut child);
-                break Err(e);
-            }
-        }
-        let holder: Holder = lease.holder();
-        let sent = fleet_runtime::process::boot_clock();
-        // A renewal that cannot answer within the time the command has left is given up on.
-        binding.registry.set_call_deadline(Some(act_until.saturating_sub(sent)));
-        let renewed = match binding.lease(ConnectorRequest::Renew { holder: &holder, ttl: binding.ttl }) {
-            // The store could not be reached this once: try again soon, on a new
-            // connection. Until a renewal commits, the deadline already secured is what
-            // the command acts by.
-            Err(e) => {
-                fleet_cli::warn(format_args!("fleetctl: cannot renew {lease_key}, retrying: {e}"));
-                if let Ok(registry) = open_registry(location, OpenMode::MustExist) {
-                    binding.registry = registry;
-                }
-                next = Instant::now() + period / 4;
-                continue;
-            }
-            Ok(renewed) => renewed,
-        };
-        // A committed renewal extends the command's deadline at once, before the grant's
-        // round trips: the lease is the authority, and a grant refused below stops the
-        // command straight away.
-        if let Ok(l) = &renewed {
-            lease = l.clone();
-            act_until = act_until.max(sent.saturating_add(window.act));
-            line.extend(act_until);
-        }
-        let authorized = renewed.map_err(|d| refused(&binding.identity, d)).and_then(|_| binding.authorize());
-        match authorized {
-            Ok(context) => {
-                if let Err(e) = publish(&context, &context_file) {
-                    fleet_runtime::keeper::stop_kept(&mut child);
-                    break Err(e);
-                }
-            }
-            Err(e) => {
-                // The authority is gone: the command must not act on it a moment longer.
-                fleet_runtime::keeper::stop_kept(&mut child);
-                break Err(e);
-            }
-        }
-    };
-    drop(dir);
-    binding.registry.set_call_deadline(None);
-    let status = outcome?;
-    let _ = binding.lease(ConnectorRequest::Release { holder: &lease.holder() });
-    let sig = asked.load(Ordering::SeqCst);
-    if sig != 0 {
-        return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255)));
-    }
-    Ok(ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
 }

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use fleet_cli::Failure;
 use fleet_cli::{out, outln};
 use fleet_identity::{ClientType, Namespace, WorkerIdentity};
-use fleet_registry::OpenMode;
-use fleet_registry::{OwnershipState, Registry, WorkerRow, WorkerStatus};
-use fleet_runtime::{AnyStore, Launch, RegistryLocation, now, open_registry};
+use fleet_registry::{OwnershipState, WorkerRow, WorkerStatus};
+use fleet_runtime::{Fleet, Launch, RegistryLocation, now};
 
 use crate::worker_cmd::list_table;
 
@@ -38,8 +37,9 @@ fn step(n: u32, title: &str) -> Result<(), Failure> {
     outln!("\n== {n}. {title}")
 }
 
-fn registry(location: &RegistryLocation) -> Result<Registry<AnyStore>, Failure> {
-    Ok(open_registry(location, OpenMode::MustExist)?)
+/// Every worker row of the tour's registry.
+fn workers(location: &RegistryLocation) -> Result<Vec<WorkerRow>, Failure> {
+    Ok(Fleet::new(location.clone()).all_workers()?)
 }
 
 fn wait_until<T>(
@@ -100,7 +100,7 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
         launches.push(launch);
     }
     let rows = wait_until(Duration::from_secs(30), || {
-        let rows = registry(&tour.location)?.workers()?;
+        let rows = workers(&tour.location)?;
         Ok((rows.iter().filter(|r| r.status == WorkerStatus::Active).count() == 10).then_some(rows))
     })?;
     out!("{}", list_table(&rows, now()))?;
@@ -120,7 +120,7 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
 
     step(3, "The heartbeat lapses; the fleet itself marks the row stale")?;
     let marked = wait_until(Duration::from_secs(30), || {
-        let rows = registry(&tour.location)?.workers()?;
+        let rows = workers(&tour.location)?;
         let stale: Vec<WorkerIdentity> = rows
             .into_iter()
             .filter(|r| r.status == WorkerStatus::Active && r.ownership_state == Some(OwnershipState::Stale))
@@ -147,7 +147,7 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
         let _ = child.wait();
     }
     tour.workers.clear();
-    let rows = registry(&tour.location)?.workers()?;
+    let rows = workers(&tour.location)?;
     out!("{}", list_table(&rows, now()))?;
     let released = rows.iter().filter(|r| r.status == WorkerStatus::Released).count();
     outln!("{released} released, 1 retired: nothing was deleted, every row keeps its history.")?;
@@ -178,7 +178,7 @@ fn fleet_snapshot_text(location: &RegistryLocation) -> Result<String, Failure> {
 
 fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), Failure> {
     use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
-    let mut fleet = fleet_runtime::Fleet::new(location.clone());
+    let mut fleet = Fleet::new(location.clone());
     let plan = fleet.plan(&fleet_runtime::retirement_context(None)?)?;
     outln!("$ fleetctl retire plan")?;
     outln!(
@@ -216,26 +216,25 @@ fn retire(location: &RegistryLocation, stale: &[WorkerIdentity]) -> Result<(), F
 }
 
 fn lease_handover(location: &RegistryLocation, rows: &[WorkerRow], instance: &str) -> Result<(), Failure> {
-    use fleet_lease::{LeaseKey, LeaseKind};
+    use fleet_lease::{DenyAll, LeaseKey};
+    use fleet_runtime::LeaseChange;
     let key = LeaseKey::new("workflow:demo-deploy").map_err(|e| Failure::usage(e.to_string()))?;
-    let ctx = fleet_registry::AuditContext::default();
     let ttl = time::Duration::seconds(1);
     let holder_a = pick(rows, instance, Namespace::Merger)?.worker_identity.to_string();
     let holder_b = pick(rows, instance, Namespace::Controller)?.worker_identity.to_string();
-    let mut reg = registry(location)?;
-    let first = reg
-        .acquire_lease(&key, LeaseKind::Workflow, &holder_a, ttl, &[], &ctx)?
-        .map_err(|d| Failure::refused(d.to_string()))?;
+    let mut fleet = Fleet::new(location.clone());
+    let mut change =
+        |change| fleet.change_lease(&key, change, &DenyAll, None).map_err(|e| Failure::store(e.to_string()));
+    let acquire = |owner| LeaseChange::Acquire { owner, ttl, scopes: &[] };
+    let first = change(acquire(&holder_a))?.map_err(|d| Failure::refused(d.to_string()))?;
     outln!("{holder_a} acquires {key}: epoch {}", first.fencing_epoch)?;
-    let refused = reg.acquire_lease(&key, LeaseKind::Workflow, &holder_b, ttl, &[], &ctx)?;
+    let refused = change(acquire(&holder_b))?;
     outln!("{holder_b} tries too: {}", refused.err().map_or("acquired".into(), |d| d.as_str().to_owned()))?;
     outln!("{holder_a} pauses (a long GC, a stopped process) and stops renewing…")?;
     std::thread::sleep(Duration::from_millis(1200));
-    let second = reg
-        .acquire_lease(&key, LeaseKind::Workflow, &holder_b, ttl, &[], &ctx)?
-        .map_err(|d| Failure::refused(d.to_string()))?;
+    let second = change(acquire(&holder_b))?.map_err(|d| Failure::refused(d.to_string()))?;
     outln!("the lease lapsed; {holder_b} takes it over: epoch {}", second.fencing_epoch)?;
-    let stale = reg.renew_lease(&key, &first.holder(), ttl, &ctx)?;
+    let stale = change(LeaseChange::Renew { holder: &first.holder(), ttl: Some(ttl) })?;
     outln!(
         "{holder_a} wakes up and renews with epoch {}: {}",
         first.fencing_epoch,

@@ -9,12 +9,11 @@ use fleet_cli::Failure;
 use fleet_cli::{out, outln};
 use fleet_identity::Timestamp;
 use fleet_lease::{
-    ConnectorIdentity, ConnectorPolicy, DenyAll, FencingEpoch, GrantLimits, Holder, LeaseId, LeaseKey,
-    LeaseKind, LeaseRecord, LeaseState, StaticPolicy, normalize_scopes,
+    ConnectorIdentity, ConnectorPolicy, FencingEpoch, Holder, LeaseId, LeaseKey, LeaseKind, LeaseRecord,
+    LeaseState, normalize_scopes,
 };
-use fleet_registry::OpenMode;
-use fleet_registry::{AuditContext, AuditQuery, ConnectorRequest, LeaseResult, Registry};
-use fleet_runtime::{AnyStore, RegistryLocation, open_registry};
+use fleet_registry::{AuditQuery, LeaseResult};
+use fleet_runtime::{Fleet, LeaseChange, LeaseError, RegistryLocation};
 use time::Duration;
 
 use crate::output::{self, Format, OutputArgs};
@@ -144,34 +143,14 @@ pub(crate) enum LeaseCmd {
 }
 
 /// The connector policy: the file given, or deny everything.
-/// The largest policy file read.
-const MAX_POLICY_BYTES: u64 = 1 << 20;
-
 pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPolicy>, Failure> {
-    let Some(path) = path else { return Ok(Box::new(DenyAll)) };
-    // The policy grants connector scopes: it is trusted only as profiles are.
-    let text = fleet_runtime::user_file::read_trusted(path, MAX_POLICY_BYTES)
-        .map_err(|e| Failure::usage(format!("policy: {e}")))?;
-    let policy = StaticPolicy::from_json(&text)
-        .map_err(|e| Failure::usage(format!("policy {} is not valid: {e}", path.display())))?;
-    Ok(Box::new(policy))
+    fleet_runtime::connector_policy(path.map(PathBuf::as_path)).map_err(|e| Failure::usage(e.to_string()))
 }
 
 pub(crate) fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
     let key = LeaseKey::new(text).map_err(|e| Failure::usage(e.to_string()))?;
     let (kind, binding) = key.kind().map_err(Failure::usage)?;
     Ok((key, kind, binding))
-}
-
-/// A key a lease operation may change: `init:` leases belong to `fleetctl initialize`.
-fn parse_writable_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
-    let parsed = parse_key(text)?;
-    if parsed.1 == LeaseKind::Initialization {
-        return Err(Failure::usage(format!(
-            "{text:?} is an initialization lease: only `fleetctl initialize` takes and ends it (show and audit read it)"
-        )));
-    }
-    Ok(parsed)
 }
 
 /// Where a lease stands at `now`, as a person should read it: a held lease whose expiry
@@ -184,13 +163,17 @@ pub(crate) fn standing(lease: &LeaseRecord, now: Timestamp) -> &'static str {
     }
 }
 
+/// A lease as `lease show -o json|yaml` prints it: the record and its standing.
+#[derive(serde::Serialize)]
+struct LeaseShown<'a> {
+    #[serde(flatten)]
+    lease: &'a LeaseRecord,
+    status: &'static str,
+}
+
 /// A lease as JSON, with its standing at `now`.
 fn lease_json(lease: &LeaseRecord, now: Timestamp) -> serde_json::Value {
-    let mut value = serde_json::to_value(lease).unwrap_or_default();
-    if let serde_json::Value::Object(map) = &mut value {
-        map.insert("status".into(), standing(lease, now).into());
-    }
-    value
+    serde_json::to_value(LeaseShown { lease, status: standing(lease, now) }).unwrap_or_default()
 }
 
 /// Audit entries read and printed at a time: memory stays flat at any log size.
@@ -199,7 +182,7 @@ const AUDIT_PAGE: usize = 1000;
 /// Prints the entries `query` selects, a page at a time: the last `tail` of them when
 /// given, then, with `follow`, every new one as it is written.
 fn print_audit(
-    registry: &mut Registry<AnyStore>,
+    fleet: &mut Fleet,
     mut query: AuditQuery<'_>,
     tail: Option<usize>,
     follow: bool,
@@ -207,13 +190,13 @@ fn print_audit(
 ) -> Result<(), Failure> {
     let json = format == Some(Format::Json);
     if let Some(n) = tail {
-        let newest = |registry: &mut Registry<AnyStore>, query: AuditQuery<'_>, limit| {
-            registry.lease_audit_page(&AuditQuery { newest_first: true, after: i64::MAX, limit, ..query })
+        let newest = |fleet: &mut Fleet, query: AuditQuery<'_>, limit| {
+            fleet.lease_audit_page(&AuditQuery { newest_first: true, after: i64::MAX, limit, ..query })
         };
         let whole = AuditQuery { key: None, since: None, until: None, ..query };
         // The end of the log: where following starts when nothing is selected yet.
-        let end = newest(registry, whole, 1)?.first().map_or(0, |e| e.id);
-        let last = if n == 0 { Vec::new() } else { newest(registry, query, n)? };
+        let end = newest(fleet, whole, 1)?.first().map_or(0, |e| e.id);
+        let last = if n == 0 { Vec::new() } else { newest(fleet, query, n)? };
         query.after = last.last().map_or(end, |oldest| oldest.id - 1);
     }
     let lines = json && follow;
@@ -222,7 +205,7 @@ fn print_audit(
         out!("[")?;
     }
     loop {
-        let page = registry.lease_audit_page(&query)?;
+        let page = fleet.lease_audit_page(&query)?;
         if page.is_empty() {
             // An empty log is a table with its header, as any other listing.
             if header {
@@ -299,11 +282,6 @@ fn audit_table(log: &[fleet_registry::AuditEntry], format: Option<Format>) -> St
     }
 }
 
-/// The TTL `lease` was granted or last renewed with.
-fn granted_ttl(lease: &LeaseRecord) -> Duration {
-    lease.expires_at.since(lease.heartbeat_at).max(Duration::SECOND)
-}
-
 fn secs(ttl: u64) -> Result<Duration, Failure> {
     if ttl == 0 || ttl > 86_400 {
         return Err(Failure::usage(format!("--ttl {ttl} is outside 1..=86400 seconds")));
@@ -317,13 +295,6 @@ fn holder(h: HolderArgs) -> Result<Holder, Failure> {
         lease_id: LeaseId::new(h.lease_id).map_err(|e| Failure::usage(e.to_string()))?,
         fencing_epoch: FencingEpoch::new(h.epoch).map_err(|e| Failure::usage(e.to_string()))?,
     })
-}
-
-fn context(target: &Target, connector: Option<&ConnectorIdentity>) -> AuditContext {
-    AuditContext {
-        correlation_id: target.correlation_id.clone(),
-        binding: connector.map(|c| format!("{}/{}/{}", c.tenant_id, c.logical_agent_id, c.binding_id)),
-    }
 }
 
 fn scopes(raw: &[String]) -> Result<Vec<String>, Failure> {
@@ -409,116 +380,34 @@ fn lease_cells(leases: &[LeaseRecord], now: Timestamp) -> Vec<Vec<String>> {
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode, Failure> {
+    let fleet = Fleet::new(location.clone());
     match cmd {
         LeaseCmd::Acquire { target, owner, ttl, scopes: raw, policy } => {
-            let (key, kind, connector) = parse_writable_key(&target.key)?;
-            let ttl = secs(ttl)?;
-            let scopes = scopes(&raw)?;
-            let policy = load_policy(policy.as_ref())?;
-            let ctx = context(&target, connector.as_ref());
-            let mut registry = open_registry(location, OpenMode::CreateIfMissing)?;
-            let result = match &connector {
-                Some(id) => {
-                    let request =
-                        ConnectorRequest::Acquire { connector: &owner, scopes: &scopes, ttl, process: None };
-                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
-                }
-                None => registry.acquire_lease(&key, kind, &owner, ttl, &scopes, &ctx)?,
-            };
-            report(result, target.json)
+            let (ttl, scopes) = (secs(ttl)?, scopes(&raw)?);
+            let change = LeaseChange::Acquire { owner: &owner, ttl, scopes: &scopes };
+            change_lease(fleet.creating_registry(), &target, change, policy.as_ref())
         }
         LeaseCmd::Renew { target, holder: h, ttl, policy } => {
-            let (key, _, connector) = parse_writable_key(&target.key)?;
             let holder = holder(h)?;
-            let ttl = ttl.map(secs).transpose()?;
-            let policy = load_policy(policy.as_ref())?;
-            let ctx = context(&target, connector.as_ref());
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            // The lease's own TTL unless one is given. Read apart from the renewal: a
-            // lease that changed between is refused by the renewal's own checks.
-            let ttl = match ttl {
-                Some(ttl) => ttl,
-                None => match registry.lease(&key)?.0 {
-                    Some(lease) => granted_ttl(&lease),
-                    None => secs(30)?,
-                },
-            };
-            let result = match &connector {
-                Some(id) => {
-                    let request = ConnectorRequest::Renew { holder: &holder, ttl };
-                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
-                }
-                None => registry.renew_lease(&key, &holder, ttl, &ctx)?,
-            };
-            report(result, target.json)
+            let change = LeaseChange::Renew { holder: &holder, ttl: ttl.map(secs).transpose()? };
+            change_lease(fleet, &target, change, policy.as_ref())
         }
         LeaseCmd::Release { target, holder: h, policy } => {
-            let (key, _, connector) = parse_writable_key(&target.key)?;
             let holder = holder(h)?;
-            let policy = load_policy(policy.as_ref())?;
-            let ctx = context(&target, connector.as_ref());
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let result = match &connector {
-                Some(id) => {
-                    let request = ConnectorRequest::Release { holder: &holder };
-                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
-                }
-                None => registry.release_lease(&key, &holder, &ctx)?,
-            };
-            report(result, target.json)
+            change_lease(fleet, &target, LeaseChange::Release { holder: &holder }, policy.as_ref())
         }
         LeaseCmd::Takeover { target, owner, expected_epoch, ttl, scopes: raw, policy } => {
-            let (key, _, connector) = parse_writable_key(&target.key)?;
-            let epoch = FencingEpoch::new(expected_epoch).map_err(|e| Failure::usage(e.to_string()))?;
+            let expected_epoch =
+                FencingEpoch::new(expected_epoch).map_err(|e| Failure::usage(e.to_string()))?;
             let (ttl, scopes) = (secs(ttl)?, scopes(&raw)?);
-            let policy = load_policy(policy.as_ref())?;
-            let ctx = context(&target, connector.as_ref());
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let result = match &connector {
-                Some(id) => {
-                    let request = ConnectorRequest::TakeOver {
-                        expected_epoch: epoch,
-                        connector: &owner,
-                        scopes: &scopes,
-                        ttl,
-                        process: None,
-                    };
-                    registry.connector_lease(id, request, GrantLimits::default(), policy.as_ref(), &ctx)?
-                }
-                None => registry.take_over_lease(&key, epoch, &owner, ttl, &scopes, &ctx)?,
-            };
-            report(result, target.json)
+            let change = LeaseChange::TakeOver { expected_epoch, owner: &owner, ttl, scopes: &scopes };
+            change_lease(fleet, &target, change, policy.as_ref())
         }
-        LeaseCmd::Show { key, output } => {
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let (leases, now) = match key {
-                Some(k) => {
-                    let (key, _, _) = parse_key(&k)?;
-                    let (lease, now) = registry.lease(&key)?;
-                    let Some(lease) = lease else {
-                        return Err(Failure::refused(format!("no lease {key} in the registry")));
-                    };
-                    (vec![lease], now)
-                }
-                None => registry.leases_now(None)?,
-            };
-            let values = || -> Vec<serde_json::Value> { leases.iter().map(|l| lease_json(l, now)).collect() };
-            match output.format() {
-                None => out!("{}", lease_table(&leases, now))?,
-                Some(Format::Wide) => out!("{}", lease_table_wide(&leases, now))?,
-                Some(Format::Json) => fleet_cli::print_json(&values())?,
-                Some(Format::Yaml) => output::print_yaml(&values())?,
-                Some(Format::Name) => {
-                    output::print_names("lease", leases.iter().map(|l| l.lease_key.as_str()))?
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        LeaseCmd::Show { key, output } => show(fleet, key.as_deref(), &output),
         LeaseCmd::Audit { key, since, until, tail, follow, output } => {
             let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
             let since = since.map(|t| table::instant("--since", &t)).transpose()?;
             let until = until.map(|t| table::instant("--until", &t)).transpose()?;
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
             let query = AuditQuery {
                 key: key.as_ref(),
                 since,
@@ -527,8 +416,49 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
                 newest_first: false,
                 limit: AUDIT_PAGE,
             };
-            print_audit(&mut registry, query, tail, follow, output.format())?;
+            print_audit(&mut { fleet }, query, tail, follow, output.format())?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// One lease change, asked once and reported.
+fn change_lease(
+    mut fleet: Fleet,
+    target: &Target,
+    change: LeaseChange<'_>,
+    policy: Option<&PathBuf>,
+) -> Result<ExitCode, Failure> {
+    let (key, _, _) = parse_key(&target.key)?;
+    let policy = load_policy(policy)?;
+    let result = fleet.change_lease(&key, change, policy.as_ref(), target.correlation_id.as_deref());
+    match result {
+        Ok(result) => report(result, target.json),
+        Err(LeaseError::Store(e)) => Err(e.into()),
+        Err(e) => Err(Failure::usage(e.to_string())),
+    }
+}
+
+/// `lease show`: one lease, or every lease.
+fn show(mut fleet: Fleet, key: Option<&str>, output: &OutputArgs) -> Result<ExitCode, Failure> {
+    let (leases, now) = match key {
+        Some(k) => {
+            let (key, _, _) = parse_key(k)?;
+            let (lease, now) = fleet.lease(&key)?;
+            let Some(lease) = lease else {
+                return Err(Failure::refused(format!("no lease {key} in the registry")));
+            };
+            (vec![lease], now)
+        }
+        None => fleet.leases()?,
+    };
+    let values = || -> Vec<serde_json::Value> { leases.iter().map(|l| lease_json(l, now)).collect() };
+    match output.format() {
+        None => out!("{}", lease_table(&leases, now))?,
+        Some(Format::Wide) => out!("{}", lease_table_wide(&leases, now))?,
+        Some(Format::Json) => fleet_cli::print_json(&values())?,
+        Some(Format::Yaml) => output::print_yaml(&values())?,
+        Some(Format::Name) => output::print_names("lease", leases.iter().map(|l| l.lease_key.as_str()))?,
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -117,13 +117,10 @@ impl DecisionCounts {
     /// Counts the entries the registry added since the last call. A log that no longer
     /// holds the last entry counted (a registry restored or replaced) is counted again
     /// from the start: a counter reset, which `rate()` understands.
-    pub(crate) fn update(
-        &mut self,
-        registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn update(&mut self, fleet: &mut fleet_runtime::Fleet) -> Result<(), StoreError> {
         // The store's own counts, kept as decisions are written: a few rows at any log
         // length, and never lowered by retention.
-        if let Some(counts) = registry.decision_counts()? {
+        if let Some(counts) = fleet.decision_counts()? {
             *self = Self::default();
             for c in counts {
                 *self.decisions.entry((c.event, c.outcome)).or_default() += c.n;
@@ -134,12 +131,12 @@ impl DecisionCounts {
             return Ok(());
         }
         let from = self.last.as_ref().map_or(0, |e| e.id - 1);
-        let mut entries = registry.lease_audit_after(from)?.into_iter();
+        let mut entries = fleet.lease_audit_after(from)?.into_iter();
         if let Some(last) = &self.last
             && entries.next().as_ref() != Some(last)
         {
             *self = Self::default();
-            entries = registry.lease_audit_after(0)?.into_iter();
+            entries = fleet.lease_audit_after(0)?.into_iter();
         }
         for e in entries {
             *self.decisions.entry((e.event.clone(), e.outcome.clone())).or_default() += 1;

@@ -117,12 +117,9 @@ impl State {
     /// when the store or the snapshot's judgement moved.
     fn render_metrics(&mut self, schema_version: i64) -> Result<String, StoreError> {
         let at = now();
-        let counts = &mut self.counts;
-        let (marker, (leases, store_now)) = self.fleet.with_registry(|registry| {
-            let marker = registry.change_marker()?;
-            counts.update(registry)?;
-            Ok((marker, registry.leases_now(None)?))
-        })?;
+        let marker = self.fleet.change_marker()?;
+        self.counts.update(&mut self.fleet)?;
+        let (leases, store_now) = self.fleet.leases()?;
         let standing = self.fleet.standing(&Policy::default(), at)?;
         let kept = self.derived.as_ref().is_some_and(|d| {
             self.series == Series::Aggregate
@@ -132,8 +129,7 @@ impl State {
         });
         if !kept {
             self.derived = None;
-            let (fences, boots) =
-                self.fleet.with_registry(|registry| Ok((registry.host_fences()?, registry.host_boots()?)))?;
+            let (fences, boots) = (self.fleet.host_fences()?, self.fleet.host_boots()?);
             let (number, snap) = self.fleet.numbered_json_snapshot(None, &Policy::default(), at)?;
             let tally = Tally::of(&snap.snapshot, self.series, at);
             let rows = &self.fleet.dump()?.worker_registrations;
@@ -153,7 +149,7 @@ impl State {
             return Ok(Arc::clone(&shown.page));
         }
         let at = now();
-        let marker = self.fleet.with_registry(|registry| registry.change_marker())?;
+        let marker = self.fleet.change_marker()?;
         if let Some(shown) = &self.page
             && marker.is_some()
             && marker == shown.marker
@@ -173,14 +169,9 @@ impl State {
             None => None,
         };
         let newest = AuditQuery::newest(RECENT_DECISIONS);
-        let (leases, decisions, fences, boots) = self.fleet.with_registry(|registry| {
-            Ok((
-                registry.leases_now(None)?,
-                registry.lease_audit_page(&newest)?,
-                registry.host_fences()?,
-                registry.host_boots()?,
-            ))
-        })?;
+        let leases = self.fleet.leases()?;
+        let decisions = self.fleet.lease_audit_page(&newest)?;
+        let (fences, boots) = (self.fleet.host_fences()?, self.fleet.host_boots()?);
         let rows = &self.fleet.dump()?.worker_registrations;
         let hosts = fleet_registry::host_list(rows, &leases.0, &fences, &boots, leases.1);
         let until = leases

@@ -6,9 +6,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use fleet_cli::Failure;
 use fleet_cli::outln;
-use fleet_registry::OpenMode;
-use fleet_registry::{AuditQuery, RestoreError};
-use fleet_runtime::{RegistryLocation, now, open_registry};
+use fleet_registry::RestoreError;
+use fleet_runtime::{Fleet, PruneError, PruneRequest, RegistryLocation};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum RegistryCmd {
@@ -131,43 +130,27 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             }
         }
         RegistryCmd::Export => {
-            let backup = open_registry(location, OpenMode::MustExist)?.backup()?;
+            let backup = Fleet::new(location.clone()).export()?;
             outln!("{}", backup.to_json())?;
         }
         RegistryCmd::Import { file, max_input_bytes, json } => {
             // Rows are checked and written as the file streams in, in one transaction:
             // a bad row anywhere, or a file past its limit, leaves the registry as it was.
-            // A registry file the import had to create is removed again when it fails.
-            let created = match location {
-                RegistryLocation::Sqlite(path) if !path.exists() => Some(path.clone()),
-                _ => None,
-            };
-            let imported = fleet_runtime::input::read_streamed(
+            let summary = fleet_runtime::input::read_streamed(
                 &file,
                 "import file",
                 max_input_bytes,
                 "--max-input-bytes",
-                |reader| {
-                    open_registry(location, OpenMode::CreateIfMissing)
-                        .map(|mut r| r.restore_from_reader(reader))
-                },
+                |reader| fleet_runtime::import_registry(location, reader),
             )
-            .map_err(Failure::usage)??
+            .map_err(Failure::usage)?
             .map_err(|e| match e {
                 RestoreError::NotJson(e) => {
                     Failure::usage(format!("import file {} is not valid JSON: {e}", file.display()))
                 }
                 RestoreError::Input(e) => Failure::usage(format!("{}: {e}", file.display())),
                 RestoreError::Store(e) => Failure::from(e),
-            });
-            if let (Err(_), Some(path)) = (&imported, &created) {
-                for suffix in ["", "-wal", "-shm"] {
-                    let mut file = path.clone().into_os_string();
-                    file.push(suffix);
-                    let _ = std::fs::remove_file(file);
-                }
-            }
-            let summary = imported?;
+            })?;
             if json {
                 outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
             } else {
@@ -210,7 +193,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             return crate::replication_cmd::accept(location, &reason, by, epoch_gap, json);
         }
         RegistryCmd::Sweep { json } => {
-            let marked = open_registry(location, OpenMode::MustExist)?.mark_expired_stale(now())?;
+            let marked = Fleet::new(location.clone()).mark_expired_stale()?;
             if json {
                 outln!("{}", serde_json::json!({ "marked_stale": marked }))?;
             } else if marked.is_empty() {
@@ -240,144 +223,25 @@ fn prune(
 ) -> Result<ExitCode, Failure> {
     let before = before.map(|t| crate::table::instant("--before", t)).transpose()?;
     let audit_before = audit_before.map(|t| crate::table::instant("--audit-before", t)).transpose()?;
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    let rows = match before {
-        Some(before) => registry.prunable(before)?,
-        None => Vec::new(),
-    };
-    // Entries written after this moment are never part of this run.
-    let through = registry.lease_audit_page(&AuditQuery::newest(1))?.first().map_or(0, |e| e.id);
-    let audit = audit_before.map(|t| (t, through));
-    // A run with nothing to prune (a retention timer's most days) writes no file.
-    let nothing = rows.is_empty()
-        && !audit.map(|a| any_audit_entry_before(&mut registry, a)).transpose()?.unwrap_or(false);
-    let (pruned, audit_entries, export) = match (dry_run || nothing, export) {
-        (false, Some(export)) => {
-            let export = export_file(&export)?;
-            let exported = write_prune_export(&export, &rows, &mut registry, audit)?;
-            let pruned = registry.prune(&rows)?;
-            let audit_removed = match audit_before {
-                Some(t) if exported > 0 => registry.prune_audit(through, t)?,
-                _ => 0,
-            };
-            (pruned, audit_removed, Some(export))
-        }
-        _ => {
-            let mut counted = 0;
-            if let Some(audit) = audit {
-                each_audit_entry_before(&mut registry, audit, |_| {
-                    counted += 1;
-                    Ok(())
-                })?;
-            }
-            (Vec::new(), counted, None)
-        }
-    };
-    let verb = if dry_run { "would prune" } else { "pruned" };
+    let request = PruneRequest { before, audit_before, export, dry_run };
+    let report = Fleet::new(location.clone()).prune(&request).map_err(|e| match e {
+        PruneError::Store(e) => Failure::from(e),
+        e => Failure::usage(e.to_string()),
+    })?;
     if json {
-        let report = serde_json::json!({
-            "dry_run": dry_run,
-            "terminal_rows": rows.len(),
-            "pruned": pruned,
-            "before": before,
-            "audit_entries": audit_entries,
-            "audit_entries_pruned": if dry_run { 0 } else { audit_entries },
-            "audit_before": audit_before,
-            "export": export.as_ref().map(|e| e.display().to_string()),
-        });
-        outln!("{report}")?;
+        outln!("{}", serde_json::to_string(&report).unwrap_or_default())?;
         return Ok(ExitCode::SUCCESS);
     }
+    let verb = if dry_run { "would prune" } else { "pruned" };
     if let Some(before) = before {
-        let count = if dry_run { rows.len() } else { pruned.len() };
-        outln!("{verb} {count} of {} terminal rows last seen before {before}", rows.len())?;
+        let count = if dry_run { report.terminal_rows } else { report.pruned.len() };
+        outln!("{verb} {count} of {} terminal rows last seen before {before}", report.terminal_rows)?;
     }
     if let Some(t) = audit_before {
-        outln!("{verb} {audit_entries} audit entries written before {t}")?;
+        outln!("{verb} {} audit entries written before {t}", report.audit_entries)?;
     }
-    if let Some(export) = export {
+    if let Some(export) = &report.export {
         outln!("what was pruned is in {}", export.display())?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The file a prune writes: `path`, or in the directory `path` a new file named for
-/// this moment.
-fn export_file(path: &std::path::Path) -> Result<PathBuf, Failure> {
-    if !path.is_dir() {
-        if path.as_os_str().to_string_lossy().ends_with('/') {
-            return Err(Failure::usage(format!("--export {}: no such directory", path.display())));
-        }
-        return Ok(path.to_owned());
-    }
-    // 20261207T171755123Z: the date, the time to the millisecond, UTC.
-    let stamp: String = now().to_string().chars().filter(char::is_ascii_alphanumeric).collect();
-    Ok(path.join(format!("pruned-{stamp}.json")))
-}
-
-/// Whether any audit entry was written before `audit.0`, up to position `audit.1`.
-fn any_audit_entry_before(
-    registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
-    (until, through): (fleet_identity::Timestamp, i64),
-) -> Result<bool, Failure> {
-    let query =
-        AuditQuery { key: None, since: None, until: Some(until), after: 0, newest_first: false, limit: 1 };
-    Ok(registry.lease_audit_page(&query)?.first().is_some_and(|e| e.id <= through))
-}
-
-/// Calls `visit` with each audit entry written before `audit.0`, up to position
-/// `audit.1`, in log order, a page at a time.
-fn each_audit_entry_before(
-    registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
-    (until, through): (fleet_identity::Timestamp, i64),
-    mut visit: impl FnMut(&fleet_registry::AuditEntry) -> Result<(), Failure>,
-) -> Result<(), Failure> {
-    let mut query =
-        AuditQuery { key: None, since: None, until: Some(until), after: 0, newest_first: false, limit: 1000 };
-    loop {
-        let page = registry.lease_audit_page(&query)?;
-        let page: Vec<_> = page.into_iter().filter(|e| e.id <= through).collect();
-        let Some(last) = page.last() else { return Ok(()) };
-        query.after = last.id;
-        page.iter().try_for_each(&mut visit)?;
-    }
-}
-
-/// Writes what a prune removes to `path` (created new and private, synced to disk), as
-/// an export `registry import` reads: the terminal `rows`, and with `audit` (a time and
-/// the newest position this run may touch) every audit entry written before that time,
-/// read and written a page at a time. Returns how many audit entries it wrote.
-fn write_prune_export(
-    path: &std::path::Path,
-    rows: &[fleet_registry::WorkerRow],
-    registry: &mut fleet_registry::Registry<fleet_runtime::AnyStore>,
-    audit: Option<(fleet_identity::Timestamp, i64)>,
-) -> Result<usize, Failure> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let fail = |e: std::io::Error| Failure::usage(format!("cannot write {}: {e}", path.display()));
-    // Created new (never through a link planted at the path), readable by its owner
-    // alone: it holds what the registry held.
-    let file =
-        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(fail)?;
-    let mut out = std::io::BufWriter::new(file);
-    let rows = serde_json::to_string(rows).unwrap_or_else(|_| "[]".into());
-    write!(
-        out,
-        "{{\"instances\": [], \"worker_registrations\": {rows}, \"leases\": [], \"lease_audit_log\": ["
-    )
-    .map_err(fail)?;
-    let mut written = 0;
-    if let Some(audit) = audit {
-        each_audit_entry_before(registry, audit, |entry| {
-            let text = serde_json::to_string(entry).unwrap_or_default();
-            write!(out, "{}\n{text}", if written == 0 { "" } else { "," }).map_err(fail)?;
-            written += 1;
-            Ok(())
-        })?;
-    }
-    writeln!(out, "]}}").map_err(fail)?;
-    let file = out.into_inner().map_err(|e| fail(e.into_error()))?;
-    file.sync_all().map_err(fail)?;
-    Ok(written)
 }

@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use fleet_cli::{Failure, outln};
-use fleet_registry::{GrantVerdict, OpenMode, ReplicationPolicy, ReplicationStatus};
-use fleet_runtime::{RegistryLocation, open_registry};
+use fleet_registry::{GrantVerdict, ReplicationPolicy, ReplicationStatus};
+use fleet_runtime::{Fleet, RegistryLocation};
 
 /// A policy named on the command line.
 pub(crate) fn parse_policy(text: &str) -> Result<ReplicationPolicy, String> {
@@ -22,11 +22,7 @@ pub(crate) fn show(
     policy: Option<ReplicationPolicy>,
     json: bool,
 ) -> Result<ExitCode, Failure> {
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    if let Some(policy) = policy {
-        registry.set_replication_policy(policy)?;
-    }
-    let Some(status) = registry.replication()? else {
+    let Some(status) = Fleet::new(location.clone()).replication(policy)? else {
         return Err(Failure::usage(
             "this registry is a SQLite file, which does not replicate: replication is PostgreSQL's",
         ));
@@ -86,8 +82,7 @@ pub(crate) fn accept(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let by = by.unwrap_or_else(fleet_runtime::hosts::operator_name);
-    let mut registry = open_registry(location, OpenMode::MustExist)?;
-    let acceptance = registry.accept_server_history(gap, &by, reason)?;
+    let acceptance = Fleet::new(location.clone()).accept_history(gap, &by, reason)?;
     if json {
         outln!("{}", serde_json::to_string(&acceptance).unwrap_or_default())?;
         return Ok(ExitCode::SUCCESS);

@@ -10,9 +10,8 @@ use clap::Subcommand;
 use fleet_cli::Failure;
 use fleet_cli::out;
 use fleet_identity::{Namespace, Pid, Repository, Timestamp};
-use fleet_registry::OpenMode;
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
-use fleet_runtime::{InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now, open_registry};
+use fleet_runtime::{Fleet, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now};
 
 use crate::output::{self, Format, OutputArgs};
 use crate::table;
@@ -66,8 +65,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
             run_worker(location, namespace, ttl, repository, &command)
         }
         WorkerCmd::List { instance, namespace, status, live, output } => {
-            let mut registry = open_registry(location, OpenMode::MustExist)?;
-            let mut rows = if live { registry.live()?.worker_registrations } else { registry.workers()? };
+            let mut fleet = Fleet::new(location.clone());
+            let mut rows = if live { fleet.live_workers()? } else { fleet.all_workers()? };
             rows.retain(|r| {
                 instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
                     && namespace.is_none_or(|ns| r.namespace == ns)

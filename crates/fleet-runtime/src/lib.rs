@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+mod connector;
 mod env;
 mod fleet;
 pub mod hosts;
@@ -19,10 +20,12 @@ mod worker;
 mod worker_json;
 
 pub use clock::now;
+pub use connector::{ConnectorEnd, ConnectorError, ConnectorRun, max_connector_ttl, run_connector};
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use fleet::{
-    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, Taken, WorkerApplyRefused, WorkerMayNotMutate,
-    probe_local, retirement_audit, retirement_context, take_snapshot,
+    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, LeaseChange, LeaseError, PolicyError, PruneError,
+    PruneReport, PruneRequest, Taken, WorkerApplyRefused, WorkerMayNotMutate, connector_policy,
+    import_registry, probe_local, retirement_audit, retirement_context, take_snapshot,
 };
 pub use fleet_host::{diagnostics_are_json, json_diagnostics, keeper, process, tenure, warn};
 pub use fleet_snapshot::MovedHeartbeats;

@@ -418,3 +418,34 @@ fn the_architecture_draws_every_edge_between_the_crates() {
         .collect();
     assert_eq!(drawn, actual, "ARCHITECTURE.md's edge table against cargo metadata");
 }
+
+/// The binaries parse, call a use case once, and render: no product file under `bins/`
+/// opens the store or reaches past the use cases into it. (Their tests may: they check
+/// what a command left behind.)
+#[test]
+fn the_binaries_open_no_store_and_reach_past_no_use_case() {
+    let mut files = Vec::new();
+    for bin in std::fs::read_dir(root().join("bins")).unwrap().map(Result::unwrap) {
+        rust_files(&bin.path().join("src"), &mut files);
+    }
+    files.retain(|f| f.file_name().is_some_and(|n| n != "tests.rs"));
+    assert!(files.len() > 10, "the binaries' sources were not found");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let product = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for forbidden in [
+            "open_registry",
+            "Registry<",
+            "OpenMode",
+            "with_registry",
+            "registry_sqlite",
+            "registry_postgres",
+        ] {
+            assert!(
+                !product.contains(forbidden),
+                "{} uses {forbidden}: a binary calls a fleet_runtime use case instead",
+                file.display()
+            );
+        }
+    }
+}
