@@ -9,19 +9,22 @@
 
 #![deny(missing_docs)]
 
+mod dump;
+mod heartbeat;
 mod hosts;
 mod process;
 mod rows;
 mod scope;
 
+pub use dump::{DumpError, EXPORT_TABLES, RegistryDump, numbered};
+pub use heartbeat::{HeartbeatJudge, MAX_CLOCK_SKEW, heartbeat_expiry, heartbeat_lapsed};
 pub use hosts::{
     BootSpan, CloneConflict, FencedBoot, HostBoot, HostEvidence, HostFence, HostProof, MAX_HOSTNAME_LEN,
     reported_hostname,
 };
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
-    Claim, DumpError, EXPORT_TABLES, HeartbeatJudge, InstanceRecord, MAX_CLOCK_SKEW, OwnershipState,
-    RegistryDump, WORKER_COLUMNS, WorkerRow, WorkerStatus, heartbeat_expiry, heartbeat_lapsed, numbered,
-    probe_active_rows, probe_places, probed_places, rows_by_identity,
+    Claim, InstanceRecord, OwnershipState, WORKER_COLUMNS, WorkerRow, WorkerStatus, probe_active_rows,
+    probe_places, probed_places, rows_by_identity,
 };
 pub use scope::LiveScope;

@@ -1,5 +1,5 @@
-//! The registry's rows, keyed by the column names of DESIGN.md, and the JSON dump that
-//! export writes and import reads.
+//! The registry's rows, keyed by the column names of DESIGN.md, the heartbeat rule
+//! they are judged by, and the probe of the active ones.
 
 use fleet_identity::{
     BootId, ClientInstanceId, ClientType, FleetRunId, GenerationId, HostId, Namespace, Pid, PidNamespace,
@@ -7,6 +7,7 @@ use fleet_identity::{
 };
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::heartbeat::{heartbeat_expiry, heartbeat_lapsed};
 use crate::process::{LivenessProbe, ProcessIdentity};
 
 fleet_identity::outward_codes! {
@@ -330,45 +331,6 @@ impl WorkerRow {
     }
 }
 
-/// How far ahead of the judging clock a heartbeat may claim to be before it is not
-/// believed: clocks of two hosts drift, but not by minutes.
-pub const MAX_CLOCK_SKEW: time::Duration = time::Duration::minutes(5);
-
-/// The TTL rule on a parsed heartbeat: lapsed once more than `ttl_s` seconds have passed
-/// since `beat` (at exactly the boundary it has not), or when `beat` lies more than
-/// [`MAX_CLOCK_SKEW`] in the future — a heartbeat from the future vouches for nothing,
-/// or a crashed worker written with one would never expire.
-pub fn heartbeat_lapsed(beat: Timestamp, ttl_s: u32, now: Timestamp) -> bool {
-    HeartbeatJudge::at(now).judge(beat, ttl_s).1
-}
-
-/// [`heartbeat_lapsed`] for many heartbeats at one `now`, with the bound on heartbeats
-/// from the future worked out once.
-#[derive(Debug, Clone, Copy)]
-pub struct HeartbeatJudge {
-    now: Timestamp,
-    latest_believable: Timestamp,
-}
-
-impl HeartbeatJudge {
-    /// The judge at `now`.
-    pub fn at(now: Timestamp) -> Self {
-        Self { now, latest_believable: now.saturating_add(MAX_CLOCK_SKEW) }
-    }
-
-    /// When the heartbeat at `beat` lapses (see [`heartbeat_expiry`]), and whether it
-    /// has (see [`heartbeat_lapsed`]).
-    pub fn judge(&self, beat: Timestamp, ttl_s: u32) -> (Timestamp, bool) {
-        let expiry = heartbeat_expiry(beat, ttl_s);
-        (expiry, self.now > expiry || beat > self.latest_believable)
-    }
-}
-
-/// When a heartbeat at `beat` with a TTL of `ttl_s` seconds lapses.
-pub fn heartbeat_expiry(beat: Timestamp, ttl_s: u32) -> Timestamp {
-    beat.saturating_add(time::Duration::seconds(i64::from(ttl_s)))
-}
-
 /// The rows in worker-identity order, the order stores return them in (which costs one
 /// pass to confirm); rows that share an identity keep their input order.
 ///
@@ -437,100 +399,6 @@ impl InstanceRecord {
     }
 }
 
-/// The whole registry as JSON: the ledger and every worker row, keyed by table name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RegistryDump {
-    /// The launcher's ledger.
-    #[serde(default)]
-    pub instances: Vec<InstanceRecord>,
-    /// Every worker registration.
-    #[serde(default)]
-    pub worker_registrations: Vec<WorkerRow>,
-}
-
-/// Why a dump could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct DumpError(String);
-
-impl DumpError {
-    /// An error that says `message`.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self(message.into())
-    }
-}
-
-/// Every table `fleetctl registry export` writes. A dump holds the first two; the others
-/// (the leases, their audit log, the fencing high-water marks) are the registry's, read
-/// past here and read by `fleet_retirement::Export` (the leases) and a restore.
-pub const EXPORT_TABLES: [&str; 5] =
-    ["instances", "worker_registrations", "leases", "lease_audit_log", "fencing_high_water"];
-
-impl RegistryDump {
-    /// Reads a dump: either the object export writes (every table of it; those past the
-    /// ledger and the worker rows are read past), or a bare array of worker rows.
-    pub fn from_json(text: &str) -> Result<Self, DumpError> {
-        let value = serde_json::from_str(text).map_err(|e| DumpError(format!("not valid JSON: {e}")))?;
-        Self::from_value(value)
-    }
-
-    /// [`RegistryDump::from_json`] of JSON already parsed (a file read as it streams in).
-    pub fn from_value(value: serde_json::Value) -> Result<Self, DumpError> {
-        let dump = if value.is_array() {
-            let rows = serde_json::from_value(value).map_err(|e| DumpError(format!("worker row: {e}")))?;
-            RegistryDump { instances: Vec::new(), worker_registrations: rows }
-        } else {
-            Self::from_object(value)?
-        };
-        for (i, record) in dump.instances.iter().enumerate() {
-            record.check().map_err(|e| DumpError(format!("instances[{i}]: {e}")))?;
-        }
-        Ok(dump)
-    }
-
-    fn from_object(value: serde_json::Value) -> Result<Self, DumpError> {
-        let serde_json::Value::Object(mut map) = value else {
-            return Err(DumpError(
-                "expected an object with instances and worker_registrations, or an array of rows".into(),
-            ));
-        };
-        if let Some(key) = map.keys().find(|k| !EXPORT_TABLES.contains(&k.as_str())) {
-            return Err(DumpError(format!("unknown table {key:?}")));
-        }
-        let mut dump = RegistryDump::default();
-        if let Some(instances) = map.remove("instances") {
-            dump.instances = numbered(instances, "instances")?;
-        }
-        if let Some(workers) = map.remove("worker_registrations") {
-            dump.worker_registrations = numbered(workers, "worker_registrations")?;
-        }
-        Ok(dump)
-    }
-
-    /// The dump as pretty JSON.
-    pub fn to_json(&self) -> String {
-        // Serialising plain data to a string cannot fail.
-        serde_json::to_string_pretty(self).unwrap_or_default()
-    }
-}
-
-/// Deserialises an array of rows of `table`, naming the index of the first bad row (a
-/// dump's reader, and a backup's for its other tables).
-pub fn numbered<T: serde::de::DeserializeOwned>(
-    value: serde_json::Value,
-    table: &str,
-) -> Result<Vec<T>, DumpError> {
-    let serde_json::Value::Array(items) = value else {
-        return Err(DumpError(format!("{table} is not an array")));
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| serde_json::from_value(item).map_err(|e| DumpError(format!("{table}[{i}]: {e}"))))
-        .collect()
-}
-
 /// Probes every active row `probe` can speak for (see [`LivenessProbe::speaks_for`]); the
 /// others stay unprobed. The one way every surface turns rows into probe results, so a
 /// plan and the apply that rechecks it judge the same rows.
@@ -596,6 +464,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::RegistryDump;
 
     /// A heartbeat changes `last_heartbeat_at` alone; a change to any other column,
     /// with or without a new heartbeat, is more than a heartbeat.
@@ -656,27 +525,6 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_row_is_named_by_table_and_index() {
-        let text = r#"{"worker_registrations":[
-            {"worker_identity":"w1","namespace":"author","status":"active","registered_at":"2026-07-30T12:00:00Z"},
-            {"worker_identity":"w2","namespace":"planner","status":"active","registered_at":"2026-07-30T12:00:00Z"}]}"#;
-        let err = RegistryDump::from_json(text).unwrap_err().to_string();
-        assert!(err.starts_with("worker_registrations[1]:"), "{err}");
-        assert!(err.contains("planner"), "{err}");
-    }
-
-    #[test]
-    fn unknown_columns_and_tables_are_refused_and_the_export_read_whole() {
-        let col = r#"[{"worker_identity":"w1","namespace":"author","status":"active","registered_at":"2026-07-30T12:00:00Z","colour":"red"}]"#;
-        assert!(RegistryDump::from_json(col).unwrap_err().to_string().contains("colour"));
-        assert!(RegistryDump::from_json(r#"{"colours":[]}"#).unwrap_err().to_string().contains("colours"));
-        // The export's other tables are the registry's: read past, not refused.
-        let export = r#"{"instances":[],"worker_registrations":[],"leases":[],"lease_audit_log":[],"fencing_high_water":[]}"#;
-        assert_eq!(RegistryDump::from_json(export).unwrap(), RegistryDump::default());
-        assert!(RegistryDump::from_json("{").unwrap_err().to_string().starts_with("not valid JSON"));
-    }
-
-    #[test]
     fn an_epoch_no_store_can_keep_is_refused_not_clamped() {
         let row = |epoch: &str| {
             format!(
@@ -689,15 +537,6 @@ mod tests {
         let err = RegistryDump::from_json(&row("9223372036854775808")).unwrap_err().to_string();
         assert!(err.contains("largest storable epoch"), "{err}");
         assert!(RegistryDump::from_json(&row("-1")).is_err());
-    }
-
-    #[test]
-    fn a_ledger_entry_whose_client_type_contradicts_its_id_is_refused() {
-        let text = r#"{"instances":[{"client_instance_id":"inst-codex-20260730T120000Z-abc123def456",
-            "client_type":"gemini","minted_at":"2026-07-30T12:00:00Z"}]}"#;
-        let err = RegistryDump::from_json(text).unwrap_err().to_string();
-        assert!(err.starts_with("instances[0]:") && err.contains("minted for codex"), "{err}");
-        assert!(RegistryDump::from_json(&text.replace("gemini", "codex")).is_ok());
     }
 
     #[test]

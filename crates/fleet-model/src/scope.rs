@@ -7,7 +7,8 @@
 
 use std::collections::HashSet;
 
-use crate::rows::{InstanceRecord, RegistryDump, WorkerRow, WorkerStatus};
+use crate::dump::RegistryDump;
+use crate::rows::{InstanceRecord, WorkerRow, WorkerStatus};
 
 /// Which rows belong to the live fleet: every active row, and every row (of any status)
 /// of a launch (`client_instance_id`) that has an active row; and the ledger entries

@@ -10,8 +10,7 @@ use fleet_model::{DumpError, InstanceRecord, RegistryDump, WorkerRow, numbered};
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::leases::{AuditEntry, lease_scope};
-use crate::registry::slot_scope;
+use crate::records::{AuditEntry, lease_scope, slot_scope};
 use crate::store::{AuditQuery, ImportSummary, Tx};
 
 /// Every table of a registry.

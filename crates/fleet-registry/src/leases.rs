@@ -11,62 +11,14 @@ use fleet_lease::{
     decide_acquire, decide_connector, decide_init_finish, decide_init_start, decide_release, decide_renew,
     decide_takeover,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use time::Duration;
 
 use crate::error::StoreError;
+pub use crate::records::AuditEntry;
+use crate::records::lease_scope;
 use crate::registry::Registry;
 use crate::store::{Store, Tx};
-
-/// One audit-log row. It stores who and what happened, never scopes, grants, payloads
-/// or secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuditEntry {
-    /// Position in the log (assigned by the store).
-    pub id: i64,
-    /// The lifecycle event: `acquire`, `renew`, `release`, `takeover`, `init_start`,
-    /// `init_finish`.
-    pub event: String,
-    /// The outcome code: an outcome (`acquired`, …) or `denied`.
-    pub outcome: String,
-    /// The denial code, when denied.
-    pub reason: Option<String>,
-    /// The lease.
-    pub lease_key: String,
-    /// Its kind.
-    pub kind: LeaseKind,
-    /// Who asked (owner or worker identity).
-    pub identity: Option<String>,
-    /// The connector binding, for connector leases.
-    pub binding: Option<String>,
-    /// The connector, for connector leases.
-    pub connector: Option<String>,
-    /// The epoch the lease is at after the event (or was at when denied).
-    pub fencing_epoch: Option<u64>,
-    /// The caller's correlation id.
-    pub correlation_id: Option<String>,
-    /// When, on the store's clock.
-    pub at: Timestamp,
-}
-
-impl AuditEntry {
-    /// Checks the entry by the rules its writers follow: a key that names a lease of the
-    /// entry's kind.
-    pub fn check(&self) -> Result<(), String> {
-        let key = LeaseKey::new(self.lease_key.as_str()).map_err(|e| e.to_string())?;
-        let (kind, _) = key.kind()?;
-        if kind != self.kind {
-            return Err(format!(
-                "entry {} is of kind {}, but its key {key} names a {} lease",
-                self.id,
-                self.kind.as_str(),
-                kind.as_str()
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Who is acting, for the audit log.
 #[derive(Debug, Clone, Default)]
@@ -164,11 +116,6 @@ fn no_policy_for_connectors(current: Option<&LeaseRecord>, kind: LeaseKind) -> R
     } else {
         Ok(())
     }
-}
-
-/// The high-water scope of a lease.
-pub(crate) fn lease_scope(key: &LeaseKey) -> String {
-    format!("lease {key}")
 }
 
 /// Writes `next` over `current` by compare-and-swap; inside the write transaction only a

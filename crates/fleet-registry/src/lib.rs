@@ -18,6 +18,8 @@ mod gateway;
 mod hosts;
 mod identity;
 mod leases;
+mod records;
+mod registration;
 mod registry;
 mod replication;
 mod retire;

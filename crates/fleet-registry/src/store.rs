@@ -6,8 +6,8 @@ use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
 use fleet_model::{Claim, HostBoot, HostFence, InstanceRecord, RegistryDump, WorkerRow};
 
 use crate::error::StoreError;
-use crate::leases::AuditEntry;
-use crate::registry::WorkerCredential;
+use crate::records::AuditEntry;
+use crate::records::WorkerCredential;
 
 /// The version of the registry's schema (its tables and columns) that this build reads
 /// and writes; workers record it as their `schema_revision`. Every backend's migrations

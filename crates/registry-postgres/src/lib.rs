@@ -334,14 +334,7 @@ impl Tx for PgTx<'_, '_> {
 
     fn insert_worker(&mut self, row: &WorkerRow) -> Result<(), StoreError> {
         let values = rows::WorkerValues::of(row);
-        self.tx.execute(rows::insert_sql(), &values.params()).map_err(|e| {
-            let err = map_error(e);
-            if err.kind() == StoreErrorKind::Conflict {
-                StoreError::conflict(format!("worker {} is already registered", row.worker_identity))
-            } else {
-                err
-            }
-        })?;
+        self.tx.execute(rows::insert_sql(), &values.params()).map_err(map_error)?;
         Ok(())
     }
 

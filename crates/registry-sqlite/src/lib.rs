@@ -296,14 +296,7 @@ impl Tx for SqliteTx<'_> {
 
     fn insert_worker(&mut self, row: &WorkerRow) -> Result<(), StoreError> {
         let mut stmt = self.conn.prepare_cached(columns::insert_sql()).map_err(map_error)?;
-        stmt.execute(rusqlite::params_from_iter(columns::values(row))).map_err(|e| {
-            let err = map_error(e);
-            if err.kind() == StoreErrorKind::Conflict {
-                StoreError::conflict(format!("worker {} is already registered", row.worker_identity))
-            } else {
-                err
-            }
-        })?;
+        stmt.execute(rusqlite::params_from_iter(columns::values(row))).map_err(map_error)?;
         Ok(())
     }
 

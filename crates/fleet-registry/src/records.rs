@@ -1,0 +1,118 @@
+//! What the store trades in, below every use of it: an audit-log row, the credential a
+//! registered process presents, and the names of the high-water scopes. The store's
+//! interface and every use case above it take these from here, so none of them takes
+//! a type from another.
+
+use std::fmt;
+
+use fleet_identity::{GenerationId, Namespace, Timestamp, WorkerIdentity};
+use fleet_lease::{LeaseKey, LeaseKind};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{StoreError, StoreErrorKind};
+
+/// One audit-log row. It stores who and what happened, never scopes, grants, payloads
+/// or secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditEntry {
+    /// Position in the log (assigned by the store).
+    pub id: i64,
+    /// The lifecycle event: `acquire`, `renew`, `release`, `takeover`, `init_start`,
+    /// `init_finish`.
+    pub event: String,
+    /// The outcome code: an outcome (`acquired`, …) or `denied`.
+    pub outcome: String,
+    /// The denial code, when denied.
+    pub reason: Option<String>,
+    /// The lease.
+    pub lease_key: String,
+    /// Its kind.
+    pub kind: LeaseKind,
+    /// Who asked (owner or worker identity).
+    pub identity: Option<String>,
+    /// The connector binding, for connector leases.
+    pub binding: Option<String>,
+    /// The connector, for connector leases.
+    pub connector: Option<String>,
+    /// The epoch the lease is at after the event (or was at when denied).
+    pub fencing_epoch: Option<u64>,
+    /// The caller's correlation id.
+    pub correlation_id: Option<String>,
+    /// When, on the store's clock.
+    pub at: Timestamp,
+}
+
+impl AuditEntry {
+    /// Checks the entry by the rules its writers follow: a key that names a lease of the
+    /// entry's kind.
+    pub fn check(&self) -> Result<(), String> {
+        let key = LeaseKey::new(self.lease_key.as_str()).map_err(|e| e.to_string())?;
+        let (kind, _) = key.kind()?;
+        if kind != self.kind {
+            return Err(format!(
+                "entry {} is of kind {}, but its key {key} names a {} lease",
+                self.id,
+                self.kind.as_str(),
+                kind.as_str()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a registered process presents to heartbeat or release.
+#[derive(Debug, Clone)]
+pub struct WorkerCredential {
+    /// The row.
+    pub worker_identity: WorkerIdentity,
+    /// The process boot that registered it.
+    pub generation_id: GenerationId,
+    /// The process's secret.
+    pub token: WorkerToken,
+}
+
+/// A secret only the registered process holds. The registry keeps only its fingerprint,
+/// so a heartbeat or release can come only from the process that registered.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WorkerToken {
+    // Only the fingerprint is kept, computed once: heartbeats present it on every beat.
+    fingerprint: String,
+}
+
+impl WorkerToken {
+    /// A fresh random token.
+    pub fn generate() -> Result<Self, StoreError> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| StoreError::new(StoreErrorKind::Unavailable, format!("no randomness: {e}")))?;
+        Ok(Self::from_bytes(bytes))
+    }
+
+    /// A token from known bytes (tests and benchmarks).
+    pub fn from_bytes(secret: [u8; 32]) -> Self {
+        let hex = blake3::hash(&secret).to_hex();
+        Self { fingerprint: format!("b3:{}", &hex.as_str()[..32]) }
+    }
+
+    /// The fingerprint stored in `token_fingerprint`.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+}
+
+impl fmt::Debug for WorkerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WorkerToken(..)")
+    }
+}
+
+/// The high-water scope of a lease.
+pub(crate) fn lease_scope(key: &LeaseKey) -> String {
+    format!("lease {key}")
+}
+
+/// The high-water scope of a worker slot.
+pub(crate) fn slot_scope(instance: &str, namespace: Namespace) -> String {
+    format!("slot {instance} {namespace}")
+}
