@@ -268,7 +268,12 @@ impl PlanPage {
     /// rows unless `limit` asked for some; `preserved_reason_counts` summarises them
     /// all), and the pages' totals. Apply needs only the fingerprints: it retires every
     /// candidate when no identities are named.
-    pub(crate) fn body(&self, plan: &fleet_retirement::Plan) -> serde_json::Result<Value> {
+    /// The request's audit context goes with it when one was given.
+    pub(crate) fn body(
+        &self,
+        plan: &fleet_retirement::Plan,
+        audit: &fleet_registry::RetirementAudit,
+    ) -> serde_json::Result<Value> {
         let page: Vec<_> = plan.preserved.iter().skip(self.offset).take(self.limit).collect();
         let next = self.offset + page.len();
         let (from, count) = (self.candidate_offset, self.candidate_limit);
@@ -307,13 +312,19 @@ impl PlanPage {
         });
         // `next_eligible_after` only when some preserved row becomes eligible later.
         #[derive(serde::Serialize)]
-        struct Body {
+        struct Body<'a> {
             #[serde(flatten)]
             body: Value,
             #[serde(skip_serializing_if = "Option::is_none")]
             next_eligible_after: Option<fleet_identity::Timestamp>,
+            #[serde(skip_serializing_if = "fleet_registry::RetirementAudit::is_empty")]
+            audit_context: &'a fleet_registry::RetirementAudit,
         }
-        serde_json::to_value(Body { body, next_eligible_after: plan.next_eligible_after })
+        serde_json::to_value(Body {
+            body,
+            next_eligible_after: plan.next_eligible_after,
+            audit_context: audit,
+        })
     }
 }
 

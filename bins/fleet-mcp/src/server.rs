@@ -420,10 +420,7 @@ impl FleetServer {
             let plan = self.fleet().plan(&ctx).map_err(|e| refuse(Refusal::RegistryUnavailable, e))?;
             match page {
                 Some(page) => {
-                    let mut body = page.body(&plan).map_err(internal)?;
-                    if !audit.is_empty() {
-                        body["audit_context"] = serde_json::to_value(&audit).map_err(internal)?;
-                    }
+                    let body = page.body(&plan, &audit).map_err(internal)?;
                     self.answer(&body, || plan_digest(&plan))
                 }
                 None => {
