@@ -43,8 +43,12 @@ pub struct WorkerOptions {
     pub launch: Option<crate::LaunchProcess>,
 }
 
-enum Stop {
-    Now,
+/// What the worker asks of its heartbeat thread.
+enum Ask {
+    /// Stop beating and hand the connection back.
+    Stop,
+    /// Beat now, and say how it went.
+    Beat(mpsc::Sender<Result<(), StoreError>>),
 }
 
 /// A registered worker with its heartbeat thread running. The worker keeps one
@@ -57,14 +61,41 @@ pub struct WorkerSession {
     row: WorkerRow,
     credential: WorkerCredential,
     lost: Arc<std::sync::OnceLock<String>>,
-    stop: Option<mpsc::Sender<Stop>>,
+    stop: Option<mpsc::Sender<Ask>>,
     /// The heartbeat thread, which hands its connection back when it ends.
     thread: Option<JoinHandle<Option<Registry>>>,
 }
 
-impl std::fmt::Debug for Stop {
+impl std::fmt::Debug for Ask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Stop")
+        f.write_str(match self {
+            Self::Stop => "Stop",
+            Self::Beat(_) => "Beat",
+        })
+    }
+}
+
+impl WorkerOptions {
+    /// Registering this very process in `namespace`, as a tool embedding a worker does:
+    /// its own process evidence, a TTL of 30 s, and owned the way `fleetctl worker run`
+    /// owns its rows: by the launch that started it (`FLEET_LAUNCH_PROCESS`, as
+    /// `fleet-launch run` sets it), or outside one by this process itself, a tool that
+    /// is its own launch's client. The repository and revisions start empty: set them
+    /// on the result.
+    pub fn this_process(namespace: Namespace) -> Result<Self, StoreError> {
+        let lineage = |e: crate::LineageError| StoreError::invalid(e.to_string());
+        let launch = match crate::LaunchProcess::from_env().map_err(lineage)? {
+            Some(launch) => launch,
+            None => crate::LaunchProcess::parse(&crate::launch_process_value()?).map_err(lineage)?,
+        };
+        Ok(Self {
+            namespace,
+            process: fleet_probe::current_process().map_err(probe_error)?,
+            heartbeat_ttl: HeartbeatTtl::from_secs(30)?,
+            repository: None,
+            revisions: Revisions::default(),
+            launch: Some(launch),
+        })
     }
 }
 
@@ -151,11 +182,26 @@ impl WorkerSession {
         self.lost.get().map(String::as_str)
     }
 
+    /// Beats now, on the heartbeat thread's connection, and waits for it: for a tool
+    /// that drives its own loop (a beat before each unit of work, say) besides the
+    /// thread's own cadence, which carries on. An error says why this beat did not
+    /// land; a registration lost for good also shows in [`WorkerSession::lost_because`].
+    pub fn heartbeat(&self) -> Result<(), StoreError> {
+        let gone = || match self.lost.get() {
+            Some(why) => StoreError::not_found(format!("registration lost: {why}")),
+            None => StoreError::new(StoreErrorKind::Unavailable, "the heartbeat thread has stopped"),
+        };
+        let (reply, answer) = mpsc::channel();
+        let stop = self.stop.as_ref().ok_or_else(gone)?;
+        stop.send(Ask::Beat(reply)).map_err(|_| gone())?;
+        answer.recv().map_err(|_| gone())?
+    }
+
     /// Stops the heartbeat thread and takes back its connection, if it has one.
     fn stop_heartbeats(&mut self) -> Option<Registry> {
         if let Some(stop) = self.stop.take() {
             // The thread may already have ended; then there is nothing to stop.
-            let _ = stop.send(Stop::Now);
+            let _ = stop.send(Ask::Stop);
         }
         self.thread.take().and_then(|thread| thread.join().ok().flatten())
     }
@@ -221,7 +267,7 @@ impl Beats {
     fn run(
         self,
         registry: Registry,
-        stopped: &mpsc::Receiver<Stop>,
+        asks: &mpsc::Receiver<Ask>,
         lost: &std::sync::OnceLock<String>,
     ) -> Option<Registry> {
         let mut registry = Some(registry);
@@ -230,64 +276,97 @@ impl Beats {
         // Beats keep their cadence: the next is due one interval after the last was due,
         // however long the last took, so a slow beat never stretches the gap between two.
         let mut next_beat = Instant::now() + self.interval;
-        while let Err(RecvTimeoutError::Timeout) =
-            stopped.recv_timeout(next_beat.saturating_duration_since(Instant::now()))
-        {
-            next_beat = (next_beat + self.interval).max(Instant::now());
-            if registry.is_none() {
-                match open_registry(&self.location, OpenMode::MustExist) {
-                    Ok(opened) => registry = Some(opened),
-                    // A schema this build may not use is not coming back: the worker ends
-                    // as one whose registration was lost, saying why.
-                    Err(e) if e.kind() == StoreErrorKind::NewerSchema => {
-                        crate::warn(format_args!("fleet: registration lost: {e}"));
-                        let _ = lost.set(e.to_string());
-                        break;
-                    }
-                    Err(e) => crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}")),
+        loop {
+            let reply = match asks.recv_timeout(next_beat.saturating_duration_since(Instant::now())) {
+                Err(RecvTimeoutError::Timeout) => {
+                    next_beat = (next_beat + self.interval).max(Instant::now());
+                    None
                 }
+                Ok(Ask::Beat(reply)) => Some(reply),
+                Ok(Ask::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let beat = self.beat(&mut registry, &mut active_workers, lost);
+            if let Some(reply) = reply {
+                let _ = reply.send(beat);
             }
-            let Some(reg) = registry.as_mut() else { continue };
-            // A worker whose launch's client died says so on every beat: orphaned.
-            match reg.heartbeat_claiming(&self.credential, now(), crate::claim_of(self.launch)) {
-                // The fleet keeps itself honest: every live worker, on its own tick, marks
-                // the rows whose heartbeat lapsed stale, so retirement needs no operator.
-                Ok(()) if sweeps_this_tick(active_workers, random_u32()) => match self.sweep(reg) {
-                    Ok(Some(active)) => active_workers = active,
-                    Ok(None) => {}
-                    Err(e) => {
-                        crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
-                        if e.kind() != StoreErrorKind::Busy {
-                            registry = None;
-                        }
-                    }
-                },
-                Ok(()) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        StoreErrorKind::NotFound
-                            | StoreErrorKind::Conflict
-                            | StoreErrorKind::Fenced
-                            | StoreErrorKind::NewerSchema
-                    ) =>
-                {
-                    crate::warn(format_args!("fleet: registration lost: {e}"));
-                    let _ = lost.set(e.to_string());
-                    break;
-                }
-                // A busy or briefly unreachable registry: try again next beat, on a fresh
-                // connection when this one may be the broken part (a PostgreSQL backend that
-                // was terminated stays dead).
-                Err(e) => {
-                    crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}"));
-                    if e.kind() != StoreErrorKind::Busy {
-                        registry = None;
-                    }
-                }
+            // A registration lost for good ends the thread.
+            if lost.get().is_some() {
+                break;
             }
         }
         registry
+    }
+
+    /// One beat (and now and then a sweep) on `registry`, opened again first where the
+    /// last beat closed it. A registration lost for good is recorded in `lost`.
+    fn beat(
+        &self,
+        registry: &mut Option<Registry>,
+        active_workers: &mut usize,
+        lost: &std::sync::OnceLock<String>,
+    ) -> Result<(), StoreError> {
+        if registry.is_none() {
+            match open_registry(&self.location, OpenMode::MustExist) {
+                Ok(opened) => *registry = Some(opened),
+                // A schema this build may not use is not coming back: the worker ends as
+                // one whose registration was lost, saying why.
+                Err(e) if e.kind() == StoreErrorKind::NewerSchema => {
+                    crate::warn(format_args!("fleet: registration lost: {e}"));
+                    let _ = lost.set(e.to_string());
+                    return Err(e);
+                }
+                Err(e) => {
+                    crate::warn(format_args!("fleet: heartbeat cannot open registry: {e}"));
+                    return Err(e);
+                }
+            }
+        }
+        let Some(reg) = registry.as_mut() else {
+            return Err(StoreError::new(StoreErrorKind::Unavailable, "no registry"));
+        };
+        // A worker whose launch's client died says so on every beat: orphaned.
+        match reg.heartbeat_claiming(&self.credential, now(), crate::claim_of(self.launch)) {
+            // The fleet keeps itself honest: every live worker, on its own tick, marks the
+            // rows whose heartbeat lapsed stale, so retirement needs no operator.
+            Ok(()) => {
+                if sweeps_this_tick(*active_workers, random_u32()) {
+                    match self.sweep(reg) {
+                        Ok(Some(active)) => *active_workers = active,
+                        Ok(None) => {}
+                        Err(e) => {
+                            crate::warn(format_args!("fleet: stale sweep failed, will retry: {e}"));
+                            if e.kind() != StoreErrorKind::Busy {
+                                *registry = None;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    StoreErrorKind::NotFound
+                        | StoreErrorKind::Conflict
+                        | StoreErrorKind::Fenced
+                        | StoreErrorKind::NewerSchema
+                ) =>
+            {
+                crate::warn(format_args!("fleet: registration lost: {e}"));
+                let _ = lost.set(e.to_string());
+                Err(e)
+            }
+            // A busy or briefly unreachable registry: try again next beat, on a fresh
+            // connection when this one may be the broken part (a PostgreSQL backend that
+            // was terminated stays dead).
+            Err(e) => {
+                crate::warn(format_args!("fleet: heartbeat failed, will retry: {e}"));
+                if e.kind() != StoreErrorKind::Busy {
+                    *registry = None;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// One sweep of the fleet's lapsed rows to stale, bounded by one beat interval (a
@@ -318,6 +397,45 @@ impl Beats {
 #[cfg(test)]
 mod tests {
     use super::{SWEEPERS_PER_TICK, sweeps_this_tick};
+
+    /// A tool driving its own loop beats when it asks, on the session's connection, and
+    /// is told the moment its registration is gone (here its row retired behind its
+    /// back, as stale retirement would): the error says why, and so does the session.
+    #[test]
+    fn an_explicit_heartbeat_lands_and_says_when_the_registration_is_lost() {
+        use crate::{Launch, RegistryLocation, open_registry};
+        use fleet_registry::OpenMode;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("registry.sqlite3");
+        let location = RegistryLocation::Sqlite(path.clone());
+        let launch =
+            Launch::mint(&location, fleet_identity::ClientType::new("codex").unwrap(), None, None).unwrap();
+        let options = super::WorkerOptions::this_process(fleet_identity::Namespace::Author).unwrap();
+        let session = super::WorkerSession::start(&location, &launch.env, options).unwrap();
+        let id = session.row().worker_identity.clone();
+        let beat_of = || {
+            let row = open_registry(&location, OpenMode::MustExist).unwrap().worker(&id).unwrap().unwrap();
+            row.last_heartbeat_at.unwrap()
+        };
+        let registered = beat_of();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        session.heartbeat().unwrap();
+        assert!(beat_of() > registered, "the asked-for beat was written");
+
+        let db = rusqlite::Connection::open(&path).unwrap();
+        db.execute(
+            "UPDATE worker_registrations SET status = 'retired' WHERE worker_identity = ?1",
+            [id.as_str()],
+        )
+        .unwrap();
+        let refused = session.heartbeat().unwrap_err();
+        assert!(refused.to_string().contains("retired"), "{refused}");
+        assert!(session.registration_lost());
+        assert!(session.lost_because().is_some_and(|why| why.contains("retired")));
+        // The thread has ended: a later ask says the registration is gone.
+        assert!(session.heartbeat().unwrap_err().to_string().contains("registration lost"));
+    }
 
     /// A sweep held up by another writer (PostgreSQL: a session holding the registry's
     /// write lock, which a heartbeat does not take) gives up within a beat interval, so
