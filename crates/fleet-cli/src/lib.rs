@@ -3,6 +3,15 @@
 //! [`print_json`]), logging on stderr, argument parsing, and the shell completions and
 //! manual pages of a binary's commands. Only the binaries link it: nothing below them
 //! knows an exit code.
+//!
+//! ```
+//! use fleet_cli::Failure;
+//!
+//! // Bad input is exit 2, a check that said no exit 1, a store that could not be used 3.
+//! assert_eq!(Failure::usage("--ttl 0 is outside 1..=86400 seconds").code(), 2);
+//! assert_eq!(Failure::refused("the lease is held").code(), 1);
+//! assert_eq!(Failure::store("cannot open the registry").code(), 3);
+//! ```
 
 #![deny(missing_docs)]
 

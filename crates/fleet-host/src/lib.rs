@@ -6,6 +6,18 @@
 //!
 //! It knows no registry: what authority a command runs under (a lease's epoch, a
 //! deadline on the boot clock) is handed to it.
+//!
+//! ```
+//! use fleet_host::process;
+//!
+//! // The boot clock never jumps with the wall clock: deadlines on it hold across a
+//! // paused or stepped clock.
+//! let before = process::boot_clock();
+//! assert!(process::boot_clock() >= before);
+//! if let Some((host, boot)) = process::current_host() {
+//!     println!("this is {host} in boot {boot}");
+//! }
+//! ```
 
 #![deny(missing_docs)]
 

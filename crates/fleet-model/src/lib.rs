@@ -6,6 +6,21 @@
 //! values, the probe produces the verdicts, and the pure crates (`fleet-snapshot`,
 //! `fleet-retirement`) judge them; each of those depends on this crate, never on the
 //! store or the probe.
+//!
+//! ```
+//! use fleet_identity::Timestamp;
+//! use fleet_model::{RegistryDump, WorkerStatus, heartbeat_lapsed};
+//!
+//! let dump = RegistryDump::from_json(r#"{"worker_registrations": [{
+//!     "worker_identity": "wkr-author-1", "namespace": "author", "status": "active",
+//!     "registered_at": "2026-07-30T12:00:00Z",
+//!     "last_heartbeat_at": "2026-07-30T12:00:00Z", "heartbeat_ttl_s": 30}]}"#).expect("a dump");
+//! let row = &dump.worker_registrations[0];
+//! assert_eq!(row.status, WorkerStatus::Active);
+//! let beat = Timestamp::parse("2026-07-30T12:00:00Z").unwrap();
+//! assert!(!heartbeat_lapsed(beat, 30, Timestamp::parse("2026-07-30T12:00:30Z").unwrap()));
+//! assert!(heartbeat_lapsed(beat, 30, Timestamp::parse("2026-07-30T12:00:31Z").unwrap()));
+//! ```
 
 #![deny(missing_docs)]
 

@@ -7,6 +7,18 @@
 //!
 //! The values it hands back ([`ProcessIdentity`], [`Liveness`], [`ProcessVerdict`]) and
 //! the [`LivenessProbe`] trait it implements belong to `fleet-model`.
+//!
+//! ```
+//! use fleet_model::{LivenessProbe, ProcessVerdict};
+//! use fleet_probe::{LocalProbe, current_process};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let me = current_process()?; // pid, start time, host, boot, PID namespace
+//! let probe = LocalProbe::new()?;
+//! assert_eq!(probe.probe(&me), ProcessVerdict::Alive);
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 

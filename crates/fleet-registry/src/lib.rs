@@ -7,6 +7,26 @@
 //! writes, run inside the transactions the backend opens. Everything with a rule in it
 //! lives here, so two backends cannot drift apart. `conformance` (a feature) holds the suite each
 //! backend runs against itself.
+//!
+//! Code written over [`Registry`] runs on either backend (`registry-sqlite`,
+//! `registry-postgres`; their crate pages show a registry opened):
+//!
+//! ```
+//! use fleet_identity::Timestamp;
+//! use fleet_lease::{LeaseKey, LeaseKind};
+//! use fleet_registry::{AuditContext, Registry, Store, StoreError};
+//!
+//! /// Marks the lapsed rows stale, then takes the deploy lease for `owner` if it is free:
+//! /// the epoch to fence the deploy's writes with.
+//! fn sweep_and_lease<S: Store>(registry: &mut Registry<S>, owner: &str, now: Timestamp) -> Result<Option<u64>, StoreError> {
+//!     let swept = registry.sweep(now)?;
+//!     println!("{} rows marked stale", swept.marked.len());
+//!     let key = LeaseKey::new("workflow:deploy").map_err(|e| StoreError::invalid(e.to_string()))?;
+//!     let ttl = time::Duration::seconds(30);
+//!     let granted = registry.acquire_lease(&key, LeaseKind::Workflow, owner, ttl, &[], &AuditContext::default())?;
+//!     Ok(granted.ok().map(|lease| lease.fencing_epoch.get()))
+//! }
+//! ```
 
 #![deny(missing_docs)]
 

@@ -7,6 +7,19 @@
 //! readers use a read-only repeatable-read transaction, one consistent view. Times are
 //! stored as the registry's canonical RFC 3339 text, so both backends hold the same
 //! values; the store's clock is the server's `clock_timestamp()`.
+//!
+//! ```no_run
+//! use fleet_registry::Registry;
+//! use registry_postgres::PostgresStore;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The URL's password, if any, is never printed: errors and logs name the server only.
+//! let mut registry = Registry::new(PostgresStore::connect("postgres://fleet@db.internal/fleet")?);
+//! let fleet = registry.live()?;
+//! println!("{} rows in the live fleet", fleet.worker_registrations.len());
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 // Store crates convert between Rust and SQL integers; every such cast must be checked.

@@ -6,6 +6,50 @@
 //! last transactions, never corrupt the earlier ones.) Lease transactions commit with
 //! `synchronous = FULL` instead, so a fencing epoch once handed out survives a power
 //! loss and is never handed out again.
+//!
+//! A registry in a file, with the rules of `fleet-registry` over it: a worker registers
+//! (its own process as evidence), heartbeats with its credential, and releases.
+//!
+//! ```
+//! use fleet_identity::{ClientType, GenerationId, Namespace, Timestamp};
+//! use fleet_registry::{
+//!     Claim, HeartbeatTtl, InstanceRef, OpenMode, Registration, Registry, Revisions, WorkerCredential,
+//!     WorkerStatus, WorkerToken,
+//! };
+//! use registry_sqlite::SqliteStore;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let mut registry = Registry::new(SqliteStore::open(&dir.path().join("registry.sqlite3"), OpenMode::CreateIfMissing)?);
+//! let generation_id = GenerationId::new("gen-1")?;
+//! let registration = Registration {
+//!     client_type: ClientType::new("codex")?,
+//!     instance: InstanceRef::Legacy(fleet_identity::LegacyPlaceholder::parse("pid-4242").unwrap()),
+//!     instance_provenance: None,
+//!     fleet_run_id: None,
+//!     namespace: Namespace::Author,
+//!     profile: None,
+//!     session_id: None,
+//!     generation_id: generation_id.clone(),
+//!     process: fleet_probe::current_process()?,
+//!     repository: None,
+//!     heartbeat_ttl: HeartbeatTtl::from_secs(30)?,
+//!     revisions: Revisions::default(),
+//!     claim: Claim::Unowned,
+//!     hostname: None,
+//! };
+//! let token = WorkerToken::generate()?;
+//! let probe = fleet_probe::LocalProbe::new()?;
+//! let now = Timestamp::parse("2026-07-30T12:00:00Z")?;
+//! let row = registry.register(&registration, &token, now, &probe)?.row;
+//!
+//! let me = WorkerCredential { worker_identity: row.worker_identity.clone(), generation_id, token };
+//! registry.heartbeat(&me, now.saturating_add(time::Duration::seconds(10)))?;
+//! let released = registry.release(&me, now.saturating_add(time::Duration::seconds(20)))?;
+//! assert_eq!(released.status, WorkerStatus::Released);
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(missing_docs)]
 // Store crates convert between Rust and SQL integers; every such cast must be checked.
