@@ -60,7 +60,7 @@ impl Bodies {
     }
 
     /// Parks `body` (the JSON text of one value) and returns the placeholder to answer
-    /// with in its place. Only a transport made by [`guard`] with this store replaces it.
+    /// with in its place. Only a transport made by [`super::guard`] with this store replaces it.
     pub fn park(&self, body: Vec<u8>) -> Value {
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
         let mut parked = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
