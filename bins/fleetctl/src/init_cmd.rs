@@ -136,5 +136,6 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
             "lost the initialization lease of {} while running; the command was stopped and nothing was recorded",
             args.key
         ))),
+        other => Err(Failure::refused(format!("initialization of {} ended: {other:?}", args.key))),
     }
 }

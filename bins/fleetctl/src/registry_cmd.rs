@@ -150,6 +150,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 }
                 RestoreError::Input(e) => Failure::usage(format!("{}: {e}", file.display())),
                 RestoreError::Store(e) => Failure::from(e),
+                other => Failure::usage(format!("{}: {other}", file.display())),
             })?;
             if json {
                 outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;

@@ -18,6 +18,7 @@ const DIGEST_LEN: usize = INSTANCE_DIGEST_BYTES * 2;
 
 /// Why a string is not a launcher instance ID.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InstanceIdError {
     /// The string does not start with `inst-`.
     #[error("instance id {0:?} does not start with \"inst-\"")]

@@ -70,6 +70,7 @@ impl InstanceClaim {
 crate::outward_codes! {
     /// Whether an instance ID can be trusted, and if not, why not.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
     pub enum TrustVerdict ("trust verdict") {
         /// Well-formed and recorded in the launcher's ledger.
         Trusted = "trusted",

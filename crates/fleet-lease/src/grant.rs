@@ -225,6 +225,7 @@ impl ConnectorPolicy for DenyAll {
 fleet_identity::outward_codes! {
     /// Why a grant was not issued, or is not valid. One per denial case of seed 002.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+    #[non_exhaustive]
     pub enum GrantDenial ("grant denial", explained) {
         /// Not minted by this issuer (forged, cloned from elsewhere, or from before a restart).
         #[error("grant_not_minted_here: the grant was not minted by this process")]

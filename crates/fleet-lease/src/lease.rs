@@ -11,6 +11,7 @@ use crate::record::{
 fleet_identity::outward_codes! {
     /// A successful lease operation, as the audit log names it.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
     pub enum LeaseOutcome ("lease outcome") {
         /// A new lease (or a lapsed one re-acquired with a higher epoch).
         Acquired = "acquired",
@@ -26,6 +27,7 @@ fleet_identity::outward_codes! {
 fleet_identity::outward_codes! {
     /// Why a lease operation was refused. Each is an outcome code of the seeds.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+    #[non_exhaustive]
     pub enum LeaseDenial ("lease denial", explained) {
         /// Another holder's lease is live.
         #[error("lease_held: another holder's lease is live")]

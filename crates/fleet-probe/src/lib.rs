@@ -40,6 +40,7 @@ use nix::unistd::Pid as NixPid;
 
 /// Why a piece of process evidence could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProbeError {
     /// A file under `/etc` or `/proc` could not be read.
     #[error("cannot read {path}: {source}")]

@@ -80,6 +80,7 @@ impl RegistryBackup {
 /// Why a restore failed: its input (a bad row, not JSON: exit 2 at the CLI, naming the
 /// file), or the registry (a conflict, a store that cannot be written).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RestoreError {
     /// The input is not JSON (cut short, or not JSON at all).
     #[error("not valid JSON: {0}")]

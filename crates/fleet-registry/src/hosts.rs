@@ -77,6 +77,7 @@ pub(crate) fn note_boot(
 fleet_identity::outward_codes! {
     /// What a host looks like from the registry.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    #[non_exhaustive]
     pub enum HostState ("host state") {
         /// A row of it heartbeats within its TTL.
         Live = "live",

@@ -113,6 +113,7 @@ pub struct Registration {
 fleet_identity::outward_codes! {
     /// Whether a registration made a new row or found the process's own.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[non_exhaustive]
     pub enum RegistrationOutcome ("registration outcome") {
         /// A new process: a new `worker_identity`.
         Registered = "registered",
@@ -123,6 +124,7 @@ fleet_identity::outward_codes! {
 
 /// The result of a registration.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Registered {
     /// The row as written.
     pub row: WorkerRow,

@@ -24,6 +24,7 @@ pub struct Registry<S> {
 
 /// What a stale sweep did, and the fleet it looked at.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Sweep {
     /// The rows it marked stale.
     pub marked: Vec<WorkerIdentity>,

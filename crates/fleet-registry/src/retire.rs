@@ -167,6 +167,7 @@ pub enum RegistryMatch {
 fleet_identity::outward_codes! {
     /// The outcome of an apply, as the seed names them.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
     pub enum ApplyOutcome ("apply outcome") {
         /// The transaction ran; see retired and preserved.
         Applied = "applied",
@@ -196,6 +197,7 @@ pub struct Preserved {
 
 /// Why an apply left a requested row as it was. It serializes as its code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeptReason {
     /// The fresh plan preserved it (the conjunction's reason), or the re-probe just
     /// before its write did not find its process gone (`pid_alive`,
@@ -225,6 +227,7 @@ fleet_identity::outward_codes!(impl KeptReason);
 
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ApplyReport {
     /// The outcome.
     pub outcome: ApplyOutcome,

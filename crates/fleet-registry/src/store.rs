@@ -532,6 +532,7 @@ pub struct SchemaUpgrade {
 
 /// What an import wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ImportSummary {
     /// Ledger entries written.
     pub instances: usize,

@@ -22,6 +22,7 @@ pub const REQUIRED_IDENTITY_FIELDS: [&str; 7] = [
 fleet_identity::outward_codes! {
     /// Why a row is preserved, in the conjunction's order.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    #[non_exhaustive]
     pub enum PreserveReason ("preserve reason") {
         /// Status is not `active`.
         AlreadyTerminalRegistration = "already_terminal_registration",

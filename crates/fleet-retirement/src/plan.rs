@@ -55,6 +55,7 @@ pub struct RowEvidence {
 
 /// The plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Plan {
     /// Always `planned`.
     pub outcome: &'static str,

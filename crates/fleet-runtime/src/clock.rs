@@ -32,6 +32,7 @@ pub const CLOCK_AGREEMENT: Duration = Duration::seconds(5);
 
 /// Why this process's clock is not trusted to judge others, and by how much it is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClockDisagreement {
     /// The store's clock reads `offset` behind this one (negative: ahead).
     Store {

@@ -155,6 +155,7 @@ pub const PROVENANCE_TRUSTED_LAUNCHER: &str = "trusted_launcher";
 
 /// Why the instance environment was refused; each names the variable at fault.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvError {
     /// A required variable is not set.
     #[error("{0} is not set; start the session through `fleet-launch run`")]

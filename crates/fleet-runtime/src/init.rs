@@ -16,6 +16,7 @@ use crate::location::{RegistryLocation, open_registry};
 
 /// How an initialization attempt ended for this caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InitReport {
     /// This caller ran the work and the version is durably ready.
     Completed,

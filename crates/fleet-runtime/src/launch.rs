@@ -158,6 +158,7 @@ pub fn claim_of(launch: Option<LaunchProcess>) -> Claim {
 
 /// Why a server may not register under the launch in its environment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LineageError {
     /// No ancestor of the server is the process the launch started: a process outside
     /// the launched client's tree copied the launch's variables.

@@ -13,6 +13,7 @@ use registry_sqlite::SqliteStore;
 
 /// Why a registry location was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LocationError {
     /// Neither a location nor a state directory to put the default in.
     #[error("no registry location: pass --registry, set FLEET_REGISTRY, or set HOME")]

@@ -8,6 +8,7 @@ fleet_identity::outward_codes! {
     /// them makes `live_fleet_safe` false. The exact rule for each is in
     /// `docs/SNAPSHOT.md`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    #[non_exhaustive]
     pub enum FindingCode ("finding code") {
         /// An instance (or one of its namespaces) on the manifest has no live worker.
         MissingExpected = "missing_expected",
@@ -128,6 +129,7 @@ impl Serialize for Evidence {
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Finding {
     /// What was found.
     pub code: FindingCode,

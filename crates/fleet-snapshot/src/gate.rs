@@ -14,6 +14,7 @@ use crate::findings::FindingCode;
 fleet_identity::outward_codes! {
     /// Why the gate is closed.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    #[non_exhaustive]
     pub enum GateReason ("gate reason") {
         /// No row for the worker.
         WorkerNotRegistered = "worker_not_registered",

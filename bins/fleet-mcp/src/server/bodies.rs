@@ -48,6 +48,7 @@ impl FleetServer {
                 WorkerApplyRefused::Revoked => {
                     refuse(Refusal::PermissionRevoked, "the retire capability was withdrawn during the call")
                 }
+                other => refuse(Refusal::InternalError, format!("{other:?}")),
             })?;
         match applied.report.outcome {
             ApplyOutcome::Applied | ApplyOutcome::AlreadyRetired => {

@@ -199,6 +199,8 @@ pub(super) fn context_refusal(e: ContextError) -> CallToolResult {
     match e {
         ContextError::HostIdentity(_) => refuse(Refusal::RegistryUnavailable, e),
         ContextError::CurrentDirectory(_) | ContextError::Repository(_) => invalid("canonical_repository", e),
+        // A reason this build does not know yet: said as it is.
+        _ => refuse(Refusal::InternalError, e),
     }
 }
 
@@ -216,6 +218,8 @@ pub(super) fn may_not_mutate(e: fleet_runtime::WorkerMayNotMutate) -> CallToolRe
             refuse(Refusal::CohortNotUnique, "this instance runs more than one worker in a namespace")
         }
         WorkerMayNotMutate::LeasesUnreadable(e) => refuse(Refusal::LeaseEnumerationFailed, e),
+        // A rule this build does not know yet: said as it is.
+        other => refuse(Refusal::InternalError, format!("{other:?}")),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::stable::StableRuntime;
 
 /// Why the context of a retirement could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContextError {
     /// This host's identity (its machine and boot ids) could not be read: the host, not
     /// the input, is at fault.
@@ -66,6 +67,7 @@ pub fn retirement_audit(
 /// Why a worker may not act on the fleet now (seed 004's rules for a mutating tool
 /// call), checked in this order.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum WorkerMayNotMutate {
     /// The registry could not be read.
     Registry(StoreError),
@@ -221,6 +223,7 @@ impl Fleet {
 
 /// Why [`Fleet::apply_as`] wrote nothing before the apply's own transaction.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum WorkerApplyRefused {
     /// The worker may not act on the fleet now.
     MayNotMutate(WorkerMayNotMutate),
@@ -234,6 +237,7 @@ pub enum WorkerApplyRefused {
 
 /// An apply and the fleet right after it.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct Applied {
     /// What the apply did.
     #[serde(flatten)]

@@ -204,6 +204,7 @@ pub struct PruneRequest {
 
 /// What [`Fleet::prune`] did, or with `dry_run` would do.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct PruneReport {
     /// Whether this was a dry run.
     pub dry_run: bool,

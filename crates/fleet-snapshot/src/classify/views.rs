@@ -155,6 +155,7 @@ impl Serialize for NamespaceWorkers<'_> {
 
 /// How many of each, by the name of the count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Counts {
     /// Every row the snapshot was taken of.
     pub total_rows: usize,
