@@ -410,6 +410,17 @@ fn completions_hide_internal_commands_and_every_named_manual_page_exists() {
     let apply = std::fs::read_to_string(dir.join("fleetctl-retire-apply.1")).unwrap();
     assert!(apply.contains("require\\-registry\\-match"), "a subcommand's page has its options");
     assert!(!dir.join("fleetctl-__gate.1").exists());
+    // Every page says how the command ends and what it reads from its environment, and
+    // a page whose help has examples shows them in a section of their own (man-pages(7)).
+    for page in std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()) {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", "FLEET_REGISTRY"] {
+            assert!(text.contains(section), "{} has {section}", page.display());
+        }
+    }
+    let init = std::fs::read_to_string(dir.join("fleetctl-registry-init.1")).unwrap();
+    assert!(init.contains(".SH EXAMPLES\n.nf\nfleetctl registry init\n"), "{init}");
+    assert!(!init.contains(".SH EXTRA"), "examples are not an EXTRA section");
 
     for (binary, args) in
         [("fleet-launch", vec!["completions", "bash"]), ("fleet-mcp", vec!["--completions", "bash"])]
@@ -419,7 +430,9 @@ fn completions_hide_internal_commands_and_every_named_manual_page_exists() {
     }
     for (binary, args) in [("fleet-launch", vec!["man"]), ("fleet-mcp", vec!["--man"])] {
         let out = std::process::Command::new(common::sibling_bin(binary)).args(&args).output().unwrap();
-        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains(".TH"), "{binary}");
+        let page = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && page.contains(".TH"), "{binary}");
+        assert!(page.contains(".SH \"EXIT STATUS\"") && page.contains(".SH ENVIRONMENT"), "{binary}: {page}");
     }
 }
 

@@ -53,34 +53,138 @@ pub fn completions(cmd: clap::Command, shell: Shell) -> String {
     String::from_utf8_lossy(&text).into_owned()
 }
 
+/// What the binaries read from their environment, for every manual page's ENVIRONMENT
+/// section (besides the options that name a variable of their own).
+pub const ENVIRONMENT: [(&str, &str); 6] = [
+    (
+        "FLEET_REGISTRY",
+        "Where the registry is: a SQLite file, sqlite://PATH or postgres://… (the default of --registry).",
+    ),
+    (
+        "GITEA_MCP_CLIENT, GITEA_MCP_CLIENT_INSTANCE, GITEA_MCP_INSTANCE_PROVENANCE, GITEA_MCP_CLIENT_SESSION, \
+         GITEA_MCP_FLEET_RUN_ID, GITEA_CLIENT_MANAGED, GITEA_MCP_LAUNCH_PROCESS",
+        "The launch a worker belongs to, as fleet-launch hands it out (fleet-launch mint --json, fleet-launch run); \
+         read by fleetctl worker run and fleet-mcp.",
+    ),
+    ("GITEA_MCP_PROFILE", "The role profile a fleet-mcp server runs under."),
+    ("FLEET_PROFILES", "Where fleet-mcp reads its profiles (refused unless private)."),
+    (
+        "FLEET_REMOTES",
+        "The remotes a retirement's audit context may name, comma-separated (any name when unset).",
+    ),
+    ("RUST_LOG", "Which log events go to stderr (default warn; info shows every mutation and refusal)."),
+];
+
 /// The manual page of `cmd` itself (roff).
 pub fn manual(cmd: clap::Command) -> Result<String, Failure> {
-    let mut text = Vec::new();
-    clap_mangen::Man::new(public(cmd))
-        .render(&mut text)
+    let cmd = public(cmd);
+    let exit_status = exit_status(&cmd);
+    let text = page(&cmd, exit_status.as_deref())
         .map_err(|e| Failure::store(format!("cannot render the manual: {e}")))?;
     Ok(String::from_utf8_lossy(&text).into_owned())
 }
 
+/// The "Exit codes:" block of the root command's help, which every page repeats.
+fn exit_status(root: &clap::Command) -> Option<String> {
+    let after = root.get_after_help()?.to_string();
+    after.split("\n\n").find(|block| block.starts_with("Exit codes:")).map(str::to_owned)
+}
+
+/// One page: clap_mangen's sections, then EXAMPLES, NOTES, EXIT STATUS and ENVIRONMENT
+/// from the command's help and the binary's, then the version.
+fn page(cmd: &clap::Command, exit_status: Option<&str>) -> std::io::Result<Vec<u8>> {
+    use clap_mangen::roff::{Roff, bold, roman};
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut out)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut out)?;
+    }
+    let mut roff = Roff::default();
+    let after = cmd.get_after_help().map(ToString::to_string).unwrap_or_default();
+    let mut notes = Vec::new();
+    for block in after.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        if let Some(examples) = block.strip_prefix("Examples:\n") {
+            roff.control("SH", ["EXAMPLES"]);
+            roff.control("nf", []);
+            roff.text([roman(examples.lines().map(str::trim_start).collect::<Vec<_>>().join("\n"))]);
+            roff.control("fi", []);
+        } else if !block.starts_with("Exit codes:") {
+            notes.push(block);
+        }
+    }
+    if !notes.is_empty() {
+        roff.control("SH", ["NOTES"]);
+        for note in notes {
+            roff.text([roman(note)]);
+            roff.control("PP", []);
+        }
+    }
+    if let Some(codes) = exit_status {
+        roff.control("SH", ["EXIT STATUS"]);
+        for line in codes.lines().skip(1) {
+            let line = line.trim_start();
+            let (code, meaning) = line.split_once("  ").unwrap_or(("", line));
+            roff.control("TP", []);
+            roff.text([bold(code)]);
+            roff.text([roman(meaning.trim())]);
+        }
+    }
+    roff.control("SH", ["ENVIRONMENT"]);
+    let own: Vec<(String, String)> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let var = a.get_env()?.to_string_lossy().into_owned();
+            let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+            Some((var, help))
+        })
+        .filter(|(var, _)| ENVIRONMENT.iter().all(|(known, _)| known != var))
+        .collect();
+    for (var, text) in ENVIRONMENT.iter().map(|(v, t)| ((*v).to_owned(), (*t).to_owned())).chain(own) {
+        roff.control("TP", []);
+        roff.text([bold(var)]);
+        roff.text([roman(text)]);
+    }
+    roff.to_writer(&mut out)?;
+    if cmd.get_version().is_some() {
+        man.render_version_section(&mut out)?;
+    }
+    Ok(out)
+}
+
 /// Writes a page for `cmd` and one for each public subcommand, at every depth
 /// (`fleetctl.1`, `fleetctl-registry.1`, `fleetctl-registry-init.1`, …), into `dir`, each
-/// by the project's rule for user files; returns the files written.
+/// by the project's rule for user files; returns the files written. Every page carries
+/// the binary's EXIT STATUS and ENVIRONMENT, and EXAMPLES where its help has them.
 pub fn write_manuals(cmd: clap::Command, dir: &Path) -> Result<Vec<std::path::PathBuf>, Failure> {
-    fn pages(cmd: clap::Command, dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), Failure> {
+    fn pages(
+        cmd: clap::Command,
+        exit_status: Option<&str>,
+        dir: &Path,
+        out: &mut Vec<std::path::PathBuf>,
+    ) -> Result<(), Failure> {
         for sub in cmd.get_subcommands().cloned() {
-            pages(sub, dir, out)?;
+            pages(sub, exit_status, dir, out)?;
         }
-        let man = clap_mangen::Man::new(cmd);
-        let mut text = Vec::new();
-        man.render(&mut text).map_err(|e| Failure::store(format!("cannot render the manual: {e}")))?;
-        let path = dir.join(man.get_filename());
+        let text =
+            page(&cmd, exit_status).map_err(|e| Failure::store(format!("cannot render the manual: {e}")))?;
+        let path = dir.join(clap_mangen::Man::new(cmd).get_filename());
         fleet_runtime::user_file::replace(&path, &text)
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
         out.push(path);
         Ok(())
     }
+    let root = public(cmd);
+    let exit_status = exit_status(&root);
     let mut written = Vec::new();
-    pages(public(cmd), dir, &mut written)?;
+    pages(root, exit_status.as_deref(), dir, &mut written)?;
     Ok(written)
 }
 

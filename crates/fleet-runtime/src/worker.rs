@@ -78,7 +78,7 @@ impl std::fmt::Debug for Ask {
 impl WorkerOptions {
     /// Registering this very process in `namespace`, as a tool embedding a worker does:
     /// its own process evidence, a TTL of 30 s, and owned the way `fleetctl worker run`
-    /// owns its rows: by the launch that started it (`FLEET_LAUNCH_PROCESS`, as
+    /// owns its rows: by the launch that started it (`GITEA_MCP_LAUNCH_PROCESS`, as
     /// `fleet-launch run` sets it), or outside one by this process itself, a tool that
     /// is its own launch's client. The repository and revisions start empty: set them
     /// on the result.
