@@ -13,7 +13,7 @@ use fleet_lease::{
     LeaseState, normalize_scopes,
 };
 use fleet_registry::{AuditQuery, LeaseResult};
-use fleet_runtime::{Fleet, LeaseChange, LeaseError, RegistryLocation};
+use fleet_runtime::{Fleet, KeptAlive, LeaseChange, LeaseError, RegistryLocation};
 use time::Duration;
 
 use crate::output::{self, Format, OutputArgs};
@@ -72,6 +72,23 @@ pub(crate) enum LeaseCmd {
         holder: HolderArgs,
         /// TTL in seconds from now (default: the TTL the lease was granted or last
         /// renewed with, as etcd's keep-alive keeps it).
+        #[arg(long)]
+        ttl: Option<u64>,
+        /// Connector policy file (default: deny every connector lease).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Keep the holder's lease alive until interrupted, as etcdctl's lease keep-alive
+    /// does: a renewal every third of its TTL, a line for each; SIGINT or SIGTERM
+    /// releases it and exits 0. A renewal refused (the lease taken over, a policy
+    /// withdrawn) or a lease that lapsed between renewals exits 1.
+    KeepAlive {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        holder: HolderArgs,
+        /// TTL in seconds from each renewal (default: the TTL the lease was granted or
+        /// last renewed with).
         #[arg(long)]
         ttl: Option<u64>,
         /// Connector policy file (default: deny every connector lease).
@@ -392,6 +409,9 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let change = LeaseChange::Renew { holder: &holder, ttl: ttl.map(secs).transpose()? };
             change_lease(fleet, &target, change, policy.as_ref())
         }
+        LeaseCmd::KeepAlive { target, holder: h, ttl, policy } => {
+            keep_alive(fleet, &target, &holder(h)?, ttl.map(secs).transpose()?, policy.as_ref())
+        }
         LeaseCmd::Release { target, holder: h, policy } => {
             let holder = holder(h)?;
             change_lease(fleet, &target, LeaseChange::Release { holder: &holder }, policy.as_ref())
@@ -434,6 +454,53 @@ fn change_lease(
     let result = fleet.change_lease(&key, change, policy.as_ref(), target.correlation_id.as_deref());
     match result {
         Ok(result) => report(result, target.json),
+        Err(LeaseError::Store(e)) => Err(e.into()),
+        Err(e) => Err(Failure::usage(e.to_string())),
+    }
+}
+
+/// `lease keep-alive`: renewals until a stop signal, then the release.
+fn keep_alive(
+    mut fleet: Fleet,
+    target: &Target,
+    holder: &Holder,
+    ttl: Option<Duration>,
+    policy: Option<&PathBuf>,
+) -> Result<ExitCode, Failure> {
+    let (key, _, _) = parse_key(&target.key)?;
+    let policy = load_policy(policy)?;
+    let stop = fleet_runtime::keeper::watch_stop_signals(None)
+        .map_err(|e| Failure::store(format!("cannot watch stop signals: {e}")))?;
+    let mut printed = Ok(());
+    let kept = fleet.keep_lease_alive(&key, holder, ttl, policy.as_ref(), &stop, |lease| {
+        if printed.is_err() {
+            return;
+        }
+        printed = if target.json {
+            outln!("{}", serde_json::json!({ "outcome": "renewed", "lease": lease }))
+        } else {
+            outln!("renewed {key} at epoch {} until {}", lease.fencing_epoch, lease.expires_at)
+        }
+        .and_then(|()| fleet_cli::flush_stdout());
+    });
+    printed?;
+    match kept {
+        Ok(KeptAlive::Stopped { released: true }) => {
+            if target.json {
+                outln!("{}", serde_json::json!({ "outcome": "released", "lease_key": key.as_str() }))?;
+            } else {
+                outln!("released {key}")?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(KeptAlive::Stopped { released: false }) => {
+            Err(Failure::refused(format!("{key} was no longer this holder's to release")))
+        }
+        Ok(KeptAlive::Denied(denial)) => Err(Failure::refused(format!("lost {key}: {denial}"))),
+        Ok(KeptAlive::Lapsed) => Err(Failure::refused(format!(
+            "{key} lapsed: no renewal committed before it expired; it may be another's now"
+        ))),
+        Ok(other) => Err(Failure::refused(format!("{key}: {other:?}"))),
         Err(LeaseError::Store(e)) => Err(e.into()),
         Err(e) => Err(Failure::usage(e.to_string())),
     }

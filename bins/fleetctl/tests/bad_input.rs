@@ -396,7 +396,14 @@ fn completions_hide_internal_commands_and_every_named_manual_page_exists() {
     let bash = fleet.ctl(&["completions", "bash"]);
     assert!(bash.status.success());
     let script = String::from_utf8(bash.stdout).unwrap();
-    assert!(script.contains("retire") && !script.contains("__gate") && !script.contains("__keep"));
+    assert!(script.contains("retire"));
+    // Neither internal command is offered, as a word or in a function's name (where a
+    // command `__keep` would be `…subcmd____keep`; `lease keep-alive` is `…subcmd__keep…`).
+    let words: Vec<&str> = script.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-')).collect();
+    for internal in ["__gate", "__keep"] {
+        assert!(!words.contains(&internal), "{internal} is offered");
+        assert!(!script.contains(&format!("subcmd__{internal}")), "{internal} has a completion function");
+    }
 
     let dir = fleet.dir.path().join("man1");
     std::fs::create_dir(&dir).unwrap();

@@ -681,3 +681,69 @@ fn audit_retention_exports_then_removes_the_old_entries() {
     let err = conn.execute("DELETE FROM lease_audit_log", []).unwrap_err();
     assert!(err.to_string().contains("append-only"), "{err}");
 }
+
+/// `lease keep-alive`, as etcdctl's: it renews past the lease's TTL (a line for each
+/// renewal), and SIGTERM releases the lease and exits 0. A keep-alive whose lease is
+/// ended behind its back (released by its holder elsewhere) exits 1 on its next renewal,
+/// saying it lost the lease.
+#[test]
+fn keep_alive_renews_past_the_ttl_and_releases_when_stopped() {
+    let fleet = Fleet::new();
+    let acquire = |key: &str| {
+        let out = fleet.ctl(&["lease", "acquire", "--key", key, "--owner", "me", "--ttl", "2", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let acquired: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let lease = &acquired["lease"];
+        (lease["lease_id"].as_str().unwrap().to_owned(), lease["fencing_epoch"].to_string())
+    };
+    let keep_alive = |key: &str, id: &str, epoch: &str| {
+        fleet
+            .fleetctl()
+            .args(["lease", "keep-alive", "--key", key, "--owner", "me", "--lease-id", id, "--epoch", epoch])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let status = |key: &str| {
+        let out = fleet.ctl(&["lease", "show", "--key", key, "--json"]);
+        let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (shown[0]["status"].as_str().unwrap().to_owned(), shown[0]["fencing_epoch"].to_string())
+    };
+
+    let (id, epoch) = acquire("workflow:kept");
+    let child = keep_alive("workflow:kept", &id, &epoch);
+    // Twice the TTL: without the renewals the lease would have expired.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(status("workflow:kept"), ("held".to_owned(), epoch.clone()), "kept alive at its epoch");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(printed.lines().filter(|l| l.starts_with("renewed workflow:kept")).count() >= 3, "{printed}");
+    assert!(printed.ends_with("released workflow:kept\n"), "{printed}");
+    assert_eq!(status("workflow:kept").0, "released");
+
+    let (id, epoch) = acquire("workflow:lost");
+    let child = keep_alive("workflow:lost", &id, &epoch);
+    std::thread::sleep(Duration::from_millis(300));
+    let released = fleet.ctl(&[
+        "lease",
+        "release",
+        "--key",
+        "workflow:lost",
+        "--owner",
+        "me",
+        "--lease-id",
+        &id,
+        "--epoch",
+        &epoch,
+    ]);
+    assert!(released.status.success(), "{}", String::from_utf8_lossy(&released.stderr));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("lost workflow:lost"), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+}

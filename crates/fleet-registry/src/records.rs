@@ -107,6 +107,16 @@ impl fmt::Debug for WorkerToken {
     }
 }
 
+/// A unique-key conflict on inserting the worker row `id` means a row already has this
+/// identity; any other error is itself. The backends report the conflict as their
+/// database does, and the registry words it.
+pub(crate) fn worker_conflict(e: StoreError, id: &WorkerIdentity) -> StoreError {
+    match e.kind() {
+        StoreErrorKind::Conflict => StoreError::conflict(format!("worker {id} is already registered")),
+        _ => e,
+    }
+}
+
 /// The high-water scope of a lease.
 pub(crate) fn lease_scope(key: &LeaseKey) -> String {
     format!("lease {key}")

@@ -9,8 +9,8 @@ use fleet_identity::{
 use fleet_model::{Claim, LivenessProbe, ProcessIdentity, ProcessVerdict, WorkerRow, WorkerStatus};
 use serde::Serialize;
 
-use crate::error::{StoreError, StoreErrorKind};
-use crate::records::{WorkerToken, slot_scope};
+use crate::error::StoreError;
+use crate::records::{WorkerToken, slot_scope, worker_conflict};
 use crate::store::Tx;
 
 /// The instance a worker says it belongs to: a launcher ID, or a legacy placeholder
@@ -218,12 +218,7 @@ pub(crate) fn register_in(
         pid_namespace: reg.process.pid_namespace,
     };
     // A unique-key conflict here is a row that already has this identity.
-    tx.insert_worker(&row).map_err(|e| match e.kind() {
-        StoreErrorKind::Conflict => {
-            StoreError::conflict(format!("worker {} is already registered", row.worker_identity))
-        }
-        _ => e,
-    })?;
+    tx.insert_worker(&row).map_err(|e| worker_conflict(e, &row.worker_identity))?;
     Ok(Registered { row, outcome: RegistrationOutcome::Registered, superseded })
 }
 

@@ -163,7 +163,9 @@ pub trait Tx {
     /// Inserts many rows at once, as an import does; a backend may send them in fewer
     /// round trips than one statement per row. Fails as [`Tx::insert_worker`] does.
     fn insert_workers(&mut self, rows: &[WorkerRow]) -> Result<(), StoreError> {
-        rows.iter().try_for_each(|row| self.insert_worker(row))
+        rows.iter().try_for_each(|row| {
+            self.insert_worker(row).map_err(|e| crate::records::worker_conflict(e, &row.worker_identity))
+        })
     }
     /// The audit entries after position `after` (an entry's `id`), in log order: what a
     /// reader that keeps counts reads on each visit. A backend answers it from its index.

@@ -22,7 +22,7 @@ mod retire;
 mod upkeep;
 
 pub(crate) use leases::binding_name;
-pub use leases::{LeaseChange, LeaseError, PolicyError, connector_policy};
+pub use leases::{KeptAlive, LeaseChange, LeaseError, PolicyError, connector_policy};
 pub use upkeep::{PruneError, PruneReport, PruneRequest, import_registry};
 
 pub use retire::{

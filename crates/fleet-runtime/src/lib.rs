@@ -74,8 +74,8 @@ pub use clock::now;
 pub use connector::{ConnectorEnd, ConnectorError, ConnectorRun, max_connector_ttl, run_connector};
 pub use env::{AgentClient, EnvError, InstanceEnv, PROVENANCE_TRUSTED_LAUNCHER, vars};
 pub use fleet::{
-    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, LeaseChange, LeaseError, PolicyError, PruneError,
-    PruneReport, PruneRequest, Taken, WorkerApplyRefused, WorkerMayNotMutate, connector_policy,
+    AfterApply, Applied, ContextError, Fleet, JsonSnapshot, KeptAlive, LeaseChange, LeaseError, PolicyError,
+    PruneError, PruneReport, PruneRequest, Taken, WorkerApplyRefused, WorkerMayNotMutate, connector_policy,
     import_registry, probe_local, retirement_audit, retirement_context, take_snapshot,
 };
 pub use fleet_host::{diagnostics_are_json, json_diagnostics, keeper, process, tenure, warn};

@@ -55,6 +55,22 @@ pub enum LeaseChange<'a> {
     },
 }
 
+/// How a [`Fleet::keep_lease_alive`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeptAlive {
+    /// Asked to stop: the lease was released (or, `released: false`, the release was
+    /// refused because the lease was no longer the holder's).
+    Stopped {
+        /// Whether the release went through.
+        released: bool,
+    },
+    /// A renewal was denied: the lease is no longer the holder's.
+    Denied(fleet_lease::LeaseDenial),
+    /// No renewal committed before the lease's expiry: it may be another's now.
+    Lapsed,
+}
+
 /// Why a lease change was not even asked of the registry, or could not be.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -139,6 +155,64 @@ impl Fleet {
             }
         })?;
         Ok(result)
+    }
+
+    /// Keeps the lease `key` alive for `holder` as etcd's `lease keep-alive` does: a
+    /// renewal every third of the TTL (the lease's own TTL unless `ttl` is given), each
+    /// one handed to `renewed`, until `stop` turns non-zero; then the lease is released.
+    /// A store that cannot be reached is tried again four times a period; a renewal the
+    /// lease's rules deny (a takeover, a policy withdrawn) or a lease whose expiry passed
+    /// without one ends the keep-alive, holding nothing.
+    pub fn keep_lease_alive(
+        &mut self,
+        key: &LeaseKey,
+        holder: &Holder,
+        ttl: Option<Duration>,
+        policy: &dyn ConnectorPolicy,
+        stop: &std::sync::atomic::AtomicI32,
+        mut renewed: impl FnMut(&LeaseRecord),
+    ) -> Result<KeptAlive, LeaseError> {
+        use std::sync::atomic::Ordering;
+        use std::time::Instant;
+        let ttl = match ttl {
+            Some(ttl) => ttl,
+            None => self.lease(key)?.0.as_ref().map_or(RENEW_TTL, granted_ttl),
+        };
+        let period = fleet_lease::renew_period(ttl.unsigned_abs());
+        // The last renewal's deadline on the monotonic clock: past it, the lease may be
+        // another's.
+        let mut lapses_at = Instant::now() + ttl.unsigned_abs();
+        let mut next = Instant::now();
+        loop {
+            if stop.load(Ordering::SeqCst) != 0 {
+                let released = self.change_lease(key, LeaseChange::Release { holder }, policy, None)?;
+                return Ok(KeptAlive::Stopped { released: released.is_ok() });
+            }
+            if Instant::now() >= lapses_at {
+                return Ok(KeptAlive::Lapsed);
+            }
+            if Instant::now() < next {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
+            let sent = Instant::now();
+            match self.change_lease(key, LeaseChange::Renew { holder, ttl: Some(ttl) }, policy, None) {
+                Ok(Ok(lease)) => {
+                    lapses_at = sent + ttl.unsigned_abs();
+                    next = sent + period;
+                    renewed(&lease);
+                }
+                Ok(Err(denial)) => return Ok(KeptAlive::Denied(denial)),
+                Err(LeaseError::Store(e))
+                    if e.kind() == fleet_registry::StoreErrorKind::Unavailable
+                        || e.kind() == fleet_registry::StoreErrorKind::Busy =>
+                {
+                    crate::warn(format_args!("fleetctl: cannot renew {key}, retrying: {e}"));
+                    next = Instant::now() + period / 4;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The lease `key` (if any) and the store's clock when it was read.
