@@ -31,7 +31,7 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "worker list",
-        "fleetctl worker list --namespace reconciler\nfleetctl worker list --json | jq '.[] | select(.status == \"active\")'",
+        "fleetctl worker list --namespace reconciler\nfleetctl worker list --json | jq '.[] | select(.status == \"active\")'\nfleetctl worker list --live -w    redrawn every 2 s until Ctrl-C",
     ),
     (
         "snapshot",
@@ -60,13 +60,17 @@ pub(crate) const EXAMPLES: &[(&str, &str)] = &[
         "fleetctl lease renew --key workflow:deploy --owner ops --lease-id lease-… --epoch 3 --ttl 300",
     ),
     (
+        "lease keep-alive",
+        "fleetctl lease keep-alive --key workflow:deploy --owner ops --lease-id lease-… --epoch 3    Ctrl-C releases it",
+    ),
+    (
         "lease release",
         "fleetctl lease release --key workflow:deploy --owner ops --lease-id lease-… --epoch 3",
     ),
     ("lease takeover", "fleetctl lease takeover --key workflow:deploy --owner ops-2 --expected-epoch 3"),
     (
         "lease show",
-        "fleetctl lease show --key init:schema    an initialization's status and version\nfleetctl lease show --json",
+        "fleetctl lease show --key init:schema    an initialization's status and version\nfleetctl lease show --json\nfleetctl lease show -w -o json | jq -c .    one listing per change",
     ),
     ("lease audit", "fleetctl lease audit --key workflow:deploy --json"),
     (

@@ -8,8 +8,9 @@ use fleet_identity::HostId;
 use fleet_registry::{HostList, HostReport};
 use fleet_runtime::RegistryLocation;
 
-use crate::output::{self, Format, OutputArgs};
+use crate::output::{self, OutputArgs};
 use crate::table;
+use crate::watch::WatchArgs;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum HostCmd {
@@ -18,6 +19,8 @@ pub(crate) enum HostCmd {
     List {
         #[command(flatten)]
         output: OutputArgs,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
     /// Fence a host that is gone for good: the registry refuses every write from it
     /// (every boot, until unfenced; each boot it has had, for good), and its rows become
@@ -48,16 +51,16 @@ pub(crate) enum HostCmd {
 
 pub(crate) fn run(location: &RegistryLocation, cmd: HostCmd) -> Result<ExitCode, Failure> {
     match cmd {
-        HostCmd::List { output } => {
-            let list = fleet_runtime::hosts::host_list(location)?;
-            match output.format() {
-                None => out!("{}", list_table(&list, false))?,
-                Some(Format::Wide) => out!("{}", list_table(&list, true))?,
-                Some(Format::Json) => fleet_cli::print_json(&list)?,
-                Some(Format::Yaml) => output::print_yaml(&list)?,
-                Some(Format::Name) => {
-                    output::print_names("host", list.hosts.iter().map(|h| h.host_id.as_str()))?
-                }
+        HostCmd::List { output, watch } => {
+            let frame = || -> Result<String, Failure> {
+                let list = fleet_runtime::hosts::host_list(location)?;
+                let names = list.hosts.iter().map(|h| h.host_id.as_str());
+                output::listing(output.format(), |wide| list_table(&list, wide), &list, "host", names)
+            };
+            if watch.watch {
+                crate::watch::watch(&watch, frame)?;
+            } else {
+                out!("{}", frame()?)?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -18,6 +18,7 @@ use time::Duration;
 
 use crate::output::{self, Format, OutputArgs};
 use crate::table;
+use crate::watch::WatchArgs;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Target {
@@ -132,6 +133,8 @@ pub(crate) enum LeaseCmd {
         key: Option<String>,
         #[command(flatten)]
         output: OutputArgs,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
     /// Print the audit log, of one lease or all.
     Audit {
@@ -423,7 +426,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: LeaseCmd) -> Result<ExitCode
             let change = LeaseChange::TakeOver { expected_epoch, owner: &owner, ttl, scopes: &scopes };
             change_lease(fleet, &target, change, policy.as_ref())
         }
-        LeaseCmd::Show { key, output } => show(fleet, key.as_deref(), &output),
+        LeaseCmd::Show { key, output, watch } => show(fleet, key.as_deref(), &output, &watch),
         LeaseCmd::Audit { key, since, until, tail, follow, output } => {
             let key = key.map(|k| parse_key(&k).map(|(key, _, _)| key)).transpose()?;
             let since = since.map(|t| table::instant("--since", &t)).transpose()?;
@@ -506,26 +509,34 @@ fn keep_alive(
     }
 }
 
-/// `lease show`: one lease, or every lease.
-fn show(mut fleet: Fleet, key: Option<&str>, output: &OutputArgs) -> Result<ExitCode, Failure> {
-    let (leases, now) = match key {
-        Some(k) => {
-            let (key, _, _) = parse_key(k)?;
-            let (lease, now) = fleet.lease(&key)?;
-            let Some(lease) = lease else {
-                return Err(Failure::refused(format!("no lease {key} in the registry")));
-            };
-            (vec![lease], now)
-        }
-        None => fleet.leases()?,
+/// `lease show`: one lease, or every lease, once or under `--watch`.
+fn show(
+    mut fleet: Fleet,
+    key: Option<&str>,
+    output: &OutputArgs,
+    watch: &WatchArgs,
+) -> Result<ExitCode, Failure> {
+    let key = key.map(|k| parse_key(k).map(|(key, _, _)| key)).transpose()?;
+    let mut frame = || -> Result<String, Failure> {
+        let (leases, now) = match &key {
+            Some(key) => {
+                let (lease, now) = fleet.lease(key)?;
+                let Some(lease) = lease else {
+                    return Err(Failure::refused(format!("no lease {key} in the registry")));
+                };
+                (vec![lease], now)
+            }
+            None => fleet.leases()?,
+        };
+        let values: Vec<serde_json::Value> = leases.iter().map(|l| lease_json(l, now)).collect();
+        let table = |wide| if wide { lease_table_wide(&leases, now) } else { lease_table(&leases, now) };
+        let names = leases.iter().map(|l| l.lease_key.as_str());
+        output::listing(output.format(), table, &values, "lease", names)
     };
-    let values = || -> Vec<serde_json::Value> { leases.iter().map(|l| lease_json(l, now)).collect() };
-    match output.format() {
-        None => out!("{}", lease_table(&leases, now))?,
-        Some(Format::Wide) => out!("{}", lease_table_wide(&leases, now))?,
-        Some(Format::Json) => fleet_cli::print_json(&values())?,
-        Some(Format::Yaml) => output::print_yaml(&values())?,
-        Some(Format::Name) => output::print_names("lease", leases.iter().map(|l| l.lease_key.as_str()))?,
+    if watch.watch {
+        crate::watch::watch(watch, frame)?;
+    } else {
+        out!("{}", frame()?)?;
     }
     Ok(ExitCode::SUCCESS)
 }

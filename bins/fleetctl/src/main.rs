@@ -19,6 +19,7 @@ mod serve_cmd;
 mod snapshot_cmd;
 mod status_page;
 mod table;
+mod watch;
 mod worker_cmd;
 
 use std::process::ExitCode;

@@ -135,6 +135,11 @@ fn yaml_seq(out: &mut String, items: &[serde_json::Value], indent: usize) {
 
 /// One `KIND/NAME` line per name.
 pub(crate) fn print_names<'a>(kind: &str, names: impl IntoIterator<Item = &'a str>) -> Result<(), Failure> {
+    out!("{}", names_text(kind, names))
+}
+
+/// One `KIND/NAME` line per name.
+fn names_text<'a>(kind: &str, names: impl IntoIterator<Item = &'a str>) -> String {
     let mut text = String::new();
     for name in names {
         text.push_str(kind);
@@ -142,5 +147,30 @@ pub(crate) fn print_names<'a>(kind: &str, names: impl IntoIterator<Item = &'a st
         text.push_str(&crate::table::cell(name));
         text.push('\n');
     }
-    out!("{text}")
+    text
+}
+
+/// A listing as `format` asks for it, as one text: the table (`table(true)` for the
+/// wide one), `value` as JSON or YAML, or one `KIND/NAME` line per name. What
+/// `--watch` draws again and compares.
+pub(crate) fn listing<'a>(
+    format: Option<Format>,
+    table: impl FnOnce(bool) -> String,
+    value: &impl serde::Serialize,
+    kind: &str,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<String, Failure> {
+    let as_value =
+        || serde_json::to_value(value).map_err(|e| Failure::store(format!("cannot write the answer: {e}")));
+    Ok(match format {
+        None => table(false),
+        Some(Format::Wide) => table(true),
+        Some(Format::Json) => {
+            let text = serde_json::to_string_pretty(&as_value()?)
+                .map_err(|e| Failure::store(format!("cannot write the answer as JSON: {e}")))?;
+            text + "\n"
+        }
+        Some(Format::Yaml) => yaml(&as_value()?),
+        Some(Format::Name) => names_text(kind, names),
+    })
 }

@@ -13,8 +13,9 @@ use fleet_identity::{Namespace, Pid, Repository, Timestamp};
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
 use fleet_runtime::{Fleet, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now};
 
-use crate::output::{self, Format, OutputArgs};
+use crate::output::{self, OutputArgs};
 use crate::table;
+use crate::watch::WatchArgs;
 use fleet_runtime::keeper::HeldChild;
 
 #[derive(Debug, Subcommand)]
@@ -51,6 +52,8 @@ pub(crate) enum WorkerCmd {
         live: bool,
         #[command(flatten)]
         output: OutputArgs,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
 }
 
@@ -64,22 +67,24 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
         WorkerCmd::Run { namespace, ttl, repository, command } => {
             run_worker(location, namespace, ttl, repository, &command)
         }
-        WorkerCmd::List { instance, namespace, status, live, output } => {
+        WorkerCmd::List { instance, namespace, status, live, output, watch } => {
             let mut fleet = Fleet::new(location.clone());
-            let mut rows = if live { fleet.live_workers()? } else { fleet.all_workers()? };
-            rows.retain(|r| {
-                instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
-                    && namespace.is_none_or(|ns| r.namespace == ns)
-                    && status.as_deref().is_none_or(|s| r.status.as_str() == s)
-            });
-            match output.format() {
-                None => out!("{}", list_table(&rows, now()))?,
-                Some(Format::Wide) => out!("{}", list_table_wide(&rows, now()))?,
-                Some(Format::Json) => fleet_cli::print_json(&rows)?,
-                Some(Format::Yaml) => output::print_yaml(&rows)?,
-                Some(Format::Name) => {
-                    output::print_names("worker", sorted(&rows).iter().map(|r| r.worker_identity.as_str()))?;
-                }
+            let mut frame = || -> Result<String, Failure> {
+                let mut rows = if live { fleet.live_workers()? } else { fleet.all_workers()? };
+                rows.retain(|r| {
+                    instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
+                        && namespace.is_none_or(|ns| r.namespace == ns)
+                        && status.as_deref().is_none_or(|s| r.status.as_str() == s)
+                });
+                let at = now();
+                let table = |wide| if wide { list_table_wide(&rows, at) } else { list_table(&rows, at) };
+                let names = sorted(&rows).into_iter().map(|r| r.worker_identity.as_str());
+                output::listing(output.format(), table, &rows, "worker", names)
+            };
+            if watch.watch {
+                crate::watch::watch(&watch, frame)?;
+            } else {
+                out!("{}", frame()?)?;
             }
             Ok(ExitCode::SUCCESS)
         }

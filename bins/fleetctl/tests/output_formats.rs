@@ -151,3 +151,52 @@ fn an_unknown_format_is_a_usage_error() {
         assert_usage_error(&out, "--json");
     }
 }
+
+/// `--watch` on a listing, on a pipe: the listing again only when it changed (one per
+/// change, however many looks), in the format asked for; SIGTERM ends it with 0.
+/// kubectl's `get -w` prints changes the same way.
+#[test]
+fn a_watched_listing_on_a_pipe_prints_once_per_change() {
+    use std::io::Read as _;
+    use std::sync::{Arc, Mutex};
+
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let mut child = fleet
+        .fleetctl()
+        .args(["lease", "show", "-w", "--interval", "0.2", "-o", "name"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let (seen, mut pipe) = (Arc::clone(&seen), child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let shows = |text: &str| {
+        let text = text.to_owned();
+        common::wait_for(std::time::Duration::from_secs(20), || {
+            seen.lock().unwrap().contains(&text).then_some(())
+        })
+    };
+    for key in ["workflow:a", "workflow:b"] {
+        let out = fleet.ctl(&["lease", "acquire", "--key", key, "--owner", "me", "--ttl", "300"]);
+        assert!(out.status.success());
+        shows(&format!("lease/{key}\n"));
+    }
+    // Several looks at an unchanged registry print nothing more.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    assert_eq!(*seen.lock().unwrap(), "lease/workflow:a\nlease/workflow:a\nlease/workflow:b\n");
+}
