@@ -8,7 +8,7 @@ use fleet_identity::HostId;
 use fleet_registry::{HostList, HostReport};
 use fleet_runtime::RegistryLocation;
 
-use crate::output::{self, OutputArgs};
+use crate::output::{self, OutputArgs, ResultArgs};
 use crate::table;
 use crate::watch::WatchArgs;
 
@@ -34,9 +34,8 @@ pub(crate) enum HostCmd {
         /// Who fences it (default: $USER@hostname).
         #[arg(long)]
         by: Option<String>,
-        /// Print the fences written as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// Lift a host's fence for its later boots (a host that was reinstalled or came
     /// back after all); every boot the fence covered stays fenced.
@@ -64,12 +63,12 @@ pub(crate) fn run(location: &RegistryLocation, cmd: HostCmd) -> Result<ExitCode,
             }
             Ok(ExitCode::SUCCESS)
         }
-        HostCmd::Fence { host, reason, by, json } => {
+        HostCmd::Fence { host, reason, by, output: result } => {
             let host = host_id(&host)?;
             let by = by.unwrap_or_else(fleet_runtime::hosts::operator_name);
             let report = fleet_runtime::hosts::fence_host(location, &host, &reason, &by)?;
-            if json {
-                fleet_cli::print_json(&report)?;
+            if let Some(format) = result.format() {
+                output::print_result(format, &report)?;
             } else if report.fences.is_empty() {
                 out!("host {host} was already fenced; nothing written\n")?;
             } else {

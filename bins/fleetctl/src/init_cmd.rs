@@ -10,6 +10,8 @@ use fleet_cli::outln;
 use fleet_lease::LeaseKey;
 use fleet_runtime::{InitOptions, InitReport, RegistryLocation, run_initialization};
 
+use crate::output::{self, ResultArgs};
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct InitArgs {
     /// What is being initialized (one lease per key).
@@ -24,9 +26,8 @@ pub(crate) struct InitArgs {
     /// How often a waiting starter looks again, in milliseconds.
     #[arg(long, default_value_t = 100)]
     poll_ms: u64,
-    /// Print the outcome as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: ResultArgs,
     /// The initialization command and its arguments.
     #[arg(required = true, last = true)]
     command: Vec<OsString>,
@@ -105,24 +106,21 @@ pub(crate) fn run(location: &RegistryLocation, args: InitArgs) -> Result<ExitCod
     })?;
     let version = args.target_version;
     match report {
-        InitReport::Completed if args.json => {
-            let done =
-                serde_json::json!({ "outcome": "completed", "key": args.key, "target_version": version });
-            outln!("{done}")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        InitReport::Completed => {
-            outln!("initialized {} to version {version}", args.key)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        InitReport::AlreadyReady if args.json => {
-            let ready =
-                serde_json::json!({ "outcome": "already_ready", "key": args.key, "target_version": version });
-            outln!("{ready}")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        InitReport::AlreadyReady => {
-            outln!("{} is ready at version {version}", args.key)?;
+        InitReport::Completed | InitReport::AlreadyReady => {
+            let (outcome, text) = match report {
+                InitReport::Completed => {
+                    ("completed", format!("initialized {} to version {version}", args.key))
+                }
+                _ => ("already_ready", format!("{} is ready at version {version}", args.key)),
+            };
+            match args.output.format() {
+                Some(format) => {
+                    let done =
+                        serde_json::json!({ "outcome": outcome, "key": args.key, "target_version": version });
+                    output::print_result(format, &done)?;
+                }
+                None => outln!("{text}")?,
+            }
             Ok(ExitCode::SUCCESS)
         }
         InitReport::Failed(detail) => {

@@ -16,7 +16,7 @@ use fleet_registry::{AuditQuery, LeaseResult};
 use fleet_runtime::{Fleet, KeptAlive, LeaseChange, LeaseError, RegistryLocation};
 use time::Duration;
 
-use crate::output::{self, Format, OutputArgs};
+use crate::output::{self, Format, OutputArgs, ResultArgs, ResultFormat};
 use crate::table;
 use crate::watch::WatchArgs;
 
@@ -25,9 +25,8 @@ pub(crate) struct Target {
     /// The lease: `workflow:NAME` or `connector:TENANT/AGENT/BINDING`.
     #[arg(long)]
     key: String,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: ResultArgs,
     /// Correlation id recorded in the audit log.
     #[arg(long)]
     correlation_id: Option<String>,
@@ -321,11 +320,11 @@ fn scopes(raw: &[String]) -> Result<Vec<String>, Failure> {
     normalize_scopes(raw).map_err(Failure::usage)
 }
 
-fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
+fn report(result: LeaseResult, format: Option<ResultFormat>) -> Result<ExitCode, Failure> {
     match result {
         Ok(record) => {
-            if json {
-                outln!("{}", serde_json::json!({ "outcome": "ok", "lease": record }))?;
+            if let Some(format) = format {
+                output::print_result(format, &serde_json::json!({ "outcome": "ok", "lease": record }))?;
             } else {
                 // The record was written at the store's now: its own updated_at.
                 out!("{}", lease_table(std::slice::from_ref(&record), record.updated_at))?;
@@ -343,8 +342,8 @@ fn report(result: LeaseResult, json: bool) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Err(denial) => {
-            if json {
-                outln!("{}", serde_json::json!({ "outcome": "denied", "reason": denial }))?;
+            if let Some(format) = format {
+                output::print_result(format, &serde_json::json!({ "outcome": "denied", "reason": denial }))?;
                 Ok(ExitCode::from(1))
             } else {
                 Err(Failure::refused(denial.to_string()))
@@ -456,7 +455,7 @@ fn change_lease(
     let policy = load_policy(policy)?;
     let result = fleet.change_lease(&key, change, policy.as_ref(), target.correlation_id.as_deref());
     match result {
-        Ok(result) => report(result, target.json),
+        Ok(result) => report(result, target.output.format()),
         Err(LeaseError::Store(e)) => Err(e.into()),
         Err(e) => Err(Failure::usage(e.to_string())),
     }
@@ -479,18 +478,24 @@ fn keep_alive(
         if printed.is_err() {
             return;
         }
-        printed = if target.json {
-            outln!("{}", serde_json::json!({ "outcome": "renewed", "lease": lease }))
-        } else {
-            outln!("renewed {key} at epoch {} until {}", lease.fencing_epoch, lease.expires_at)
+        let renewal = serde_json::json!({ "outcome": "renewed", "lease": lease });
+        printed = match target.output.format() {
+            Some(ResultFormat::Json) => output::print_result(ResultFormat::Json, &renewal),
+            // One YAML document per renewal.
+            Some(ResultFormat::Yaml) => outln!("---").and_then(|()| output::print_yaml(&renewal)),
+            None => outln!("renewed {key} at epoch {} until {}", lease.fencing_epoch, lease.expires_at),
         }
         .and_then(|()| fleet_cli::flush_stdout());
     });
     printed?;
     match kept {
         Ok(KeptAlive::Stopped { released: true }) => {
-            if target.json {
-                outln!("{}", serde_json::json!({ "outcome": "released", "lease_key": key.as_str() }))?;
+            if let Some(format) = target.output.format() {
+                let released = serde_json::json!({ "outcome": "released", "lease_key": key.as_str() });
+                if format == ResultFormat::Yaml {
+                    outln!("---")?;
+                }
+                output::print_result(format, &released)?;
             } else {
                 outln!("released {key}")?;
             }

@@ -35,6 +35,46 @@ impl OutputArgs {
     }
 }
 
+/// A result's format other than its text (a report, an outcome): kubectl's
+/// `-o json|yaml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ResultFormat {
+    /// JSON, as `--json` prints it.
+    Json,
+    /// YAML: the same fields as JSON.
+    Yaml,
+}
+
+/// `-o json|yaml`, and `--json` for `-o json`, on a command that prints a result.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ResultArgs {
+    /// Print the result as json or yaml (the same fields either way).
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", value_enum)]
+    output: Option<ResultFormat>,
+    /// Print JSON (the same as `-o json`).
+    #[arg(long, conflicts_with = "output")]
+    json: bool,
+}
+
+impl ResultArgs {
+    /// The format asked for; `None` is the command's text.
+    pub(crate) fn format(&self) -> Option<ResultFormat> {
+        if self.json { Some(ResultFormat::Json) } else { self.output }
+    }
+}
+
+/// A command's result in `format`: JSON on one line, as `--json` prints it, or YAML.
+pub(crate) fn print_result(format: ResultFormat, value: &impl serde::Serialize) -> Result<(), Failure> {
+    match format {
+        ResultFormat::Json => {
+            let text = serde_json::to_string(value)
+                .map_err(|e| Failure::store(format!("cannot write the answer as JSON: {e}")))?;
+            fleet_cli::outln!("{text}")
+        }
+        ResultFormat::Yaml => print_yaml(value),
+    }
+}
+
 /// `value` as YAML on stdout (see [`yaml`]).
 pub(crate) fn print_yaml(value: &impl serde::Serialize) -> Result<(), Failure> {
     let value = serde_json::to_value(value)

@@ -9,14 +9,15 @@ use fleet_cli::outln;
 use fleet_registry::RestoreError;
 use fleet_runtime::{Fleet, PruneError, PruneRequest, RegistryLocation};
 
+use crate::output::{self, ResultArgs, ResultFormat};
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum RegistryCmd {
     /// Create the registry; an existing one is checked (and what holds no rows of its
     /// own rebuilt), never upgraded: see `registry upgrade`.
     Init {
-        /// Print the outcome as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// Print the whole registry as JSON, a backup: the ledger, every worker row, every
     /// lease (initialization versions, connector bindings) and the lease audit log.
@@ -29,15 +30,13 @@ pub(crate) enum RegistryCmd {
         /// imported.
         #[arg(long, value_name = "BYTES", default_value_t = MAX_IMPORT_BYTES)]
         max_input_bytes: u64,
-        /// Print the summary as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// Mark active rows whose heartbeat TTL lapsed as stale.
     Sweep {
-        /// Print the marked worker identities as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// Remove released, superseded and retired rows last seen before a time, after
     /// writing them to an export file. Active rows are never pruned; lease audit entries
@@ -61,9 +60,8 @@ pub(crate) enum RegistryCmd {
         /// Say what would be pruned, and change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Print the outcome as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// Bring the registry's schema up to this build's, the one command that changes it:
     /// it keeps a copy first (SQLite: a file beside the registry; PostgreSQL: each table
@@ -76,9 +74,8 @@ pub(crate) enum RegistryCmd {
         /// Take no copy first.
         #[arg(long)]
         no_backup: bool,
-        /// Print what was done as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// Show what the registry's grants (lease tenures, registrations) meet on a
     /// PostgreSQL server that replicates: its history (system and timeline), its
@@ -90,9 +87,8 @@ pub(crate) enum RegistryCmd {
         /// (grants beside asynchronous standbys, each warned of).
         #[arg(long, value_parser = crate::replication_cmd::parse_policy)]
         policy: Option<fleet_registry::ReplicationPolicy>,
-        /// Print it as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
     /// After a failover or restore the registry could not prove lost no grant: accept
     /// the server's new history, raising every new fencing epoch above every epoch the
@@ -108,23 +104,22 @@ pub(crate) enum RegistryCmd {
         /// more than the grants any one key could have had on the lost history.
         #[arg(long, value_name = "N", default_value_t = fleet_registry::DEFAULT_EPOCH_GAP)]
         epoch_gap: u64,
-        /// Print what was accepted as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: ResultArgs,
     },
 }
 
 pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitCode, Failure> {
     match cmd {
-        RegistryCmd::Init { json } => {
+        RegistryCmd::Init { output } => {
             fleet_runtime::init_registry(location)?;
-            if json {
+            if let Some(format) = output.format() {
                 let ready = serde_json::json!({
                     "outcome": "ready",
                     "registry": location.to_string(),
                     "schema_version": location.schema_version(),
                 });
-                outln!("{ready}")?;
+                output::print_result(format, &ready)?;
             } else {
                 outln!("registry ready at {location}")?;
             }
@@ -133,7 +128,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
             let backup = Fleet::new(location.clone()).export()?;
             outln!("{}", backup.to_json())?;
         }
-        RegistryCmd::Import { file, max_input_bytes, json } => {
+        RegistryCmd::Import { file, max_input_bytes, output } => {
             // Rows are checked and written as the file streams in, in one transaction:
             // a bad row anywhere, or a file past its limit, leaves the registry as it was.
             let summary = fleet_runtime::input::read_streamed(
@@ -152,8 +147,8 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 RestoreError::Store(e) => Failure::from(e),
                 other => Failure::usage(format!("{}: {other}", file.display())),
             })?;
-            if json {
-                outln!("{}", serde_json::to_string(&summary).unwrap_or_default())?;
+            if let Some(format) = output.format() {
+                output::print_result(format, &summary)?;
             } else {
                 outln!(
                     "imported {} ({} already present), {}, {} and {}",
@@ -165,13 +160,14 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 )?;
             }
         }
-        RegistryCmd::Prune { before, audit_before, export, dry_run, json } => {
-            return prune(location, before.as_deref(), audit_before.as_deref(), export, dry_run, json);
+        RegistryCmd::Prune { before, audit_before, export, dry_run, output } => {
+            let format = output.format();
+            return prune(location, before.as_deref(), audit_before.as_deref(), export, dry_run, format);
         }
-        RegistryCmd::Upgrade { dry_run, no_backup, json } => {
+        RegistryCmd::Upgrade { dry_run, no_backup, output } => {
             let report = fleet_runtime::upgrade_registry(location, dry_run, !no_backup)?;
-            if json {
-                outln!("{}", serde_json::to_string(&report).unwrap_or_default())?;
+            if let Some(format) = output.format() {
+                output::print_result(format, &report)?;
             } else if report.from >= report.to {
                 outln!("registry {location} is at schema version {}: nothing to upgrade", report.from)?;
             } else {
@@ -187,16 +183,16 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RegistryCmd) -> Result<ExitC
                 }
             }
         }
-        RegistryCmd::Replication { policy, json } => {
-            return crate::replication_cmd::show(location, policy, json);
+        RegistryCmd::Replication { policy, output } => {
+            return crate::replication_cmd::show(location, policy, output.format());
         }
-        RegistryCmd::AcceptHistory { reason, by, epoch_gap, json } => {
-            return crate::replication_cmd::accept(location, &reason, by, epoch_gap, json);
+        RegistryCmd::AcceptHistory { reason, by, epoch_gap, output } => {
+            return crate::replication_cmd::accept(location, &reason, by, epoch_gap, output.format());
         }
-        RegistryCmd::Sweep { json } => {
+        RegistryCmd::Sweep { output } => {
             let marked = Fleet::new(location.clone()).mark_expired_stale()?;
-            if json {
-                outln!("{}", serde_json::json!({ "marked_stale": marked }))?;
+            if let Some(format) = output.format() {
+                output::print_result(format, &serde_json::json!({ "marked_stale": marked }))?;
             } else if marked.is_empty() {
                 outln!("no heartbeat has expired")?;
             } else {
@@ -220,7 +216,7 @@ fn prune(
     audit_before: Option<&str>,
     export: Option<PathBuf>,
     dry_run: bool,
-    json: bool,
+    format: Option<ResultFormat>,
 ) -> Result<ExitCode, Failure> {
     let before = before.map(|t| crate::table::instant("--before", t)).transpose()?;
     let audit_before = audit_before.map(|t| crate::table::instant("--audit-before", t)).transpose()?;
@@ -229,8 +225,8 @@ fn prune(
         PruneError::Store(e) => Failure::from(e),
         e => Failure::usage(e.to_string()),
     })?;
-    if json {
-        outln!("{}", serde_json::to_string(&report).unwrap_or_default())?;
+    if let Some(format) = format {
+        output::print_result(format, &report)?;
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if dry_run { "would prune" } else { "pruned" };

@@ -8,6 +8,8 @@ use fleet_cli::{Failure, outln};
 use fleet_registry::{GrantVerdict, ReplicationPolicy, ReplicationStatus};
 use fleet_runtime::{Fleet, RegistryLocation};
 
+use crate::output::{self, ResultFormat};
+
 /// A policy named on the command line.
 pub(crate) fn parse_policy(text: &str) -> Result<ReplicationPolicy, String> {
     ReplicationPolicy::parse(text).ok_or_else(|| {
@@ -20,15 +22,15 @@ pub(crate) fn parse_policy(text: &str) -> Result<ReplicationPolicy, String> {
 pub(crate) fn show(
     location: &RegistryLocation,
     policy: Option<ReplicationPolicy>,
-    json: bool,
+    format: Option<ResultFormat>,
 ) -> Result<ExitCode, Failure> {
     let Some(status) = Fleet::new(location.clone()).replication(policy)? else {
         return Err(Failure::usage(
             "this registry is a SQLite file, which does not replicate: replication is PostgreSQL's",
         ));
     };
-    if json {
-        outln!("{}", to_json(&status))?;
+    if let Some(format) = format {
+        output::print_result(format, &to_json(&status))?;
         return Ok(ExitCode::SUCCESS);
     }
     let server = &status.server;
@@ -79,12 +81,12 @@ pub(crate) fn accept(
     reason: &str,
     by: Option<String>,
     gap: u64,
-    json: bool,
+    format: Option<ResultFormat>,
 ) -> Result<ExitCode, Failure> {
     let by = by.unwrap_or_else(fleet_runtime::hosts::operator_name);
     let acceptance = Fleet::new(location.clone()).accept_history(gap, &by, reason)?;
-    if json {
-        outln!("{}", serde_json::to_string(&acceptance).unwrap_or_default())?;
+    if let Some(format) = format {
+        output::print_result(format, &acceptance)?;
         return Ok(ExitCode::SUCCESS);
     }
     let previous = acceptance.previous.as_ref().map_or_else(|| "none".to_owned(), ToString::to_string);

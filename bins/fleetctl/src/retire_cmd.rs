@@ -11,14 +11,15 @@ use fleet_registry::{ApplyOutcome, ApplyRequest, RegistryMatch};
 use fleet_retirement::{CandidateFingerprint, Plan, RegistryFingerprint, RetirementContext};
 use fleet_runtime::{Fleet, RegistryLocation};
 
+use crate::output::{self, ResultArgs, ResultFormat};
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Common {
     /// The repository retired rows must be bound to (default: the current directory).
     #[arg(long)]
     canonical_repository: Option<String>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: ResultArgs,
     /// The remote the retirement concerns (seed 004's audit context; one of
     /// FLEET_REMOTES when set).
     #[arg(long)]
@@ -90,10 +91,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
         RetireCmd::Plan { common } => {
             common.audit()?;
             let p = Fleet::new(location.clone()).plan(&common.context()?)?;
-            if common.json {
-                fleet_cli::print_json(&p)?;
-            } else {
-                out!("{}", render_plan(&p))?;
+            match common.output.format() {
+                Some(ResultFormat::Json) => fleet_cli::print_json(&p)?,
+                Some(ResultFormat::Yaml) => output::print_yaml(&p)?,
+                None => out!("{}", render_plan(&p))?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -146,8 +147,11 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
             let ctx = fleet_runtime::retirement_context(binding.as_deref())?;
             let applied = fleet.apply(&request, &ctx)?;
             let report = &applied.report;
-            if common.json {
-                fleet_cli::print_json(&applied)?;
+            if let Some(format) = common.output.format() {
+                match format {
+                    ResultFormat::Json => fleet_cli::print_json(&applied)?,
+                    ResultFormat::Yaml => output::print_yaml(&applied)?,
+                }
             } else {
                 outln!("{}: retired {}", report.outcome, report.retired_count)?;
                 if report.registry_moved == Some(true) {
@@ -162,7 +166,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: RetireCmd) -> Result<ExitCod
                 if let Some(e) = &report.error {
                     outln!("  error: {e}")?;
                 }
-                outln!("after: {}", applied.after)?;
+                outln!("after: {}", after_words(&applied.after))?;
             }
             Ok(match report.outcome {
                 ApplyOutcome::Applied if report.retired_count > 0 => ExitCode::SUCCESS,
@@ -244,4 +248,23 @@ fn shell_word(word: &str) -> String {
     let plain =
         !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:@+=,".contains(c));
     if plain { word.to_owned() } else { format!("'{}'", word.replace('\'', "'\\''")) }
+}
+
+/// The fleet after an apply, in words: safe or not, the stale workers left and each
+/// blocker that remains with its count.
+fn after_words(after: &fleet_runtime::AfterApply) -> String {
+    match after {
+        fleet_runtime::AfterApply::Read { live_fleet_safe, remaining_blockers, stale_worker_count } => {
+            let verdict = if *live_fleet_safe { "the fleet is safe" } else { "the fleet is not safe" };
+            let stale = fleet_cli::count(*stale_worker_count, "stale worker", "stale workers");
+            let blockers: Vec<String> =
+                remaining_blockers.iter().map(|(code, n)| format!("{code} ×{n}")).collect();
+            if blockers.is_empty() {
+                format!("{verdict}; {stale} left")
+            } else {
+                format!("{verdict}; {stale} left; blockers: {}", blockers.join(", "))
+            }
+        }
+        fleet_runtime::AfterApply::Unread { error } => format!("the fleet could not be read again: {error}"),
+    }
 }

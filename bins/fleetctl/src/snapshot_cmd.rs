@@ -14,6 +14,8 @@ use fleet_snapshot::{
     FleetSnapshot, HeartbeatComparison, LiveHeartbeats, Manifest, Policy, WorkerState, compare_heartbeats,
 };
 
+use crate::output::{self, ResultArgs, ResultFormat};
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct SnapshotArgs {
     /// The approved fleet manifest (JSON: {"instances": [...]}).
@@ -25,9 +27,8 @@ pub(crate) struct SnapshotArgs {
     /// Exit 1 when the fleet is not safe to mutate.
     #[arg(long)]
     gate: bool,
-    /// Print the snapshot as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: ResultArgs,
     /// The repository every worker should be bound to.
     #[arg(long)]
     canonical_repository: Option<String>,
@@ -82,15 +83,17 @@ pub(crate) fn run(location: &RegistryLocation, args: SnapshotArgs) -> Result<Exi
     fleet_runtime::take_snapshot(location, manifest.as_ref(), &policy, at, |snap| {
         if let Some(previous) = &previous {
             let comparison = compare_heartbeats(previous, &LiveHeartbeats::of(snap));
-            if args.json {
-                fleet_cli::print_json(&comparison)?;
-            } else {
-                out!("{}", render_comparison(&comparison))?;
+            match args.output.format() {
+                Some(ResultFormat::Json) => fleet_cli::print_json(&comparison)?,
+                Some(ResultFormat::Yaml) => output::print_yaml(&comparison)?,
+                None => out!("{}", render_comparison(&comparison))?,
             }
-        } else if args.json {
-            fleet_cli::print_json(snap)?;
         } else {
-            out!("{}", render(snap, colour()))?;
+            match args.output.format() {
+                Some(ResultFormat::Json) => fleet_cli::print_json(snap)?,
+                Some(ResultFormat::Yaml) => output::print_yaml(snap)?,
+                None => out!("{}", render(snap, colour()))?,
+            }
         }
         Ok(if args.gate && !snap.live_fleet_safe { ExitCode::from(1) } else { ExitCode::SUCCESS })
     })?
@@ -158,14 +161,19 @@ fn watch(
         let text = match fleet.json_snapshot(manifest, policy, now()) {
             Ok(mut taken) => {
                 safe = taken.snapshot.live_fleet_safe;
-                if args.json {
-                    // Workers unchanged since the last redraw are written from the JSON kept.
-                    let mut line = Vec::new();
-                    let written =
-                        taken.write_json(&mut line).ok().and_then(|()| String::from_utf8(line).ok());
-                    written.unwrap_or_default() + "\n"
-                } else {
-                    render(&taken.snapshot, colour())
+                match args.output.format() {
+                    Some(ResultFormat::Json) => {
+                        // Workers unchanged since the last redraw are written from the JSON kept.
+                        let mut line = Vec::new();
+                        let written =
+                            taken.write_json(&mut line).ok().and_then(|()| String::from_utf8(line).ok());
+                        written.unwrap_or_default() + "\n"
+                    }
+                    // One YAML document per snapshot.
+                    Some(ResultFormat::Yaml) => serde_json::to_value(&taken.snapshot)
+                        .map(|value| format!("---\n{}", output::yaml(&value)))
+                        .unwrap_or_default(),
+                    None => render(&taken.snapshot, colour()),
                 }
             }
             Err(e) => {

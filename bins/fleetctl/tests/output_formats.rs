@@ -41,6 +41,51 @@ fn yaml_holds_what_json_holds_on_every_listing() {
     assert_eq!(none, serde_json::json!([]), "nothing selected is an empty sequence");
 }
 
+/// `-o json|yaml` on the commands that print a result rather than a listing (the
+/// snapshot, a plan, a sweep, an init, a lease outcome): YAML holds what JSON holds, and
+/// `--json` is `-o json`.
+#[test]
+fn yaml_holds_what_json_holds_on_every_result() {
+    let fleet = fleet_with_a_lease_and_a_worker();
+    let repository = fleet.dir.path().to_str().unwrap().to_owned();
+    let results: [&[&str]; 5] = [
+        &["snapshot"],
+        &["retire", "plan", "--canonical-repository", &repository],
+        &["registry", "sweep"],
+        &["registry", "init"],
+        &["lease", "acquire", "--key", "workflow:held", "--owner", "me", "--ttl", "300"],
+    ];
+    for result in results {
+        let json: Value = serde_json::from_str(&stdout(&fleet, &[result, &["-o", "json"]].concat())).unwrap();
+        assert!(json.as_object().is_some_and(|o| !o.is_empty()), "{result:?}: {json}");
+        if result[0] == "lease" {
+            // A second acquire is refused (exit 1), so the YAML form asks about another lease.
+            let other =
+                [&result[..2], &["--key", "workflow:other", "--owner", "me", "--ttl", "300", "-o", "yaml"]]
+                    .concat();
+            let yaml: Value = serde_norway::from_str(&stdout(&fleet, &other)).unwrap();
+            assert_eq!(yaml["outcome"], "ok", "{yaml}");
+            assert_eq!(yaml["lease"]["owner"], json["lease"]["owner"]);
+            continue;
+        }
+        let yaml: Value =
+            serde_norway::from_str(&stdout(&fleet, &[result, &["-o", "yaml"]].concat())).unwrap();
+        let legacy: Value = serde_json::from_str(&stdout(&fleet, &[result, &["--json"]].concat())).unwrap();
+        if result[0] == "snapshot" {
+            // Three snapshots at three moments: the same fields, verdict and counts.
+            let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(&yaml), keys(&json));
+            for field in ["live_fleet_safe", "counts"] {
+                assert_eq!(yaml[field], json[field], "{field}");
+                assert_eq!(legacy[field], json[field], "{field}");
+            }
+            continue;
+        }
+        assert_eq!(yaml, json, "{result:?}");
+        assert_eq!(legacy, json, "{result:?}: --json is -o json");
+    }
+}
+
 /// A YAML 1.1 reader (PyYAML, the library kubectl users' Python tools read YAML with;
 /// its `safe_load` resolves `yes`, `on`, dates, sexagesimal numbers and the merge key
 /// `<<` as YAML 1.1 says) reads every owner back as the string it is.

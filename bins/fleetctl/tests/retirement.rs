@@ -138,6 +138,24 @@ fn a_crashed_worker_is_planned_retired_once_and_then_counted_historical() {
         }),
     );
     assert_eq!((code, replay["outcome"].as_str()), (Some(0), Some("already_retired")));
+    // As text, the fleet after the apply is said in words, not as a JSON line.
+    let zero = "b3:0000000000000000000000000000000000000000000000000000000000000000";
+    let out = fleet.ctl(&[
+        "retire",
+        "apply",
+        "--canonical-repository",
+        "/srv/repo",
+        "--registry-fingerprint",
+        zero,
+        "--candidate-fingerprint",
+        zero,
+        "--workers",
+        &victim,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let after = text.lines().find(|l| l.starts_with("after: ")).unwrap_or_default();
+    assert!(after.starts_with("after: the fleet is safe; 0 stale workers left"), "{text}");
+    assert!(!after.contains('{'), "{after}");
     stop(children);
 }
 
