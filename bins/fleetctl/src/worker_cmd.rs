@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use clap::Subcommand;
 use fleet_cli::Failure;
 use fleet_cli::out;
-use fleet_identity::{Namespace, Pid, Repository, Timestamp};
+use fleet_identity::{Namespace, Pid, Repository, Timestamp, WorkerIdentity};
 use fleet_registry::{HeartbeatTtl, Revisions, WorkerRow};
 use fleet_runtime::{Fleet, InstanceEnv, RegistryLocation, WorkerOptions, WorkerSession, now};
 
@@ -50,6 +50,15 @@ pub(crate) enum WorkerCmd {
         /// rows of their launches, from the index, without the history of ended launches.
         #[arg(long)]
         live: bool,
+        /// At most N rows (those the filters select), in identity order, read a page at
+        /// a time: a registry of any history is listed in bounded memory. When more
+        /// remain, stderr says the --after that lists the next ones.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        limit: Option<u64>,
+        /// Only rows whose identity comes after this one (the --after a limited listing
+        /// printed).
+        #[arg(long, value_name = "WORKER")]
+        after: Option<String>,
         #[command(flatten)]
         output: OutputArgs,
         #[command(flatten)]
@@ -67,15 +76,34 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
         WorkerCmd::Run { namespace, ttl, repository, command } => {
             run_worker(location, namespace, ttl, repository, &command)
         }
-        WorkerCmd::List { instance, namespace, status, live, output, watch } => {
+        WorkerCmd::List { instance, namespace, status, live, limit, after, output, watch } => {
+            let after = after
+                .map(|a| WorkerIdentity::new(a).map_err(|e| Failure::usage(format!("--after: {e}"))))
+                .transpose()?;
+            let keep = |r: &WorkerRow| {
+                instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
+                    && namespace.is_none_or(|ns| r.namespace == ns)
+                    && status.as_deref().is_none_or(|s| r.status.as_str() == s)
+            };
             let mut fleet = Fleet::new(location.clone());
             let mut frame = || -> Result<String, Failure> {
-                let mut rows = if live { fleet.live_workers()? } else { fleet.all_workers()? };
-                rows.retain(|r| {
-                    instance.as_deref().is_none_or(|i| r.client_instance_id.as_deref() == Some(i))
-                        && namespace.is_none_or(|ns| r.namespace == ns)
-                        && status.as_deref().is_none_or(|s| r.status.as_str() == s)
-                });
+                let rows = match (limit, &after) {
+                    (None, None) => {
+                        let mut rows = if live { fleet.live_workers()? } else { fleet.all_workers()? };
+                        rows.retain(keep);
+                        rows
+                    }
+                    _ => {
+                        let limit = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+                        let (rows, more) = page_of(&mut fleet, live, after.clone(), limit, keep)?;
+                        if let Some(next) = more {
+                            fleet_cli::warn(format_args!(
+                                "fleetctl: more rows: list them with --after {next}"
+                            ));
+                        }
+                        rows
+                    }
+                };
                 let at = now();
                 let table = |wide| if wide { list_table_wide(&rows, at) } else { list_table(&rows, at) };
                 let names = sorted(&rows).into_iter().map(|r| r.worker_identity.as_str());
@@ -87,6 +115,50 @@ pub(crate) fn run(location: &RegistryLocation, cmd: WorkerCmd) -> Result<ExitCod
                 out!("{}", frame()?)?;
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Up to `limit` rows after `after` that `keep` selects, in identity order, read from
+/// the store a page at a time (the live fleet, read whole, is cut the same way); and the
+/// identity to list on from when more may remain.
+fn page_of(
+    fleet: &mut Fleet,
+    live: bool,
+    mut after: Option<WorkerIdentity>,
+    limit: usize,
+    keep: impl Fn(&WorkerRow) -> bool,
+) -> Result<(Vec<WorkerRow>, Option<WorkerIdentity>), Failure> {
+    /// Rows read from the store at a time.
+    const PAGE: usize = 1000;
+    let mut rows = Vec::new();
+    if live {
+        let mut live_rows = fleet.live_workers()?;
+        live_rows.retain(|r| after.as_ref().is_none_or(|a| r.worker_identity > *a) && keep(r));
+        let more = live_rows.len() > limit;
+        live_rows.truncate(limit);
+        let next = more.then(|| live_rows.last().map(|r| r.worker_identity.clone())).flatten();
+        return Ok((live_rows, next));
+    }
+    loop {
+        let page = fleet.workers_page(after.as_ref(), PAGE)?;
+        let full = page.len() == PAGE;
+        after = page.last().map(|r| r.worker_identity.clone());
+        for row in page {
+            if rows.len() == limit {
+                // A selected row past the limit: there are more.
+                if keep(&row) {
+                    let next = rows.last().map(|r: &WorkerRow| r.worker_identity.clone());
+                    return Ok((rows, next));
+                }
+                continue;
+            }
+            if keep(&row) {
+                rows.push(row);
+            }
+        }
+        if !full {
+            return Ok((rows, None));
         }
     }
 }

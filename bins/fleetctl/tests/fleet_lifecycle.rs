@@ -379,3 +379,48 @@ fn worker_list_live_shows_the_live_fleet_and_the_default_the_record() {
     let _ = worker.kill();
     let _ = worker.wait();
 }
+
+/// `worker list --limit N` lists a registry of any history a page at a time: N rows in
+/// identity order, with the `--after` that lists on said on stderr; listing on from it
+/// gives the rest, each row once; the filters select before the limit counts.
+#[test]
+fn a_limited_worker_list_pages_through_every_row_once() {
+    let fleet = Fleet::new();
+    let rows: Vec<serde_json::Value> = (0..2500)
+        .map(|i| {
+            serde_json::json!({
+                "worker_identity": format!("wkr-author-{i:05}"),
+                "namespace": "author",
+                "status": if i % 10 == 0 { "retired" } else { "released" },
+                "registered_at": "2026-07-30T12:00:00Z",
+            })
+        })
+        .collect();
+    let file = fleet.dir.path().join("rows.json");
+    std::fs::write(&file, serde_json::to_vec(&serde_json::json!({ "worker_registrations": rows })).unwrap())
+        .unwrap();
+    assert!(fleet.ctl(&["registry", "import", file.to_str().unwrap()]).status.success());
+
+    let names = |args: &[&str]| {
+        let out = fleet.ctl(&[&["worker", "list", "-o", "name"], args].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let listed: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let next = stderr.split("--after ").nth(1).map(|s| s.trim().to_owned());
+        (listed, next)
+    };
+    let (first, next) = names(&["--limit", "1200"]);
+    assert_eq!(first.len(), 1200);
+    assert_eq!(first[0], "worker/wkr-author-00000");
+    assert_eq!(next.as_deref(), Some("wkr-author-01199"));
+    let (rest, end) = names(&["--limit", "5000", "--after", "wkr-author-01199"]);
+    assert_eq!((rest.len(), end), (1300, None), "the rest, and nothing more to list");
+    let all: BTreeSet<String> = first.iter().chain(&rest).cloned().collect();
+    assert_eq!(all.len(), 2500, "every row once");
+
+    let (retired, next) = names(&["--status", "retired", "--limit", "3"]);
+    assert_eq!(retired, ["worker/wkr-author-00000", "worker/wkr-author-00010", "worker/wkr-author-00020"]);
+    assert_eq!(next.as_deref(), Some("wkr-author-00020"));
+    let out = fleet.ctl(&["worker", "list", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2), "a limit of 0 is bad input");
+}

@@ -562,6 +562,44 @@ pub fn pruning_removes_only_old_terminal_rows<S: Store>(store: S) {
     assert_eq!(left, vec![active.row.worker_identity.clone()]);
 }
 
+/// `workers_page` walks every row once, in the bytewise identity order every reader
+/// uses (`B` before `a`, `-` before digits, whatever the database's collation), a page
+/// at a time; a page past the last row is empty.
+pub fn worker_pages_walk_every_row_once_in_identity_order<S: Store>(store: S) {
+    let mut registry = Registry::new(store);
+    let ids = ["wkr-a-10", "wkr-a-2", "wkr-B-1", "wkr-a-1", "wkr-a_1", "wkr-a-1-x", "wkr-Z", "wkr-b"];
+    let rows: Vec<fleet_model::WorkerRow> = ids
+        .iter()
+        .map(|id| {
+            serde_json::from_value(serde_json::json!({
+                "worker_identity": id, "namespace": "author", "status": "released",
+                "registered_at": at(0).to_string(),
+            }))
+            .expect("a row")
+        })
+        .collect();
+    registry
+        .import(&RegistryDump { instances: Vec::new(), worker_registrations: rows })
+        .expect("import");
+    let mut expected: Vec<&str> = ids.to_vec();
+    expected.sort_unstable();
+    let whole: Vec<String> =
+        registry.workers().expect("read").into_iter().map(|r| r.worker_identity.to_string()).collect();
+    assert_eq!(whole, expected, "the whole read's order");
+    for size in [1, 3, 8, 100] {
+        let mut walked = Vec::new();
+        let mut after = None;
+        loop {
+            let page = registry.workers_page(after.as_ref(), size).expect("page");
+            assert!(page.len() <= size);
+            let Some(last) = page.last() else { break };
+            after = Some(last.worker_identity.clone());
+            walked.extend(page.into_iter().map(|r| r.worker_identity.to_string()));
+        }
+        assert_eq!(walked, expected, "pages of {size}");
+    }
+}
+
 /// The change marker moves with every commit that changes what a live read returns
 /// (a registration, a heartbeat, a release, the last release of a launch) and with
 /// nothing that writes nothing (a read, a refused heartbeat). A commit the live read
@@ -1494,6 +1532,7 @@ macro_rules! registry_conformance {
                 apply_refuses_when_a_new_row_changes_a_candidates_verdict,
                 grants_are_issued_and_validated_against_the_stored_lease,
                 pruning_removes_only_old_terminal_rows,
+                worker_pages_walk_every_row_once_in_identity_order,
                 the_change_marker_moves_with_every_commit,
                 reading_since_a_position_sees_what_a_full_read_sees,
                 the_live_fleet_leaves_ended_launches_to_history,

@@ -121,6 +121,16 @@ impl<S: Store> Registry<S> {
         self.store.read(|tx| tx.workers())
     }
 
+    /// Up to `limit` worker rows after `after`, in identity order: a page of
+    /// [`Registry::workers`] (`None` starts at the first row).
+    pub fn workers_page(
+        &mut self,
+        after: Option<&WorkerIdentity>,
+        limit: usize,
+    ) -> Result<Vec<WorkerRow>, StoreError> {
+        self.store.read(|tx| tx.workers_page(after, limit))
+    }
+
     /// The live fleet ([`fleet_model::LiveScope`]): its ledger entries and rows, read
     /// from the store's index, without the history beside them.
     pub fn live(&mut self) -> Result<RegistryDump, StoreError> {

@@ -80,6 +80,20 @@ impl AuditQuery<'_> {
 pub trait Tx {
     /// Every worker row, ordered by `worker_identity`.
     fn workers(&mut self) -> Result<Vec<WorkerRow>, StoreError>;
+    /// Up to `limit` rows, of any status, whose `worker_identity` comes after `after`
+    /// (from the first without it), in identity order (bytewise): one page of
+    /// [`Tx::workers`], so a reader of a registry of any size and history holds a page at
+    /// a time. A backend answers it from its identity index.
+    fn workers_page(
+        &mut self,
+        after: Option<&WorkerIdentity>,
+        limit: usize,
+    ) -> Result<Vec<WorkerRow>, StoreError> {
+        let mut rows = self.workers()?;
+        rows.retain(|r| after.is_none_or(|a| r.worker_identity > *a));
+        rows.truncate(limit);
+        Ok(rows)
+    }
     /// The live fleet's rows ([`fleet_model::LiveScope`]: every active row, and every
     /// row of a launch that has one), ordered by `worker_identity`: what the snapshot,
     /// the retirement plan and its apply read. A backend answers from an index, so the

@@ -293,6 +293,23 @@ impl Tx for PgTx<'_, '_> {
         Ok(workers)
     }
 
+    /// Compared and ordered by the bytes (`COLLATE "C"`), as every other reader orders
+    /// identities, whatever collation the database has.
+    fn workers_page(
+        &mut self,
+        after: Option<&WorkerIdentity>,
+        limit: usize,
+    ) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM worker_registrations WHERE worker_identity COLLATE \"C\" > $1 \
+             ORDER BY worker_identity COLLATE \"C\" LIMIT $2",
+            *rows::LIST
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let after = after.map_or("", |a| a.as_str());
+        self.tx.query(&sql, &[&after, &limit]).map_err(map_error)?.iter().map(rows::read_worker).collect()
+    }
+
     /// The active rows from their index, then the rest of each of their launches from
     /// the slot index, one launch at a time (a lateral subquery the planner cannot
     /// flatten: without statistics, after an import, it scanned the whole table to join

@@ -177,6 +177,21 @@ impl Tx for SqliteTx<'_> {
         self.read_workers(&sql, [], count)
     }
 
+    /// From the primary key's index: SQLite compares text bytewise, as the rows are
+    /// ordered everywhere else.
+    fn workers_page(
+        &mut self,
+        after: Option<&WorkerIdentity>,
+        limit: usize,
+    ) -> Result<Vec<WorkerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM worker_registrations WHERE worker_identity > ?1 ORDER BY worker_identity LIMIT ?2",
+            *columns::LIST
+        );
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read_workers(&sql, rusqlite::params![after.map_or("", |a| a.as_str()), limit], 0)
+    }
+
     /// Found from the index of active rows: the active rows, then the other rows of
     /// their launches (from the slot index), sorted here (a sort in SQLite built a
     /// temporary tree of every row).

@@ -22,6 +22,16 @@ impl Fleet {
         self.with_registry(|registry| registry.workers())
     }
 
+    /// Up to `limit` worker rows after `after` (history included), in identity order:
+    /// a page of [`Fleet::all_workers`], read from the store's index.
+    pub fn workers_page(
+        &mut self,
+        after: Option<&WorkerIdentity>,
+        limit: usize,
+    ) -> Result<Vec<WorkerRow>, StoreError> {
+        self.with_registry(|registry| registry.workers_page(after, limit))
+    }
+
     /// The live fleet's worker rows (every active row, and every row of a launch that
     /// still has one), read now.
     pub fn live_workers(&mut self) -> Result<Vec<WorkerRow>, StoreError> {
