@@ -365,3 +365,36 @@ fn a_worker_whose_row_is_retired_behind_its_back_stops_its_command() {
     assert!(stderr.contains("no longer registered"), "{stderr}");
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
 }
+
+/// A worker whose registry is removed under it (the file and its log deleted) is
+/// refused for good, not merely cut off: it must not go on heartbeating into the
+/// deleted file, unseen by everyone. Within a heartbeat or two `worker run` ends its
+/// command's tree, says the registry was removed, and exits 1.
+#[test]
+fn a_worker_whose_registry_is_removed_stops_its_command() {
+    let fleet = Fleet::new();
+    let id = fleet.mint("codex");
+    let pidfile = fleet.dir.path().join("pid");
+    let mut owner = fleet
+        .fleetctl()
+        .args(["worker", "run", "--namespace", "author", "--ttl", "1", "--", "sh", "-c"])
+        .arg(format!("echo $$ > {}; exec sleep 60", pidfile.display()))
+        .env("GITEA_MCP_CLIENT", "codex")
+        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let command = pid_in(&pidfile);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = fleet.registry.clone().into_os_string();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+    let status = owner.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("removed") || stderr.contains("does not exist"), "{stderr}");
+    wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+}

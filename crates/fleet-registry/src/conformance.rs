@@ -578,9 +578,7 @@ pub fn worker_pages_walk_every_row_once_in_identity_order<S: Store>(store: S) {
             .expect("a row")
         })
         .collect();
-    registry
-        .import(&RegistryDump { instances: Vec::new(), worker_registrations: rows })
-        .expect("import");
+    registry.import(&RegistryDump { instances: Vec::new(), worker_registrations: rows }).expect("import");
     let mut expected: Vec<&str> = ids.to_vec();
     expected.sort_unstable();
     let whole: Vec<String> =

@@ -52,6 +52,9 @@ pub enum StoreErrorKind {
     /// The connection was lost after the commit was sent: the write may have committed
     /// or not, and nothing here can tell which.
     OutcomeUnknown,
+    /// There is no registry where the location says (a SQLite file never created, or
+    /// removed since it was opened): not a store that is down for a while.
+    Missing,
 }
 
 /// A store failure: a kind, a one-line lowercase message, and the underlying cause.

@@ -455,7 +455,10 @@ impl Fleet {
         work: impl FnOnce(&mut Registry<AnyStore>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let result = work(open(&mut self.registry, &self.location, self.mode)?);
-        if result.as_ref().is_err_and(|e| e.kind() == StoreErrorKind::Unavailable) {
+        if result
+            .as_ref()
+            .is_err_and(|e| matches!(e.kind(), StoreErrorKind::Unavailable | StoreErrorKind::Missing))
+        {
             (self.registry, self.last) = (None, None);
         }
         result

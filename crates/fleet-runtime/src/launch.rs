@@ -265,7 +265,7 @@ pub fn check_slot_unheld(
     let mut registry = match open_registry(location, OpenMode::MustExist) {
         Ok(registry) => registry,
         // No registry yet: nothing can hold the slot.
-        Err(e) if e.kind() == StoreErrorKind::Unavailable => return Ok(()),
+        Err(e) if e.kind() == StoreErrorKind::Missing => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
     let rows: Vec<_> = registry

@@ -308,9 +308,10 @@ impl Beats {
         if registry.is_none() {
             match open_registry(&self.location, OpenMode::MustExist) {
                 Ok(opened) => *registry = Some(opened),
-                // A schema this build may not use is not coming back: the worker ends as
-                // one whose registration was lost, saying why.
-                Err(e) if e.kind() == StoreErrorKind::NewerSchema => {
+                // A schema this build may not use, or a registry that is gone, is not
+                // coming back: the worker ends as one whose registration was lost, saying
+                // why. (A registry that cannot be reached for a while is retried.)
+                Err(e) if matches!(e.kind(), StoreErrorKind::NewerSchema | StoreErrorKind::Missing) => {
                     crate::warn(format_args!("fleet: registration lost: {e}"));
                     let _ = lost.set(e.to_string());
                     return Err(e);
@@ -350,6 +351,7 @@ impl Beats {
                         | StoreErrorKind::Conflict
                         | StoreErrorKind::Fenced
                         | StoreErrorKind::NewerSchema
+                        | StoreErrorKind::Missing
                 ) =>
             {
                 crate::warn(format_args!("fleet: registration lost: {e}"));

@@ -562,6 +562,24 @@ impl SqliteTx<'_> {
 }
 
 impl SqliteStore {
+    /// Fails when the registry's path no longer names the file this connection opened:
+    /// `Missing` when nothing is there any more (the registry was removed, and a write to
+    /// the open file would reach no one), `Unavailable` when another file is.
+    fn check_file(&self) -> Result<(), StoreError> {
+        if self.file.is_none() {
+            return Ok(());
+        }
+        let now = file_identity(&self.path);
+        if now == self.file {
+            return Ok(());
+        }
+        let (kind, what) = match now {
+            None => (StoreErrorKind::Missing, "removed"),
+            Some(_) => (StoreErrorKind::Unavailable, "moved or replaced"),
+        };
+        Err(StoreError::new(kind, format!("registry {} was {what} since it was opened", self.path.display())))
+    }
+
     /// Fails when the write-ahead log this connection uses is no longer the one at its
     /// path: what it would read or write is no longer the registry.
     fn check_log(&mut self) -> Result<(), StoreError> {
@@ -590,6 +608,7 @@ impl SqliteStore {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>,
     {
+        self.check_file()?;
         self.check_log()?;
         let path = self.path.clone();
         let fail = |e: rusqlite::Error| match disk_trouble(&path) {
@@ -656,15 +675,7 @@ impl Store for SqliteStore {
         if self.file.is_none() {
             return Ok(None);
         }
-        if file_identity(&self.path) != self.file {
-            return Err(StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!(
-                    "registry {} was moved, removed or replaced since it was opened",
-                    self.path.display()
-                ),
-            ));
-        }
+        self.check_file()?;
         self.check_log()?;
         let others: i64 = self.conn.query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(map_error)?;
         let own = self.conn.total_changes();

@@ -30,7 +30,7 @@ impl SqliteStore {
             (Ok(true), _) => {}
             (Ok(false), OpenMode::MustExist) => {
                 return Err(StoreError::new(
-                    StoreErrorKind::Unavailable,
+                    StoreErrorKind::Missing,
                     format!("registry {} does not exist (run `fleetctl registry init`)", path.display()),
                 ));
             }
@@ -137,7 +137,7 @@ impl SqliteStore {
     ) -> Result<fleet_registry::SchemaUpgrade, StoreError> {
         if !path.try_exists().map_err(|e| unavailable(path, e))? {
             return Err(StoreError::new(
-                StoreErrorKind::Unavailable,
+                StoreErrorKind::Missing,
                 format!("registry {} does not exist (run `fleetctl registry init`)", path.display()),
             ));
         }

@@ -25,11 +25,11 @@ fn a_new_registry_file_is_private_and_in_wal_mode() {
 }
 
 #[test]
-fn a_missing_file_is_unavailable_when_it_must_exist() {
+fn a_missing_file_is_missing_when_it_must_exist() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("absent.sqlite3");
     let err = SqliteStore::open(&path, OpenMode::MustExist).unwrap_err();
-    assert_eq!(err.kind(), StoreErrorKind::Unavailable);
+    assert_eq!(err.kind(), StoreErrorKind::Missing);
     assert!(!path.exists(), "a failed open must not create the file");
 }
 
