@@ -172,7 +172,7 @@ fn run_worker(
 ) -> Result<ExitCode, Failure> {
     // Everything that can be refused is checked before the registry is touched.
     let env = InstanceEnv::from_process()?;
-    let heartbeat_ttl = HeartbeatTtl::from_secs(ttl)?;
+    let heartbeat_ttl = HeartbeatTtl::from_secs(ttl).map_err(|e| Failure::usage(e.to_string()))?;
     let repository = match repository {
         Some(r) => r,
         None => std::env::current_dir()

@@ -60,7 +60,7 @@ pub use leases::{
 };
 pub use registry::{
     HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Registry, Revisions,
-    SWEEP_BATCH, Sweep, WorkerCredential, WorkerToken,
+    SWEEP_BATCH, Sweep, TtlOutOfRange, WorkerCredential, WorkerToken,
 };
 pub use replication::{
     DEFAULT_EPOCH_GAP, EPOCH_FLOOR_SCOPE, GrantVerdict, HistoryAcceptance, RecordedHistory,

@@ -42,12 +42,8 @@ impl HeartbeatTtl {
     pub const DEFAULT: HeartbeatTtl = HeartbeatTtl(30);
 
     /// A TTL of `seconds`, from 1 second to one day.
-    pub fn from_secs(seconds: u32) -> Result<Self, StoreError> {
-        if (1..=86_400).contains(&seconds) {
-            Ok(Self(seconds))
-        } else {
-            Err(StoreError::invalid(format!("heartbeat ttl {seconds}s is outside 1..=86400 seconds")))
-        }
+    pub fn from_secs(seconds: u32) -> Result<Self, TtlOutOfRange> {
+        if (1..=86_400).contains(&seconds) { Ok(Self(seconds)) } else { Err(TtlOutOfRange(seconds)) }
     }
 
     /// The TTL in seconds.
@@ -59,6 +55,17 @@ impl HeartbeatTtl {
     /// before the row expires.
     pub fn interval(self) -> std::time::Duration {
         std::time::Duration::from_millis(u64::from(self.0) * 1000 / 3)
+    }
+}
+
+/// A heartbeat TTL outside 1 second to one day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("heartbeat ttl {0}s is outside 1..=86400 seconds")]
+pub struct TtlOutOfRange(pub u32);
+
+impl From<TtlOutOfRange> for StoreError {
+    fn from(e: TtlOutOfRange) -> Self {
+        StoreError::invalid(e.to_string())
     }
 }
 

@@ -9,7 +9,7 @@ use fleet_model::{
 use crate::error::{StoreError, StoreErrorKind};
 pub use crate::records::{WorkerCredential, WorkerToken};
 pub use crate::registration::{
-    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Revisions,
+    HeartbeatTtl, InstanceRef, Registered, Registration, RegistrationOutcome, Revisions, TtlOutOfRange,
 };
 use crate::registration::{mint_worker_identity, register_in};
 use crate::store::{ImportSummary, Store, Tx};

@@ -90,7 +90,7 @@ pub use location::{
 };
 pub use stable::StableRuntime;
 pub use tools::McpTool;
-pub use worker::{WorkerOptions, WorkerSession};
+pub use worker::{WorkerOptions, WorkerSession, new_generation_id};
 
 // The types the use cases' signatures take and give, so that a tool linking the
 // runtime alone can name every one of them.

@@ -99,6 +99,13 @@ impl WorkerOptions {
     }
 }
 
+/// A fresh generation id, as a worker's registration takes one per process boot:
+/// `gen-` and a UUID v7 (time-ordered, random below the time). A tool that registers
+/// through `fleet_registry` directly mints its own this way.
+pub fn new_generation_id() -> Result<GenerationId, fleet_identity::IdentityError> {
+    GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
+}
+
 fn probe_error(e: fleet_probe::ProbeError) -> StoreError {
     StoreError::new(StoreErrorKind::Unavailable, format!("cannot read process evidence: {e}"))
 }
@@ -112,8 +119,7 @@ impl WorkerSession {
     ) -> Result<Self, StoreError> {
         let process = options.process;
         let probe = LocalProbe::new().map_err(probe_error)?;
-        let generation_id = GenerationId::new(format!("gen-{}", uuid::Uuid::now_v7()))
-            .map_err(|e| StoreError::invalid(e.to_string()))?;
+        let generation_id = new_generation_id().map_err(|e| StoreError::invalid(e.to_string()))?;
         let registration = Registration {
             client_type: env.client_type.clone(),
             instance: env.instance.clone(),
@@ -399,6 +405,14 @@ impl Beats {
 #[cfg(test)]
 mod tests {
     use super::{SWEEPERS_PER_TICK, sweeps_this_tick};
+
+    /// A generation id minted for a tool that registers itself: a new one per call, in
+    /// the shape the runtime gives its own workers.
+    #[test]
+    fn generation_ids_are_new_each_time() {
+        let (a, b) = (super::new_generation_id().unwrap(), super::new_generation_id().unwrap());
+        assert!(a.as_str().starts_with("gen-") && a != b, "{a} {b}");
+    }
 
     /// A tool driving its own loop beats when it asks, on the session's connection, and
     /// is told the moment its registration is gone (here its row retired behind its
