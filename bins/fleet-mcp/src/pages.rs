@@ -146,7 +146,7 @@ impl SnapshotPage {
     /// The summary of `snap`: its verdict and counts; the instance named by `instance`
     /// (else `own`, the caller's) with its workers, narrowed to `namespace`; and a page
     /// of the findings that match, active blockers first, with their totals.
-    pub(crate) fn body(&self, snap: &FleetSnapshot<'_>, own: Option<&str>) -> serde_json::Result<Value> {
+    pub(crate) fn body(&self, snap: &FleetSnapshot<'_>, own: Option<&str>) -> serde_json::Result<Summary> {
         let instance = self.instance.as_deref().or(own);
         let of_instance = |id: Option<&str>| instance.is_none_or(|wanted| id == Some(wanted));
         let instances: Vec<_> = match instance {
@@ -177,10 +177,12 @@ impl SnapshotPage {
             matching.iter().filter(|f| f.active_blocker).chain(matching.iter().filter(|f| !f.active_blocker));
         let page: Vec<_> = ordered.skip(self.offset).take(self.limit).collect();
         let next = self.offset + page.len();
-        let mut body = verdict(snap);
-        body.extend(json_map(json!({
+        let workers = workers.iter().map(serde_json::to_value).collect::<serde_json::Result<Vec<_>>>()?;
+        let rest = json_map(json!({
+            "live_fleet_safe": snap.live_fleet_safe,
+            "manifest_supplied": snap.manifest_supplied,
+            "counts": snap.counts,
             "instances": instances,
-            "workers": workers,
             "findings": page,
             "page": {
                 "detail": Detail::Summary.as_str(),
@@ -197,9 +199,35 @@ impl SnapshotPage {
                 "note": "a summary: narrow with instance, namespace and finding_code, page the findings \
                          with limit and next_cursor, or ask detail \"full\" for the whole snapshot",
             },
-        })));
-        Ok(Value::Object(body))
+        }));
+        Ok(Summary {
+            snapshot_at: snap.snapshot_at,
+            consistency_token: snap.consistency_token.clone(),
+            registry_revision: snap.registry_revision.clone(),
+            workers,
+            heartbeat_comparison: None,
+            rest,
+        })
     }
+}
+
+/// A snapshot summary: what moves while the fleet's judgement stands (the time, the
+/// token, the heartbeats of the workers shown) as fields of their own, and the rest as
+/// it was written. A kept summary is answered again with those fields brought up to
+/// date, never by editing its JSON.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Summary {
+    pub(crate) snapshot_at: fleet_identity::Timestamp,
+    pub(crate) consistency_token: String,
+    pub(crate) registry_revision: String,
+    /// The workers of the instance shown, each as the snapshot writes a worker.
+    pub(crate) workers: Vec<Value>,
+    /// Seed 000's comparison with the snapshot `compare_to` named, when it named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) heartbeat_comparison: Option<Value>,
+    /// The verdict, counts, instances, findings and page.
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
 /// What every snapshot answer starts with, whole, summary or digest: when, the tokens,

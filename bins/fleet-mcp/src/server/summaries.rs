@@ -11,7 +11,7 @@ use super::*;
 pub(super) struct KeptSummary {
     pub(super) number: u64,
     pub(super) page: SnapshotPage,
-    pub(super) body: Value,
+    pub(super) body: crate::pages::Summary,
     /// The live heartbeats as of the last answer from it, and how many changes of the
     /// fleet's judgement they follow: the next answer moves only those moved since.
     pub(super) heartbeats: LiveHeartbeats,
@@ -62,23 +62,23 @@ impl FleetServer {
             })
         };
         if let Some((mut body, heartbeats)) = kept {
-            body["snapshot_at"] = serde_json::to_value(snapshot_at).map_err(internal)?;
-            body["consistency_token"] = Value::from(consistency_token.as_str());
-            body["registry_revision"] = Value::from(consistency_token.as_str());
+            body.snapshot_at = snapshot_at;
+            (body.consistency_token, body.registry_revision) =
+                (consistency_token.clone(), consistency_token.clone());
             // The workers shown whose heartbeat moved: their new heartbeat and expiry.
-            for worker in body["workers"].as_array_mut().into_iter().flatten() {
+            for worker in &mut body.workers {
                 if let Some(view) = worker["worker_identity"].as_str().and_then(|id| moved.view(id)) {
                     *worker = serde_json::to_value(view).map_err(internal)?;
                 }
             }
             if let Some(token) = compare_to {
-                body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
+                body.heartbeat_comparison = Some(self.compare_with(token, &heartbeats)?);
             }
             let full = serde_json::to_vec(&body).map_err(internal)?;
             // A body too large for the text block needs the snapshot for its digest.
             if full.len() <= FULL_TEXT_LIMIT {
                 self.remember(consistency_token, heartbeats);
-                return self.answer_json(full, || Ok(body), || Ok(String::new()));
+                return self.answer_json(full, || serde_json::to_value(&body), || Ok(String::new()));
             }
         }
         // Kept for another page, or too large to answer without the snapshot: take it.
@@ -106,7 +106,7 @@ impl FleetServer {
             follows: 0,
         });
         if let Some(token) = compare_to {
-            body["heartbeat_comparison"] = self.compare_with(token, &heartbeats)?;
+            body.heartbeat_comparison = Some(self.compare_with(token, &heartbeats)?);
         }
         self.remember(snap.consistency_token.clone(), heartbeats);
         self.answer(&body, || digest(snap))
