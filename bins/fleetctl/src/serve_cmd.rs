@@ -57,7 +57,7 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
     // As a container's pid 1 it reaps the orphans the kernel hands it; it starts no
     // process of its own to wait for.
     fleet_runtime::keeper::reap_orphans_as_init();
-    fleet_cli::warn(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
+    fleet_cli::notice(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
     crate::notify::send("READY=1");
     crate::notify::watch(&crate::http::TURNS);
     let schema_version = location.schema_version();

@@ -490,3 +490,32 @@ fn finished_launches_are_history_and_the_scrape_counts_the_live_fleet() {
     let _ = running.kill();
     let _ = running.wait();
 }
+
+/// `serve`'s start-up line says where it listens: a plain line by default, and under
+/// `--log-format json` an INFO event (shown with `RUST_LOG=info`), not a warning.
+#[test]
+fn serve_says_where_it_listens_at_info_not_as_a_warning() {
+    use std::io::BufRead as _;
+    let fleet = Fleet::new();
+    assert!(fleet.ctl(&["registry", "init"]).status.success());
+    let first_line = |json: bool| {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut cmd = fleet.fleetctl();
+        if json {
+            cmd.args(["--log-format", "json"]).env("RUST_LOG", "info");
+        }
+        let mut server = cmd
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(server.stderr.take().unwrap()).lines();
+        let line = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("serving metrics"))).unwrap().unwrap();
+        let _ = server.kill();
+        let _ = server.wait();
+        line
+    };
+    assert!(first_line(false).starts_with("fleetctl: serving metrics at http://127.0.0.1:"));
+    let event: serde_json::Value = serde_json::from_str(&first_line(true)).unwrap();
+    assert_eq!(event["level"], "INFO", "{event}");
+}

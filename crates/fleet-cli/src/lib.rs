@@ -23,7 +23,7 @@ pub use exit::{
     agent_client_parser, flush_stdout, init_logging, namespace_parser, parse_args, parse_args_with,
     print_json, write_stdout,
 };
-pub use fleet_runtime::warn;
+pub use fleet_runtime::{notice, warn};
 
 /// `n` and the noun that counts it: `1 candidate`, `2 candidates`, `0 audit entries`.
 pub fn count(n: usize, one: &str, many: &str) -> String {

@@ -27,6 +27,22 @@ pub fn warn(args: fmt::Arguments<'_>) {
         tracing::warn!(target: "fleet", "{args}");
         return;
     }
+    line(args);
+}
+
+/// `args` as one line on standard error; a line nobody can read is dropped.
+fn line(args: fmt::Arguments<'_>) {
     let mut err = io::stderr().lock();
     let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
+}
+
+/// A line that says what the process is doing (a server's address at start), not that
+/// anything went wrong: a plain line on standard error, or under JSON diagnostics an
+/// `INFO` event (shown when `RUST_LOG` lets info through).
+pub fn notice(args: fmt::Arguments<'_>) {
+    if diagnostics_are_json() {
+        tracing::info!(target: "fleet", "{args}");
+        return;
+    }
+    line(args);
 }

@@ -26,4 +26,4 @@ pub mod keeper;
 pub mod process;
 pub mod tenure;
 
-pub use diagnostics::{diagnostics_are_json, json_diagnostics, warn};
+pub use diagnostics::{diagnostics_are_json, json_diagnostics, notice, warn};

@@ -78,7 +78,7 @@ pub use fleet::{
     PruneError, PruneReport, PruneRequest, Taken, WorkerApplyRefused, WorkerMayNotMutate, connector_policy,
     import_registry, probe_local, retirement_audit, retirement_context, take_snapshot,
 };
-pub use fleet_host::{diagnostics_are_json, json_diagnostics, keeper, process, tenure, warn};
+pub use fleet_host::{diagnostics_are_json, json_diagnostics, keeper, notice, process, tenure, warn};
 pub use fleet_snapshot::MovedHeartbeats;
 pub use init::{Cancel, InitOptions, InitReport, run_initialization};
 pub use launch::{
