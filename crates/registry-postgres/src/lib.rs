@@ -26,6 +26,7 @@
 #![warn(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_possible_wrap)]
 
 mod bounded;
+mod errors;
 mod heartbeat;
 mod replication;
 mod rows;
@@ -37,6 +38,8 @@ pub use schema::SCHEMA_VERSION;
 pub use session::{ANSWER_MARGIN, CONNECT_DEADLINE};
 
 use bounded::{Client, Transaction};
+use errors::commit_error;
+pub(crate) use errors::map_error;
 use fleet_identity::{ClientInstanceId, Namespace, Timestamp, WorkerIdentity};
 use fleet_lease::{LeaseKey, LeaseKind, LeaseRecord};
 use fleet_registry::{
@@ -45,7 +48,6 @@ use fleet_registry::{
 use schema::missing_id;
 use session::connect_within;
 use tokio_postgres::IsolationLevel;
-use tokio_postgres::error::SqlState;
 
 /// A registry in a PostgreSQL database.
 pub struct PostgresStore {
@@ -82,57 +84,6 @@ impl std::fmt::Debug for PostgresStore {
 const LIVE_LAUNCHES: &str = "SELECT DISTINCT client_instance_id FROM worker_registrations \
      WHERE status = 'active' AND client_instance_id IS NOT NULL";
 
-pub(crate) fn map_error(e: impl Into<bounded::Error>) -> StoreError {
-    let e = match e.into() {
-        bounded::Error::Pg(e) => e,
-        bounded::Error::NoAnswer(deadline) => {
-            return StoreError::new(
-                StoreErrorKind::Unavailable,
-                format!(
-                    "registry error: the PostgreSQL server did not answer within {} s (stalled or stopped); \
-                     the connection was dropped",
-                    deadline.as_secs()
-                ),
-            );
-        }
-        bounded::Error::Abandoned => {
-            return StoreError::new(
-                StoreErrorKind::Unavailable,
-                "registry error: this connection was dropped after the server missed a deadline",
-            );
-        }
-        bounded::Error::Runtime(e) => {
-            return StoreError::new(StoreErrorKind::Unavailable, format!("registry error: {e}"));
-        }
-    };
-    let kind = match e.code() {
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreErrorKind::Conflict,
-        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
-            StoreErrorKind::Busy
-        }
-        Some(c) if *c == SqlState::CHECK_VIOLATION || *c == SqlState::RAISE_EXCEPTION => {
-            StoreErrorKind::Invalid
-        }
-        // Another session held what we needed past lock_timeout, or a statement ran past
-        // statement_timeout: the store is busy, and nothing was written.
-        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::QUERY_CANCELED => {
-            StoreErrorKind::Busy
-        }
-        _ => StoreErrorKind::Unavailable,
-    };
-    let message = match e.as_db_error() {
-        Some(db) => format!("registry error: {} ({})", db.message(), db.code().code()),
-        // The server went away mid-conversation: terminated by an administrator,
-        // restarted, or cut off. An open transaction is rolled back by the server.
-        None if e.is_closed() => format!(
-            "registry error: the PostgreSQL server closed the connection (terminated, restarted or cut off): {}",
-            fleet_registry::with_causes(&e)
-        ),
-        None => format!("registry error: {}", fleet_registry::with_causes(&e)),
-    };
-    StoreError::with_source(kind, message, e)
-}
-
 /// The change marker's statement (see `Store::change_marker`).
 static MARKER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     let digest = |table: &str| {
@@ -154,25 +105,6 @@ static MARKER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         digest("live_ledger")
     )
 });
-
-/// A COMMIT the server answered with an error (severity ERROR: a deferred constraint, a
-/// serialization failure) was rolled back. One it never answered (the connection closed
-/// or stalled after COMMIT was sent), or answered by ending the session (FATAL: a
-/// terminated backend, a shutdown; PostgreSQL then may have committed locally, as it
-/// says of a cancelled wait for a synchronous standby) may have committed.
-fn commit_error(e: bounded::Error) -> StoreError {
-    let answered = e
-        .as_db_error()
-        .is_some_and(|db| db.parsed_severity() == Some(tokio_postgres::error::Severity::Error));
-    let e = map_error(e);
-    if answered {
-        return e;
-    }
-    StoreError::new(
-        StoreErrorKind::OutcomeUnknown,
-        format!("the connection was lost after COMMIT was sent, so the write may have committed or not: {e}"),
-    )
-}
 
 impl PostgresStore {
     /// `fleetctl registry upgrade`: brings the registry at `url` (in `schema`, when
