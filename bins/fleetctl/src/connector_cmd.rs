@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use fleet_cli::Failure;
 use fleet_lease::normalize_scopes;
-use fleet_runtime::{ConnectorEnd, ConnectorError, ConnectorRun, RegistryLocation};
+use fleet_runtime::{ConnectorEnd, ConnectorRun, RegistryLocation};
 use time::Duration;
 
 use crate::lease_cmd::parse_key;
@@ -62,16 +62,10 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
         program: program.clone(),
         args: rest.to_vec(),
     };
-    match fleet_runtime::run_connector(location, &run) {
-        Ok(ConnectorEnd::Exited(status)) => {
+    match fleet_runtime::run_connector(location, &run)? {
+        ConnectorEnd::Exited(status) => {
             Ok(ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1)))
         }
-        Ok(ConnectorEnd::Stopped(sig)) => Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255))),
-        Err(ConnectorError::Store(e)) => Err(e.into()),
-        Err(e @ ConnectorError::Refused(_)) => Err(Failure::refused(e.to_string())),
-        Err(e @ (ConnectorError::Policy(_) | ConnectorError::Command(_))) => {
-            Err(Failure::usage(e.to_string()))
-        }
-        Err(e) => Err(Failure::store(e.to_string())),
+        ConnectorEnd::Stopped(sig) => Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(255))),
     }
 }

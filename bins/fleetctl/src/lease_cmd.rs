@@ -13,7 +13,7 @@ use fleet_lease::{
     LeaseState, normalize_scopes,
 };
 use fleet_registry::{AuditQuery, LeaseResult};
-use fleet_runtime::{Fleet, KeptAlive, LeaseChange, LeaseError, RegistryLocation};
+use fleet_runtime::{Fleet, KeptAlive, LeaseChange, RegistryLocation};
 use time::Duration;
 
 use crate::output::{self, Format, OutputArgs, ResultArgs, ResultFormat};
@@ -453,12 +453,8 @@ fn change_lease(
 ) -> Result<ExitCode, Failure> {
     let (key, _, _) = parse_key(&target.key)?;
     let policy = load_policy(policy)?;
-    let result = fleet.change_lease(&key, change, policy.as_ref(), target.correlation_id.as_deref());
-    match result {
-        Ok(result) => report(result, target.output.format()),
-        Err(LeaseError::Store(e)) => Err(e.into()),
-        Err(e) => Err(Failure::usage(e.to_string())),
-    }
+    let result = fleet.change_lease(&key, change, policy.as_ref(), target.correlation_id.as_deref())?;
+    report(result, target.output.format())
 }
 
 /// `lease keep-alive`: renewals until a stop signal, then the release.
@@ -488,8 +484,8 @@ fn keep_alive(
         .and_then(|()| fleet_cli::flush_stdout());
     });
     printed?;
-    match kept {
-        Ok(KeptAlive::Stopped { released: true }) => {
+    match kept? {
+        KeptAlive::Stopped { released: true } => {
             if let Some(format) = target.output.format() {
                 let released = serde_json::json!({ "outcome": "released", "lease_key": key.as_str() });
                 if format == ResultFormat::Yaml {
@@ -501,16 +497,14 @@ fn keep_alive(
             }
             Ok(ExitCode::SUCCESS)
         }
-        Ok(KeptAlive::Stopped { released: false }) => {
+        KeptAlive::Stopped { released: false } => {
             Err(Failure::refused(format!("{key} was no longer this holder's to release")))
         }
-        Ok(KeptAlive::Denied(denial)) => Err(Failure::refused(format!("lost {key}: {denial}"))),
-        Ok(KeptAlive::Lapsed) => Err(Failure::refused(format!(
+        KeptAlive::Denied(denial) => Err(Failure::refused(format!("lost {key}: {denial}"))),
+        KeptAlive::Lapsed => Err(Failure::refused(format!(
             "{key} lapsed: no renewal committed before it expired; it may be another's now"
         ))),
-        Ok(other) => Err(Failure::refused(format!("{key}: {other:?}"))),
-        Err(LeaseError::Store(e)) => Err(e.into()),
-        Err(e) => Err(Failure::usage(e.to_string())),
+        other => Err(Failure::refused(format!("{key}: {other:?}"))),
     }
 }
 

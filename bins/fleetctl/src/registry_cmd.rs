@@ -7,7 +7,7 @@ use clap::Subcommand;
 use fleet_cli::Failure;
 use fleet_cli::outln;
 use fleet_registry::RestoreError;
-use fleet_runtime::{Fleet, PruneError, PruneRequest, RegistryLocation};
+use fleet_runtime::{Fleet, PruneRequest, RegistryLocation};
 
 use crate::output::{self, ResultArgs, ResultFormat};
 
@@ -221,10 +221,7 @@ fn prune(
     let before = before.map(|t| crate::table::instant("--before", t)).transpose()?;
     let audit_before = audit_before.map(|t| crate::table::instant("--audit-before", t)).transpose()?;
     let request = PruneRequest { before, audit_before, export, dry_run };
-    let report = Fleet::new(location.clone()).prune(&request).map_err(|e| match e {
-        PruneError::Store(e) => Failure::from(e),
-        e => Failure::usage(e.to_string()),
-    })?;
+    let report = Fleet::new(location.clone()).prune(&request)?;
     if let Some(format) = format {
         output::print_result(format, &report)?;
         return Ok(ExitCode::SUCCESS);

@@ -104,6 +104,42 @@ impl From<fleet_runtime::ContextError> for Failure {
     }
 }
 
+/// A key that names no changeable lease is bad input (exit 2); the store's own
+/// failures keep their codes.
+impl From<fleet_runtime::LeaseError> for Failure {
+    fn from(e: fleet_runtime::LeaseError) -> Self {
+        match e {
+            fleet_runtime::LeaseError::Store(e) => e.into(),
+            e => Self::usage(e.to_string()),
+        }
+    }
+}
+
+/// An export that cannot be written first is bad input (exit 2), as any output path.
+impl From<fleet_runtime::PruneError> for Failure {
+    fn from(e: fleet_runtime::PruneError) -> Self {
+        match e {
+            fleet_runtime::PruneError::Store(e) => e.into(),
+            e => Self::usage(e.to_string()),
+        }
+    }
+}
+
+/// A binding not held, or its authority ended, is a check that said no (exit 1); a
+/// policy or command that cannot be used is bad input (exit 2); this host failing its
+/// part is exit 3.
+impl From<fleet_runtime::ConnectorError> for Failure {
+    fn from(e: fleet_runtime::ConnectorError) -> Self {
+        use fleet_runtime::ConnectorError as E;
+        match e {
+            E::Store(e) => e.into(),
+            E::Refused(_) => Self::refused(e.to_string()),
+            E::Policy(_) | E::Command(_) => Self::usage(e.to_string()),
+            _ => Self::store(e.to_string()),
+        }
+    }
+}
+
 impl From<fleet_runtime::LocationError> for Failure {
     fn from(e: fleet_runtime::LocationError) -> Self {
         Self::usage(e.to_string())

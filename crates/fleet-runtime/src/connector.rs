@@ -222,7 +222,7 @@ pub fn run_connector(
             // connection. Until a renewal commits, the deadline already secured is what
             // the command acts by.
             Err(e) => {
-                crate::warn(format_args!("fleetctl: cannot renew {lease_key}, retrying: {e}"));
+                crate::warn(format_args!("fleet: cannot renew {lease_key}, retrying: {e}"));
                 if let Ok(registry) = open_registry(location, OpenMode::MustExist) {
                     binding.registry = registry;
                 }

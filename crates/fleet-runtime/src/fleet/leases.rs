@@ -207,7 +207,7 @@ impl Fleet {
                     if e.kind() == fleet_registry::StoreErrorKind::Unavailable
                         || e.kind() == fleet_registry::StoreErrorKind::Busy =>
                 {
-                    crate::warn(format_args!("fleetctl: cannot renew {key}, retrying: {e}"));
+                    crate::warn(format_args!("fleet: cannot renew {key}, retrying: {e}"));
                     next = Instant::now() + period / 4;
                 }
                 Err(e) => return Err(e),
