@@ -200,17 +200,13 @@ pub(crate) fn listing<'a>(
     kind: &str,
     names: impl IntoIterator<Item = &'a str>,
 ) -> Result<String, Failure> {
-    let as_value =
-        || serde_json::to_value(value).map_err(|e| Failure::store(format!("cannot write the answer: {e}")));
+    let unwritable = |e: serde_json::Error| Failure::store(format!("cannot write the answer: {e}"));
     Ok(match format {
         None => table(false),
         Some(Format::Wide) => table(true),
-        Some(Format::Json) => {
-            let text = serde_json::to_string_pretty(&as_value()?)
-                .map_err(|e| Failure::store(format!("cannot write the answer as JSON: {e}")))?;
-            text + "\n"
-        }
-        Some(Format::Yaml) => yaml(&as_value()?),
+        // Straight from the rows: no value tree of a large listing in between.
+        Some(Format::Json) => serde_json::to_string_pretty(value).map_err(unwritable)? + "\n",
+        Some(Format::Yaml) => yaml(&serde_json::to_value(value).map_err(unwritable)?),
         Some(Format::Name) => names_text(kind, names),
     })
 }
