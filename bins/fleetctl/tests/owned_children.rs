@@ -332,16 +332,12 @@ fn a_stopped_initialize_owner_takes_its_whole_tree() {
     }
 }
 
-/// A worker whose row is retired behind its back (here written into the registry file
-/// directly, as an apply from another host, or an operator's hand, would leave it) must
-/// not go on working unseen: within a heartbeat `worker run` ends its command's tree,
-/// says why in one line and exits 1.
-#[test]
-fn a_worker_whose_row_is_retired_behind_its_back_stops_its_command() {
-    let fleet = Fleet::new();
+/// A `worker run` (TTL 1 s) of a new launch whose command sleeps a minute, and the
+/// command's pid once it runs.
+fn sleeping_worker(fleet: &Fleet) -> (std::process::Child, i32) {
     let id = fleet.mint("codex");
     let pidfile = fleet.dir.path().join("pid");
-    let mut owner = fleet
+    let owner = fleet
         .fleetctl()
         .args(["worker", "run", "--namespace", "author", "--ttl", "1", "--", "sh", "-c"])
         .arg(format!("echo $$ > {}; exec sleep 60", pidfile.display()))
@@ -351,17 +347,33 @@ fn a_worker_whose_row_is_retired_behind_its_back_stops_its_command() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let command = pid_in(&pidfile);
+    (owner, pid_in(&pidfile))
+}
+
+/// Waits for `owner` to end, asserts it exited 1, and returns what it said.
+fn ended_refused(owner: &mut std::process::Child) -> String {
+    let status = owner.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    stderr
+}
+
+/// A worker whose row is retired behind its back (here written into the registry file
+/// directly, as an apply from another host, or an operator's hand, would leave it) must
+/// not go on working unseen: within a heartbeat `worker run` ends its command's tree,
+/// says why in one line and exits 1.
+#[test]
+fn a_worker_whose_row_is_retired_behind_its_back_stops_its_command() {
+    let fleet = Fleet::new();
+    let (mut owner, command) = sleeping_worker(&fleet);
     let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     let retired = conn
         .execute("UPDATE worker_registrations SET status = 'retired', retired_by = 'elsewhere'", [])
         .unwrap();
     assert_eq!(retired, 1);
-    let status = owner.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    let stderr = ended_refused(&mut owner);
     assert!(stderr.contains("no longer registered"), "{stderr}");
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
 }
@@ -373,28 +385,13 @@ fn a_worker_whose_row_is_retired_behind_its_back_stops_its_command() {
 #[test]
 fn a_worker_whose_registry_is_removed_stops_its_command() {
     let fleet = Fleet::new();
-    let id = fleet.mint("codex");
-    let pidfile = fleet.dir.path().join("pid");
-    let mut owner = fleet
-        .fleetctl()
-        .args(["worker", "run", "--namespace", "author", "--ttl", "1", "--", "sh", "-c"])
-        .arg(format!("echo $$ > {}; exec sleep 60", pidfile.display()))
-        .env("GITEA_MCP_CLIENT", "codex")
-        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let command = pid_in(&pidfile);
+    let (mut owner, command) = sleeping_worker(&fleet);
     for suffix in ["", "-wal", "-shm"] {
         let mut file = fleet.registry.clone().into_os_string();
         file.push(suffix);
         let _ = std::fs::remove_file(file);
     }
-    let status = owner.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    let stderr = ended_refused(&mut owner);
     assert!(stderr.contains("removed") || stderr.contains("does not exist"), "{stderr}");
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
 }
