@@ -138,8 +138,23 @@ impl NetHost {
     }
 
     /// Takes the link down (`"down"`) or up again (`"up"`).
+    /// Brought up, the link is waited on until the host reaches its relay: `ip link set
+    /// up` returns before the link carries traffic, and the host's neighbour entry for
+    /// the gateway, failed while the link was down, answers a connection at once with
+    /// "no route to host" (EHOSTUNREACH) until it is resolved again (arp(7)).
     pub fn set_link(&self, state: &str) {
         assert!(ip(&["link", "set", &self.veth, state]), "link {state}");
+        if state == "up" {
+            let probe = format!("exec 3<>/dev/tcp/{}/5432", self.gateway);
+            super::wait_for(std::time::Duration::from_secs(10), || {
+                Command::new("ip")
+                    .args(["netns", "exec", &self.netns, "bash", "-c", &probe])
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    .then_some(())
+            });
+        }
     }
 
     /// The host dies with every process started on it.
