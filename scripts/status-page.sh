@@ -3,7 +3,10 @@
 # a launch of three workers, and a row whose launch id is markup (a row is kept as
 # written: a malformed value is evidence too); the page as the browser built it must
 # show the verdict, the launch's row with its live workers, and the markup as text,
-# never as an element.
+# never as an element. Its pictures must be drawn from what this script put in: the
+# history's counts, a heartbeat gauge per worker against its TTL, the ages' histogram,
+# and a lease that changed hands (epoch 1 to alpha, epoch 2 to beta) on the time line.
+# FLEET_SCREENSHOT=docs/fleet-page.png keeps the page's picture.
 #
 #   scripts/status-page.sh            # uses target/debug (built by `cargo test`)
 set -euo pipefail
@@ -32,6 +35,9 @@ for ns in author reviewer merger; do
         "$bin/fleetctl" worker run --namespace "$ns" -- sleep 120 &
     pids+=($!)
 done
+"$bin/fleetctl" lease acquire --key workflow:page-demo --owner alpha --ttl 1 >/dev/null
+sleep 1.5
+"$bin/fleetctl" lease takeover --key workflow:page-demo --owner beta --expected-epoch 1 --ttl 600 >/dev/null
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 "$bin/fleetctl" serve --listen "127.0.0.1:$port" 2>/dev/null &
 pids+=($!)
@@ -42,7 +48,7 @@ for _ in $(seq 50); do
 done
 dom="$work/page.html"
 timeout 60 "$browser" --headless --no-sandbox --disable-gpu --dump-dom "http://127.0.0.1:$port/" >"$dom" 2>/dev/null
-timeout 60 "$browser" --headless --no-sandbox --disable-gpu --window-size=1000,600 \
+timeout 60 "$browser" --headless --no-sandbox --disable-gpu --window-size=1000,2000 \
     --screenshot="${FLEET_SCREENSHOT:-$work/page.png}" "http://127.0.0.1:$port/" >/dev/null 2>&1
 python3 - "$dom" "$id" <<'PY'
 import sys
@@ -66,6 +72,34 @@ assert sum(1 for text, cls in page.cells if text == "live" and cls == "live") ==
 assert "b" not in page.tags, "registry values are text, never markup"
 assert ("<b>planted</b>", None) in page.cells, "the planted value shows as the text it is"
 print(f"status-page: {page.verdict}, the launch's row with 3 live workers, as Chromium built it")
+PY
+
+# The pictures, read back from the page as Chromium built it.
+python3 - "$dom" <<'PY'
+import sys
+from html.parser import HTMLParser
+class Pictures(HTMLParser):
+    def __init__(self):
+        super().__init__(); self.found = {}; self.meters = []; self.bands = {}; self.tenures = []
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id") in ("history", "beat-ages", "lease-timeline", "host-states"):
+            assert a.get("role") == "img" and a.get("aria-label"), f"{a['id']} says what it shows in words"
+            self.found[a["id"]] = a
+        if tag == "meter": self.meters.append(a)
+        if a.get("class") == "band": self.bands[a["data-band"]] = int(a["data-count"])
+        if a.get("class") == "tenure": self.tenures.append((int(a["data-epoch"]), a["data-holder"], a["data-held"]))
+p = Pictures(); p.feed(open(sys.argv[1]).read())
+history = p.found["history"]
+# Three workers of the launch and the planted row (active, no heartbeat: stale).
+assert (history["data-live"], history["data-stale"]) == ("3", "1"), history
+assert len(p.meters) == 3, f"a gauge per worker with a heartbeat: {p.meters}"
+for m in p.meters:
+    assert m["max"] == m["data-ttl-s"] and 0 <= int(m["data-age-s"]) < int(m["max"]), m
+assert sum(p.bands.values()) == 3 and p.found["beat-ages"]["data-total"] == "3", p.bands
+assert p.tenures == [(1, "alpha", "false"), (2, "beta", "true")], p.tenures
+print(f"status-page: pictures drawn from the data put in: history live 3 stale 1, {len(p.meters)} heartbeat "
+      f"gauges, ages {p.bands}, lease epochs {[(e, h) for e, h, _ in p.tenures]}")
 PY
 
 # Live: the page stays open in Chromium (driven over the DevTools protocol on a pipe,

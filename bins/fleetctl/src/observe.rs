@@ -5,6 +5,8 @@
 //! write to the store, no heartbeat lapsing, no probe answering otherwise, no lease or
 //! plan deadline passing) not at all: it asks whether what it shows still stands, which
 //! costs one read of the store's change marker and a probe of this host's live workers.
+//! Every render (and every scrape that reads the rows) adds the fleet's counts to the
+//! page's history, and a sample is taken every [`SAMPLE_EVERY`] while no one asks.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,7 +19,7 @@ use fleet_runtime::{Fleet, RegistryLocation, now};
 use fleet_snapshot::Policy;
 
 use crate::metrics_cmd::{DecisionCounts, Heartbeats, Reading, Series, Tally};
-use crate::status_page::{Current, Extras};
+use crate::status_page::{Current, Extras, History, SPAN_MS, Sample};
 
 /// How long a page serves every reader that asks for it.
 const FRESH: Duration = Duration::from_millis(500);
@@ -28,6 +30,13 @@ const RENDER_EVERY: Duration = Duration::from_secs(60);
 
 /// The latest lease decisions the page lists.
 const RECENT_DECISIONS: usize = 15;
+
+/// The most lease decisions of the last hour the page's time line reads (the newest).
+const TIMELINE_DECISIONS: usize = 2000;
+
+/// How often the server samples the fleet's counts for the page's history while no one
+/// asks for the page or the metrics (each of which samples too).
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 
 /// The fleet as `serve` sees it, shared by every request.
 pub(crate) struct Observer {
@@ -42,6 +51,8 @@ struct State {
     series: Series,
     page: Option<Shown>,
     derived: Option<Derived>,
+    /// The fleet's counts over the last hour.
+    history: History,
 }
 
 /// What a scrape derives from the rows, kept while the store and the judgement stand.
@@ -87,8 +98,15 @@ impl Observer {
     /// A session over the registry at `location`; `ctx` is the retirement the page shows.
     pub(crate) fn new(location: &RegistryLocation, ctx: Option<RetirementContext>, series: Series) -> Self {
         let fleet = Fleet::new(location.clone()).tracking_processes();
-        let state =
-            State { fleet, ctx, counts: DecisionCounts::default(), series, page: None, derived: None };
+        let state = State {
+            fleet,
+            ctx,
+            counts: DecisionCounts::default(),
+            series,
+            page: None,
+            derived: None,
+            history: History::default(),
+        };
         Self { state: Mutex::new(state) }
     }
 
@@ -97,6 +115,12 @@ impl Observer {
     pub(crate) fn metrics(&self, schema_version: i64) -> Result<String, StoreError> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.render_metrics(schema_version)
+    }
+
+    /// Samples the fleet's counts for the page's history: renders the page if what it
+    /// shows moved (which samples), and costs a check of the change marker otherwise.
+    pub(crate) fn sample(&self) {
+        let _ = self.page();
     }
 
     /// The page as it stands (at most [`FRESH`] old).
@@ -131,6 +155,7 @@ impl State {
             self.derived = None;
             let (fences, boots) = (self.fleet.host_fences()?, self.fleet.host_boots()?);
             let (number, snap) = self.fleet.numbered_json_snapshot(None, &Policy::default(), at)?;
+            self.history.record(Sample::of(at, &snap.snapshot.counts));
             let tally = Tally::of(&snap.snapshot, self.series, at);
             let rows = &self.fleet.dump()?.worker_registrations;
             let hosts = fleet_registry::host_list(rows, &leases, &fences, &boots, store_now);
@@ -181,8 +206,24 @@ impl State {
             .map(|l| l.expires_at)
             .chain(plan.as_ref().and_then(|p| p.next_eligible_after))
             .min();
-        let extras = Extras { leases, decisions, plan, hosts };
+        let start = Timestamp::from_unix_millis(at.unix_millis() - SPAN_MS).unwrap_or(at);
+        // The newest decisions by position (bounded work however long the log), those of
+        // the last hour kept.
+        let mut lately = self.fleet.lease_audit_page(&AuditQuery::newest(TIMELINE_DECISIONS))?;
+        let full = lately.len() == TIMELINE_DECISIONS;
+        lately.retain(|d| d.at >= start);
+        lately.reverse();
+        // A full page starts the time line where it reaches back to.
+        let start = if full && lately.len() == TIMELINE_DECISIONS {
+            lately.first().map_or(start, |d| d.at)
+        } else {
+            start
+        };
+        let tenures = (crate::status_page::tenures(&lately, &leases.0, start, at), start);
         let (number, snap) = self.fleet.numbered_json_snapshot(None, &Policy::default(), at)?;
+        self.history.record(Sample::of(at, &snap.snapshot.counts));
+        let history = self.history.samples();
+        let extras = Extras { leases, decisions, plan, hosts, history, tenures };
         let page = Arc::new(crate::status_page::render(&snap.snapshot, &extras));
         let rendered = Instant::now();
         self.page =

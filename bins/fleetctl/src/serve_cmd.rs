@@ -64,6 +64,17 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
     // Without a repository the page leaves retirement out.
     let ctx = fleet_runtime::retirement_context(args.repository.as_deref()).ok();
     let observer = std::sync::Arc::new(Observer::new(location, ctx, args.metrics.series()));
+    // The page's history is kept while no one looks.
+    let sampler = std::sync::Arc::clone(&observer);
+    std::thread::Builder::new()
+        .name("fleetctl-history".into())
+        .spawn(move || {
+            loop {
+                sampler.sample();
+                std::thread::sleep(crate::observe::SAMPLE_EVERY);
+            }
+        })
+        .map_err(|e| Failure::store(format!("cannot keep the page's history: {e}")))?;
     let error = crate::http::serve(listener, move |request| {
         use crate::http::Response;
         if !matches!(request.method, "GET" | "HEAD") {

@@ -1,8 +1,9 @@
 //! The fleet as one page for people (`fleetctl serve`, at `/`): the verdict and its
-//! counts, the active blockers, one row per launch with the state of its worker in each
-//! namespace, the leases and their holders, the latest lease decisions and what
-//! retirement would do (candidates, and rows that time alone will make candidates, with
-//! when). The page follows the registry: a few lines of script listen at `/events`
+//! counts, the active blockers, then pictures (the fleet over the last hour, heartbeat
+//! ages against their TTL, the hosts by state, leases changing hands: see [`pictures`]),
+//! one row per launch with the state and heartbeat of its worker in each namespace, the
+//! leases and their holders, the latest lease decisions and what retirement would do
+//! (candidates, and rows that time alone will make candidates, with when). The page follows the registry: a few lines of script listen at `/events`
 //! (server-sent events) and reload the page when what it shows changed; without script
 //! it reloads itself every few seconds. No outside resource. Every value from the
 //! registry is escaped.
@@ -13,7 +14,11 @@ use fleet_identity::{Namespace, Timestamp};
 use fleet_lease::LeaseRecord;
 use fleet_registry::AuditEntry;
 use fleet_retirement::Plan;
-use fleet_snapshot::{FleetSnapshot, WorkerState};
+use fleet_snapshot::{FleetSnapshot, WorkerState, WorkerView};
+
+mod pictures;
+
+pub(crate) use pictures::{History, SPAN_MS, Sample, tenures};
 
 /// What the page shows besides the snapshot.
 pub(crate) struct Extras {
@@ -25,6 +30,10 @@ pub(crate) struct Extras {
     pub(crate) plan: Option<Plan>,
     /// The fleet's hosts.
     pub(crate) hosts: fleet_registry::HostList,
+    /// The fleet's counts over the last hour, oldest first.
+    pub(crate) history: Vec<Sample>,
+    /// Who held which lease over the time line, and when the time line starts.
+    pub(crate) tenures: (Vec<pictures::Tenure>, Timestamp),
 }
 
 /// The page as it stands now, and a digest of what it shows (times as they read aside):
@@ -161,13 +170,15 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
         html,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <noscript><meta http-equiv=\"refresh\" content=\"5\"></noscript>\
-         <meta name=\"viewport\" content=\"width=device-width\"><link rel=\"icon\" href=\"data:,\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><link rel=\"icon\" href=\"data:,\">\
          <title>Fleet {verdict}</title><style>\
          body{{font-family:system-ui,sans-serif;margin:1.5rem}}\
          table{{border-collapse:collapse;margin:0.5rem 0 1.5rem}}\
          td,th{{border:1px solid #ccc;padding:0.2rem 0.5rem;text-align:left;font-size:0.9rem}}\
          .SAFE{{color:#075e07}}.UNSAFE{{color:#a40000}}.live{{background:#e3f6e3}}\
          .stale{{background:#fde2e2}}.historical{{color:#777}}\
+         figure{{margin:0.5rem 0 1.5rem;max-width:40rem}}figure.small{{max-width:24rem}}svg{{width:100%;height:auto;font-size:11px}}\
+         .wide{{overflow-x:auto}}meter{{width:3.5rem;vertical-align:middle}}.age{{font-size:0.75rem;color:#555}}\
          </style></head><body>\n\
          <h1 id=\"verdict\" class=\"{verdict}\">Fleet {verdict}</h1>\n\
          <p>at {at}: {instances}, {live}, {stale} stale, {historical} historical, {blockers}. \
@@ -206,15 +217,19 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
             );
         }
     }
-    html.push_str("<h2>Launches</h2>\n<table id=\"launches\"><tr><th>launch</th><th>client</th>");
+    pictures::history(&mut html, &extras.history, snap.snapshot_at);
+    pictures::beat_ages(&mut html, snap);
+    html.push_str(
+        "<h2>Launches</h2>\n<div class=\"wide\"><table id=\"launches\"><tr><th>launch</th><th>client</th>",
+    );
     for ns in Namespace::ALL {
         let _ = write!(html, "<th>{}</th>", ns.as_str());
     }
     html.push_str("</tr>\n");
-    let mut states: std::collections::HashMap<(Option<&str>, Namespace), Vec<&str>> =
+    let mut cells: std::collections::HashMap<(Option<&str>, Namespace), Vec<&WorkerView<'_>>> =
         std::collections::HashMap::new();
     for w in &snap.workers {
-        states.entry((w.client_instance_id(), w.row.namespace)).or_default().push(state(w.state));
+        cells.entry((w.client_instance_id(), w.row.namespace)).or_default().push(w);
     }
     for instance in snap.instances.iter().take(MAX_ROWS) {
         let id = instance.client_instance_id;
@@ -225,14 +240,21 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
             escape(instance.client_type.unwrap_or("-"))
         );
         for ns in Namespace::ALL {
-            let here = states.get(&(id, ns)).map_or(&[][..], Vec::as_slice);
-            let class = here.first().copied().unwrap_or("");
-            let shown = if here.is_empty() { "-".to_owned() } else { here.join(", ") };
-            let _ = write!(html, "<td class=\"{class}\">{shown}</td>");
+            let here = cells.get(&(id, ns)).map_or(&[][..], Vec::as_slice);
+            let Some(first) = here.first() else {
+                html.push_str("<td>-</td>");
+                continue;
+            };
+            let shown: Vec<&str> = here.iter().map(|w| state(w.state)).collect();
+            let _ = write!(html, "<td class=\"{}\">{}", state(first.state), shown.join(", "));
+            for w in here {
+                pictures::beat_gauge(&mut html, w, snap.snapshot_at);
+            }
+            html.push_str("</td>");
         }
         html.push_str("</tr>\n");
     }
-    html.push_str("</table>\n");
+    html.push_str("</table></div>\n");
     if snap.instances.len() > MAX_ROWS {
         let _ = writeln!(
             html,
@@ -241,6 +263,7 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
         );
     }
     leases_section(&mut html, &extras.leases.0, extras.leases.1);
+    pictures::lease_timeline(&mut html, &extras.tenures.0, extras.tenures.1, snap.snapshot_at);
     hosts_section(&mut html, &extras.hosts);
     decisions_section(&mut html, &extras.decisions);
     if let Some(plan) = &extras.plan {
@@ -280,8 +303,9 @@ fn hosts_section(html: &mut String, hosts: &fleet_registry::HostList) {
     if hosts.hosts.is_empty() {
         return;
     }
+    pictures::host_states(html, hosts);
     html.push_str(
-        "<table id=\"hosts\"><tr><th>host</th><th>name</th><th>state</th><th>boots</th><th>live</th><th>stale</th>\
+        "<div class=\"wide\"><table id=\"hosts\"><tr><th>host</th><th>name</th><th>state</th><th>boots</th><th>live</th><th>stale</th>\
          <th>terminal</th><th>leases</th><th>last seen</th><th>fence</th></tr>\n",
     );
     for h in hosts.hosts.iter().take(MAX_ROWS) {
@@ -307,7 +331,7 @@ fn hosts_section(html: &mut String, hosts: &fleet_registry::HostList) {
             escape(&fence),
         );
     }
-    html.push_str("</table>\n");
+    html.push_str("</table></div>\n");
 }
 
 fn decisions_section(html: &mut String, decisions: &[AuditEntry]) {

@@ -230,7 +230,7 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
     let rows = fleet.workers();
     let instance = rows[0].client_instance_id.clone().unwrap();
     assert!(page.contains(&instance), "the launch has its row: {page}");
-    assert!(page.contains("<td class=\"live\">live</td>"), "{page}");
+    assert!(page.contains("<td class=\"live\">live <meter "), "a live worker, its heartbeat gauged: {page}");
     assert_eq!(page.matches("<script").count(), 1, "one script, the page's own: {page}");
     assert!(page.contains("<script src=\"/page.js\""), "served by this server: {page}");
     assert_eq!(page.matches(" src=").count(), 1, "nothing loaded from elsewhere");
@@ -271,6 +271,29 @@ fn serve_shows_the_fleet_as_a_page_and_its_own_process() {
     assert!(get("/nowhere").starts_with("HTTP/1.1 404"));
     let _ = running.kill();
     let _ = running.wait();
+}
+
+/// The page's history is the fleet as the server saw it over time: the counts of each
+/// render are a sample, and the line ends at the counts the page states.
+#[test]
+fn the_pages_history_follows_the_fleet_as_the_server_saw_it() {
+    let (fleet, _, mut running) = fleet_with_workers();
+    let served = Served::start(&fleet, &[]);
+    let attr = |page: &str, name: &str| -> String {
+        let history = page.split("<svg id=\"history\"").nth(1).expect("the page draws its history");
+        let value = history.split(&format!(" {name}=\"")).nth(1).unwrap();
+        value.split('"').next().unwrap().to_owned()
+    };
+    let first = served.get("/");
+    assert_eq!((attr(&first, "data-samples"), attr(&first, "data-live")), ("1".into(), "1".into()));
+    running.kill().unwrap();
+    let _ = running.wait();
+    let page = wait_for(Duration::from_secs(20), || {
+        served.try_get("/").filter(|p| p.contains("<svg id=\"history\"") && attr(p, "data-live") == "0")
+    });
+    assert_eq!(attr(&page, "data-samples"), "2", "one sample before the crash, one after");
+    assert_eq!(attr(&page, "data-stale"), "1", "the crashed worker's row");
+    assert_eq!(attr(&page, "data-most"), "1");
 }
 
 /// Pages open on one server share its session: each stream started from the page's
