@@ -201,7 +201,7 @@ fn main() -> ExitCode {
 
 fn mint_and_record(registry: Option<&str>, args: LaunchArgs) -> Result<Launch, Failure> {
     let location = RegistryLocation::resolve(registry)?;
-    Ok(Launch::mint(&location, args.client, args.fleet_run_id, args.session)?)
+    Ok(Launch::mint(&location, &args.client, args.fleet_run_id, args.session)?)
 }
 
 /// The first executable `name` on `path` (a `PATH` value), as the shell would run it.

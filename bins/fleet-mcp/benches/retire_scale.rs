@@ -128,7 +128,7 @@ fn main() {
         let registry = dir.path().join("registry.sqlite3");
         let location = fleet_runtime::RegistryLocation::Sqlite(registry.clone());
         let codex = "codex".parse().expect("client type");
-        let id = fleet_runtime::Launch::mint(&location, codex, None, None).expect("mint").id().to_owned();
+        let id = fleet_runtime::Launch::mint(&location, &codex, None, None).expect("mint").id().to_owned();
         import_candidates(&registry, n);
         let floor = {
             let started = Instant::now();

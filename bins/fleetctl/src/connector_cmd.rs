@@ -51,7 +51,7 @@ pub(crate) fn run(location: &RegistryLocation, cmd: ConnectorCmd) -> Result<Exit
     let ttl = i64::try_from(args.ttl).ok().filter(|t| (1..=max).contains(t)).ok_or_else(|| {
         Failure::usage(format!("--ttl {} is outside 1..={max} seconds (the connector lease cap)", args.ttl))
     })?;
-    let scopes = normalize_scopes(&args.scopes).map_err(Failure::usage)?;
+    let scopes = normalize_scopes(&args.scopes).map_err(|e| Failure::usage(e.to_string()))?;
     let (program, rest) = args.command.split_first().ok_or_else(|| Failure::usage("no command"))?;
     let run = ConnectorRun {
         identity,

@@ -91,7 +91,7 @@ pub(crate) fn run(keep: Option<PathBuf>) -> Result<ExitCode, Failure> {
     let codex = ClientType::new("codex").map_err(|e| Failure::usage(e.to_string()))?;
     let mut launches = Vec::new();
     for _ in 0..2 {
-        let launch = Launch::mint(&location, codex.clone(), None, None)?;
+        let launch = Launch::mint(&location, &codex, None, None)?;
         outln!("fleet-launch minted and recorded {}", launch.id())?;
         for ns in Namespace::ALL {
             let child = spawn_worker(&exe, &tour, &launch, ns)?;

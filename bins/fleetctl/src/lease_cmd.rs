@@ -168,7 +168,7 @@ pub(crate) fn load_policy(path: Option<&PathBuf>) -> Result<Box<dyn ConnectorPol
 
 pub(crate) fn parse_key(text: &str) -> Result<(LeaseKey, LeaseKind, Option<ConnectorIdentity>), Failure> {
     let key = LeaseKey::new(text).map_err(|e| Failure::usage(e.to_string()))?;
-    let (kind, binding) = key.kind().map_err(Failure::usage)?;
+    let (kind, binding) = key.kind().map_err(|e| Failure::usage(e.to_string()))?;
     Ok((key, kind, binding))
 }
 
@@ -317,7 +317,7 @@ fn holder(h: HolderArgs) -> Result<Holder, Failure> {
 }
 
 fn scopes(raw: &[String]) -> Result<Vec<String>, Failure> {
-    normalize_scopes(raw).map_err(Failure::usage)
+    normalize_scopes(raw).map_err(|e| Failure::usage(e.to_string()))
 }
 
 fn report(result: LeaseResult, format: Option<ResultFormat>) -> Result<ExitCode, Failure> {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use fleet_identity::Timestamp;
+use fleet_identity::{IdentityError, Timestamp};
 use serde::{Deserialize, Serialize};
 use time::Duration;
 
@@ -23,13 +23,14 @@ pub struct ConnectorIdentity {
 
 impl ConnectorIdentity {
     /// Validates the three parts: each 1 to 128 of `[A-Za-z0-9._-]`.
-    pub fn new(tenant: &str, agent: &str, binding: &str) -> Result<Self, String> {
-        for (name, part) in [("tenant", tenant), ("logical agent", agent), ("binding", binding)] {
+    pub fn new(tenant: &str, agent: &str, binding: &str) -> Result<Self, IdentityError> {
+        for (kind, part) in [("tenant id", tenant), ("logical agent id", agent), ("binding id", binding)] {
             let ok = !part.is_empty()
                 && part.len() <= 128
                 && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
             if !ok {
-                return Err(format!("{name} id {part:?} must be 1 to 128 of [A-Za-z0-9._-]"));
+                let expected = "1 to 128 of [A-Za-z0-9._-]";
+                return Err(IdentityError::Malformed { kind, value: part.to_owned(), expected });
             }
         }
         Ok(Self { tenant_id: tenant.into(), logical_agent_id: agent.into(), binding_id: binding.into() })
@@ -44,12 +45,13 @@ impl ConnectorIdentity {
 }
 
 /// Normalizes scopes: trimmed, lowercased, deduplicated, sorted; an empty scope is refused.
-pub fn normalize_scopes<S: AsRef<str>>(scopes: &[S]) -> Result<Vec<String>, String> {
+pub fn normalize_scopes<S: AsRef<str>>(scopes: &[S]) -> Result<Vec<String>, IdentityError> {
     let mut out = BTreeSet::new();
     for s in scopes {
         let scope = s.as_ref().trim().to_ascii_lowercase();
         if scope.is_empty() || scope.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!("scope {:?} is empty or holds whitespace", s.as_ref()));
+            let (value, expected) = (s.as_ref().to_owned(), "not empty, without whitespace");
+            return Err(IdentityError::Malformed { kind: "scope", value, expected });
         }
         out.insert(scope);
     }

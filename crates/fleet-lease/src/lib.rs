@@ -56,6 +56,6 @@ pub use lease::{
     decide_resume, decide_takeover,
 };
 pub use record::{
-    AcquireMode, FencingEpoch, Holder, HolderProcess, LEASE_COLUMNS, LeaseId, LeaseKey, LeaseKind,
-    LeaseRecord, LeaseState,
+    AcquireMode, FencingEpoch, Holder, HolderProcess, LEASE_COLUMNS, LeaseId, LeaseKey, LeaseKeyError,
+    LeaseKind, LeaseRecord, LeaseRecordError, LeaseState,
 };

@@ -124,25 +124,100 @@ impl LeaseKey {
     /// What the key names: its kind and, for a connector key, the binding. A key that
     /// names nothing (`workflow:`) or no known kind is refused, naming the form wanted;
     /// every command and every import checks keys by this one rule.
-    pub fn kind(&self) -> Result<(LeaseKind, Option<crate::ConnectorIdentity>), String> {
+    pub fn kind(&self) -> Result<(LeaseKind, Option<crate::ConnectorIdentity>), LeaseKeyError> {
         let text = self.as_str();
         if let Some(rest) = text.strip_prefix("connector:") {
             let parts: Vec<&str> = rest.split('/').collect();
             let [tenant, agent, binding] = parts.as_slice() else {
-                return Err(format!("lease key {text:?} is not connector:TENANT/AGENT/BINDING"));
+                return Err(LeaseKeyError::NotConnector { key: text.to_owned() });
             };
             let id = crate::ConnectorIdentity::new(tenant, agent, binding)?;
             return Ok((LeaseKind::Connector, Some(id)));
         }
         for (prefix, kind) in [("workflow:", LeaseKind::Workflow), ("init:", LeaseKind::Initialization)] {
             match text.strip_prefix(prefix) {
-                Some("") => return Err(format!("lease key {text:?} names no {prefix} lease: {prefix}NAME")),
+                Some("") => return Err(LeaseKeyError::Nameless { key: text.to_owned(), prefix }),
                 Some(_) => return Ok((kind, None)),
                 None => {}
             }
         }
-        Err(format!("lease key {text:?} must start with workflow:, connector: or init:"))
+        Err(LeaseKeyError::UnknownKind { key: text.to_owned() })
     }
+}
+
+/// Why a lease key names no lease ([`LeaseKey::kind`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseKeyError {
+    /// A `connector:` key without its three parts.
+    #[error("lease key {key:?} is not connector:TENANT/AGENT/BINDING")]
+    NotConnector {
+        /// The key.
+        key: String,
+    },
+    /// A connector key whose part is malformed.
+    #[error(transparent)]
+    Connector(#[from] IdentityError),
+    /// A kind's prefix with no name after it (`workflow:`).
+    #[error("lease key {key:?} names no {prefix} lease: {prefix}NAME")]
+    Nameless {
+        /// The key.
+        key: String,
+        /// Its kind's prefix.
+        prefix: &'static str,
+    },
+    /// No known kind's prefix.
+    #[error("lease key {key:?} must start with workflow:, connector: or init:")]
+    UnknownKind {
+        /// The key.
+        key: String,
+    },
+}
+
+/// Why a lease row breaks a rule the commands that write leases follow
+/// ([`LeaseRecord::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseRecordError {
+    /// Its key names no lease.
+    #[error(transparent)]
+    Key(#[from] LeaseKeyError),
+    /// Its kind is not the one its key names.
+    #[error("lease {key} is of kind {}, but its key names a {} lease", kind.as_str(), key_kind.as_str())]
+    KindMismatch {
+        /// The key.
+        key: LeaseKey,
+        /// The row's kind.
+        kind: LeaseKind,
+        /// The kind the key names.
+        key_kind: LeaseKind,
+    },
+    /// An empty owner, or one with whitespace or control characters.
+    #[error("lease {key} has owner {owner:?}: 1 or more characters without whitespace")]
+    Owner {
+        /// The key.
+        key: LeaseKey,
+        /// The owner as written.
+        owner: String,
+    },
+    /// Scopes on a lease that is not a connector's.
+    #[error("lease {key} has scopes, which only connector leases hold")]
+    Scopes {
+        /// The key.
+        key: LeaseKey,
+    },
+    /// An initialization state on a lease that is not an initialization's.
+    #[error("lease {key} has an initialization state, which only init: leases hold")]
+    InitState {
+        /// The key.
+        key: LeaseKey,
+    },
+    /// An expiry before the acquisition.
+    #[error("lease {key} expires before it was acquired")]
+    ExpiresBeforeAcquired {
+        /// The key.
+        key: LeaseKey,
+    },
 }
 
 token!(
@@ -266,30 +341,23 @@ impl LeaseRecord {
     /// names a lease of the row's kind, an owner, scopes only on a connector lease, an
     /// initialization state only on an initialization lease, an expiry after the
     /// acquisition. What an import refuses before it writes anything.
-    pub fn check(&self) -> Result<(), String> {
-        let key = &self.lease_key;
-        let (kind, _) = key.kind()?;
+    pub fn check(&self) -> Result<(), LeaseRecordError> {
+        let key = || self.lease_key.clone();
+        let (kind, _) = self.lease_key.kind()?;
         if kind != self.kind {
-            return Err(format!(
-                "lease {key} is of kind {}, but its key names a {} lease",
-                self.kind.as_str(),
-                kind.as_str()
-            ));
+            return Err(LeaseRecordError::KindMismatch { key: key(), kind: self.kind, key_kind: kind });
         }
         if self.owner.is_empty() || self.owner.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(format!(
-                "lease {key} has owner {:?}: 1 or more characters without whitespace",
-                self.owner
-            ));
+            return Err(LeaseRecordError::Owner { key: key(), owner: self.owner.clone() });
         }
         if !self.scopes.is_empty() && kind != LeaseKind::Connector {
-            return Err(format!("lease {key} has scopes, which only connector leases hold"));
+            return Err(LeaseRecordError::Scopes { key: key() });
         }
         if self.init.is_some() && kind != LeaseKind::Initialization {
-            return Err(format!("lease {key} has an initialization state, which only init: leases hold"));
+            return Err(LeaseRecordError::InitState { key: key() });
         }
         if self.expires_at < self.acquired_at {
-            return Err(format!("lease {key} expires before it was acquired"));
+            return Err(LeaseRecordError::ExpiresBeforeAcquired { key: key() });
         }
         Ok(())
     }
@@ -328,5 +396,29 @@ impl LeaseRecord {
             lease_id: self.lease_id.clone(),
             fencing_epoch: self.fencing_epoch,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_that_names_no_lease_says_which_rule_it_breaks() {
+        let kind = |key: &str| LeaseKey::new(key).unwrap().kind();
+        assert_eq!(kind("workflow:deploy").unwrap().0, LeaseKind::Workflow);
+        assert!(matches!(kind("workflow:"), Err(LeaseKeyError::Nameless { prefix: "workflow:", .. })));
+        assert!(matches!(kind("lock:x"), Err(LeaseKeyError::UnknownKind { .. })));
+        assert!(matches!(kind("connector:a/b"), Err(LeaseKeyError::NotConnector { .. })));
+        let Err(LeaseKeyError::Connector(IdentityError::Malformed { kind: part, value, .. })) =
+            kind("connector:acme/agent/bad*binding")
+        else {
+            panic!("a malformed part is named");
+        };
+        assert_eq!((part, value.as_str()), ("binding id", "bad*binding"));
+        assert_eq!(
+            kind("workflow:").unwrap_err().to_string(),
+            "lease key \"workflow:\" names no workflow: lease: workflow:NAME"
+        );
     }
 }

@@ -39,7 +39,7 @@ pub use hosts::{
 };
 pub use process::{Liveness, LivenessProbe, ProcessIdentity, ProcessVerdict};
 pub use rows::{
-    Claim, InstanceRecord, OwnershipState, WORKER_COLUMNS, WorkerRow, WorkerStatus, probe_active_rows,
-    probe_places, probed_places, rows_by_identity,
+    Claim, ClientContradiction, InstanceRecord, OwnershipState, WORKER_COLUMNS, WorkerRow, WorkerStatus,
+    probe_active_rows, probe_places, probed_places, rows_by_identity,
 };
 pub use scope::LiveScope;

@@ -387,16 +387,31 @@ pub struct InstanceRecord {
 impl InstanceRecord {
     /// An instance ID names the client it was minted for: a ledger entry that says
     /// otherwise is contradictory evidence, not a record to keep.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ClientContradiction> {
         let minted_for = self.client_instance_id.client_type();
         if minted_for == &self.client_type {
             return Ok(());
         }
-        Err(format!(
-            "client_type {} contradicts {}, minted for {minted_for}",
-            self.client_type, self.client_instance_id
-        ))
+        Err(ClientContradiction {
+            client_type: self.client_type.clone(),
+            client_instance_id: self.client_instance_id.clone(),
+        })
     }
+}
+
+/// A ledger entry whose client type is not the one its instance ID was minted for
+/// ([`InstanceRecord::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "client_type {client_type} contradicts {client_instance_id}, minted for {}",
+    client_instance_id.client_type()
+)]
+#[non_exhaustive]
+pub struct ClientContradiction {
+    /// The client type the entry states.
+    pub client_type: ClientType,
+    /// The instance ID, which names the client it was minted for.
+    pub client_instance_id: ClientInstanceId,
 }
 
 /// Probes every active row `probe` can speak for (see [`LivenessProbe::speaks_for`]); the

@@ -15,8 +15,8 @@ use serde::Serialize;
 use time::Duration;
 
 use crate::error::StoreError;
-pub use crate::records::AuditEntry;
 use crate::records::lease_scope;
+pub use crate::records::{AuditEntry, AuditEntryError};
 use crate::registry::Registry;
 use crate::store::{Store, Tx};
 

@@ -55,7 +55,7 @@ pub use gateway::ConnectorExecutionContext;
 pub use hosts::{BootReport, FenceReport, HostList, HostReport, HostState, MAX_FENCE_REASON_LEN, host_list};
 pub use identity::RegistryId;
 pub use leases::{
-    ActiveLeases, AuditContext, AuditEntry, ConnectorRequest, LeaseResult, MAX_OWNER_LEN,
+    ActiveLeases, AuditContext, AuditEntry, AuditEntryError, ConnectorRequest, LeaseResult, MAX_OWNER_LEN,
     active_workflow_owners_in,
 };
 pub use registry::{

@@ -46,19 +46,38 @@ pub struct AuditEntry {
 impl AuditEntry {
     /// Checks the entry by the rules its writers follow: a key that names a lease of the
     /// entry's kind.
-    pub fn check(&self) -> Result<(), String> {
-        let key = LeaseKey::new(self.lease_key.as_str()).map_err(|e| e.to_string())?;
+    pub fn check(&self) -> Result<(), AuditEntryError> {
+        let key = LeaseKey::new(self.lease_key.as_str())?;
         let (kind, _) = key.kind()?;
         if kind != self.kind {
-            return Err(format!(
-                "entry {} is of kind {}, but its key {key} names a {} lease",
-                self.id,
-                self.kind.as_str(),
-                kind.as_str()
-            ));
+            return Err(AuditEntryError::KindMismatch { id: self.id, kind: self.kind, key, key_kind: kind });
         }
         Ok(())
     }
+}
+
+/// Why an audit entry breaks a rule its writers follow ([`AuditEntry::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditEntryError {
+    /// Its key is not a valid key.
+    #[error(transparent)]
+    Malformed(#[from] fleet_identity::IdentityError),
+    /// Its key names no lease.
+    #[error(transparent)]
+    Key(#[from] fleet_lease::LeaseKeyError),
+    /// Its kind is not the one its key names.
+    #[error("entry {id} is of kind {}, but its key {key} names a {} lease", kind.as_str(), key_kind.as_str())]
+    KindMismatch {
+        /// The entry's position in the log.
+        id: i64,
+        /// The entry's kind.
+        kind: LeaseKind,
+        /// Its key.
+        key: LeaseKey,
+        /// The kind the key names.
+        key_kind: LeaseKind,
+    },
 }
 
 /// What a registered process presents to heartbeat or release.

@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // A launcher mints the instance its workers share; a tool run inside a launch reads
     // it with `InstanceEnv::from_process` instead.
-    let launch = Launch::mint(&location, ClientType::new("codex")?, None, None)?;
+    let launch = Launch::mint(&location, &ClientType::new("codex")?, None, None)?;
     // This process, owned as `fleetctl worker run` owns its rows: by the launch that
     // started it or, outside one, by itself.
     let mut options = WorkerOptions::this_process(Namespace::Author)?;

@@ -24,7 +24,7 @@ impl Launch {
     /// an ID: the ledger's key refuses a duplicate.
     pub fn mint(
         location: &RegistryLocation,
-        client_type: ClientType,
+        client_type: &ClientType,
         fleet_run_id: Option<FleetRunId>,
         session_id: Option<SessionId>,
     ) -> Result<Self, StoreError> {
@@ -33,7 +33,7 @@ impl Launch {
             StoreError::new(StoreErrorKind::Unavailable, format!("no randomness to mint with: {e}"))
         })?;
         let minted_at = now();
-        let id = ClientInstanceId::mint(&client_type, minted_at.get(), random)
+        let id = ClientInstanceId::mint(client_type, minted_at.get(), random)
             .map_err(|e| StoreError::invalid(e.to_string()))?;
         let record = InstanceRecord {
             client_instance_id: id.clone(),
@@ -50,7 +50,7 @@ impl Launch {
                 .map_err(|e| StoreError::invalid(e.to_string()))?,
         };
         let env = InstanceEnv {
-            client_type,
+            client_type: client_type.clone(),
             instance: InstanceRef::Minted(id),
             provenance: Some(PROVENANCE_TRUSTED_LAUNCHER.into()),
             session_id: Some(session_id),

@@ -16,7 +16,7 @@
 //! let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
 //! // A launcher mints the instance its workers share (inside a launch, a tool reads it
 //! // with `InstanceEnv::from_process` instead).
-//! let launch = Launch::mint(&location, ClientType::new("codex")?, None, None)?;
+//! let launch = Launch::mint(&location, &ClientType::new("codex")?, None, None)?;
 //! // This process, owned by its launch: registered, then heartbeating on its own thread.
 //! let worker = WorkerSession::start(&location, &launch.env, WorkerOptions::this_process(Namespace::Author)?)?;
 //! worker.heartbeat()?; // a beat now, besides the thread's own

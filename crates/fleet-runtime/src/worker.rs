@@ -426,7 +426,7 @@ mod tests {
         let path = dir.path().join("registry.sqlite3");
         let location = RegistryLocation::Sqlite(path.clone());
         let launch =
-            Launch::mint(&location, fleet_identity::ClientType::new("codex").unwrap(), None, None).unwrap();
+            Launch::mint(&location, &fleet_identity::ClientType::new("codex").unwrap(), None, None).unwrap();
         let options = super::WorkerOptions::this_process(fleet_identity::Namespace::Author).unwrap();
         let session = super::WorkerSession::start(&location, &launch.env, options).unwrap();
         let id = session.row().worker_identity.clone();
@@ -475,7 +475,7 @@ mod tests {
         let sep = if base.contains('?') { '&' } else { '?' };
         let location = RegistryLocation::Postgres(format!("{base}{sep}options=-csearch_path%3D{schema}"));
         let client_type = fleet_identity::ClientType::new("codex").unwrap();
-        let launch = Launch::mint(&location, client_type, None, None).unwrap();
+        let launch = Launch::mint(&location, &client_type, None, None).unwrap();
         let options = |namespace| super::WorkerOptions {
             namespace,
             process: fleet_probe::current_process().unwrap(),

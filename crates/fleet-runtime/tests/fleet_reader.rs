@@ -110,7 +110,7 @@ fn worker(
 /// A launch minted at `location` and three sleeping processes for its workers.
 fn launch_with_sleepers(location: &RegistryLocation) -> (fleet_runtime::Launch, [std::process::Child; 3]) {
     let client = fleet_identity::ClientType::new("codex").unwrap();
-    let launch = fleet_runtime::Launch::mint(location, client, None, None).unwrap();
+    let launch = fleet_runtime::Launch::mint(location, &client, None, None).unwrap();
     let sleep = || std::process::Command::new("sleep").arg("600").spawn().unwrap();
     (launch, [sleep(), sleep(), sleep()])
 }

@@ -118,7 +118,7 @@ fn a_snapshot_too_large_for_text_gets_a_digest_beside_the_whole_structured_conte
 fn a_capability_revoked_inside_one_apply_call_stops_it_before_the_write() {
     let dir = tempfile::tempdir().unwrap();
     let location = RegistryLocation::Sqlite(dir.path().join("registry.sqlite3"));
-    let launch = Launch::mint(&location, ClientType::new("codex").unwrap(), None, None).unwrap();
+    let launch = Launch::mint(&location, &ClientType::new("codex").unwrap(), None, None).unwrap();
     let options = WorkerOptions {
         namespace: Namespace::Reconciler,
         process: fleet_runtime::process::current_process().unwrap(),

@@ -76,8 +76,8 @@ pub enum KeptAlive {
 #[non_exhaustive]
 pub enum LeaseError {
     /// The key names no lease kind (`workflow:`, `connector:`, `init:`).
-    #[error("{0}")]
-    Key(String),
+    #[error(transparent)]
+    Key(#[from] fleet_lease::LeaseKeyError),
     /// An `init:` lease: only an initialization takes and ends it.
     #[error(
         "{0:?} is an initialization lease: only `fleetctl initialize` takes and ends it (show and audit read it)"
