@@ -23,13 +23,13 @@ pub(crate) enum WorkerCmd {
     /// Run CMD as a namespace worker of the launch in the environment.
     Run {
         /// The namespace the worker serves.
-        #[arg(long, value_parser = fleet_cli::namespace_parser())]
+        #[arg(long, env = "FLEET_NAMESPACE", value_parser = fleet_cli::namespace_parser())]
         namespace: Namespace,
         /// Seconds a heartbeat stays valid; the worker beats every third of it.
         #[arg(long, default_value_t = 30, value_parser = parse_ttl)]
         ttl: u32,
         /// Repository the worker is bound to (default: the current directory).
-        #[arg(long)]
+        #[arg(long, env = "FLEET_REPOSITORY")]
         repository: Option<String>,
         /// The worker command and its arguments.
         #[arg(required = true, last = true)]

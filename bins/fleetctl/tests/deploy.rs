@@ -70,7 +70,7 @@ fn healthz(port: u16) -> Option<String> {
 }
 
 #[test]
-fn the_worker_image_runs_its_command_as_pid_1_and_releases_the_row() {
+fn the_worker_image_runs_its_command_as_pid_1_in_the_namespace_it_is_given() {
     if !pid_namespaces_available() {
         eprintln!("skipped: this machine cannot create a PID namespace (unshare -p needs root)");
         return;
@@ -89,6 +89,7 @@ fn the_worker_image_runs_its_command_as_pid_1_and_releases_the_row() {
         .env("FLEET_REGISTRY", &fleet.registry)
         .env("GITEA_MCP_CLIENT", "codex")
         .env("GITEA_MCP_CLIENT_INSTANCE", &id)
+        .env("FLEET_NAMESPACE", "reviewer")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -97,6 +98,11 @@ fn the_worker_image_runs_its_command_as_pid_1_and_releases_the_row() {
     let rows = fleet.workers();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].status, fleet_registry::WorkerStatus::Released, "released when the command ended");
+    assert_eq!(
+        rows[0].namespace,
+        fleet_identity::Namespace::Reviewer,
+        "the namespace -e FLEET_NAMESPACE names"
+    );
     let host = fleet_probe::own_pid_namespace().unwrap();
     assert!(rows[0].pid_namespace.is_some_and(|ns| ns != host), "the row records the container's namespace");
 }
@@ -151,28 +157,95 @@ fn serve_then_stop(
     wait_for(Duration::from_secs(5), || serve.0.try_wait().ok().flatten())
 }
 
+/// The variables `fleet-launch mint --json` hands out, as the unit's instructions turn
+/// them into its environment file (`.env | to_entries[] | "KEY=value"`).
+fn minted_env(fleet: &Fleet) -> Vec<(String, String)> {
+    let out = fleet.launcher().args(["mint", "--client", "codex", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let minted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let env = minted["env"].as_object().expect("mint --json hands out an env object");
+    env.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())).collect()
+}
+
+/// The unit run as systemd runs it: in its `WorkingDirectory=` (here a directory standing
+/// for the repository, put where the unit names it), with every variable the launch hands
+/// out. Its row is bound to the repository the unit names and carries the launch's
+/// provenance and session; the unit's instructions name every variable.
 #[test]
-fn the_worker_unit_runs_a_worker_and_releases_its_row() {
+fn the_worker_unit_binds_its_row_to_its_repository_with_every_launch_variable() {
     let unit = deploy("fleetctl-worker@.service");
-    let words = exec_start(&unit, "author");
+    let fleet = Fleet::new();
+    let env = minted_env(&fleet);
+    for (key, _) in &env {
+        assert!(unit.contains(key.as_str()), "the unit's instructions name {key}");
+    }
+    let named = unit.lines().find_map(|l| l.strip_prefix("WorkingDirectory=")).expect("WorkingDirectory=");
+    let repository = tempfile::tempdir().unwrap();
+    let here = std::fs::canonicalize(repository.path()).unwrap().display().to_string();
+    let words: Vec<String> =
+        exec_start(&unit, "author").into_iter().map(|w| w.replace(named, &here)).collect();
+    assert!(words.windows(2).any(|w| w == ["--repository", here.as_str()]), "bound by name: {words:?}");
     let (program, mut args) = this_build(&words);
     assert_eq!(args.last().map(String::as_str), Some("/opt/fleetward/worker-author"), "{args:?}");
     args.pop();
     args.push("true".into());
-    let fleet = Fleet::new();
-    let id = fleet.mint("codex");
     let out = Command::new(program)
         .args(&args)
+        .current_dir(&here)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("FLEET_REGISTRY", &fleet.registry)
-        .env("GITEA_MCP_CLIENT", "codex")
-        .env("GITEA_MCP_CLIENT_INSTANCE", &id)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows = fleet.workers();
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].namespace, fleet_identity::Namespace::Author);
-    assert_eq!(rows[0].status, fleet_registry::WorkerStatus::Released);
+    let row = &rows[0];
+    assert_eq!(row.namespace, fleet_identity::Namespace::Author);
+    assert_eq!(row.status, fleet_registry::WorkerStatus::Released);
+    assert_eq!(row.repository.as_ref().map(|r| r.as_str()), Some(here.as_str()));
+    assert_eq!(row.instance_provenance.as_deref(), Some("trusted_launcher"));
+    let session = env.iter().find(|(k, _)| k == "GITEA_MCP_CLIENT_SESSION").map(|(_, v)| v.as_str());
+    assert_eq!(row.session_id.as_ref().map(|s| s.as_str()), session);
+}
+
+/// The container files build from the repository alone: a first stage builds the
+/// binary from the repository's files, the image copies only what that stage built, and
+/// an image whose registry URL asks for certificate checks carries the system's roots.
+/// (The build itself needs base images from a registry, which a test cannot count on.)
+#[test]
+fn the_images_build_from_the_repository_and_carry_the_roots_their_url_checks_against() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for name in ["Containerfile.worker", "Containerfile.serve"] {
+        let file = deploy(name);
+        let lines: Vec<&str> = file.lines().filter(|l| !l.starts_with('#')).collect();
+        let build = lines.iter().find_map(|l| l.strip_prefix("RUN cargo build")).expect("a build stage");
+        for line in lines.iter().filter_map(|l| l.strip_prefix("COPY ")) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["--from=build", from, _] => {
+                    let binary = from.rsplit('/').next().unwrap();
+                    assert!(from.contains("/target/release/"), "{name}: {from} is built in release");
+                    assert!(
+                        build.contains(&format!("-p {binary}")),
+                        "{name}: the build stage builds {binary}"
+                    );
+                }
+                [".", "."] => assert!(root.join("Cargo.lock").exists(), "--locked needs the lock file"),
+                other => panic!("{name}: COPY {other:?} names what the repository does not hold"),
+            }
+        }
+        let url = lines.iter().find_map(|l| l.strip_prefix("ENV FLEET_REGISTRY=")).unwrap_or("");
+        if url.contains("sslmode=verify") {
+            assert!(file.contains("install -y --no-install-recommends ca-certificates"), "{name}: no roots");
+        }
+    }
+    let ignored = std::fs::read_to_string(root.join(".dockerignore")).expect(".dockerignore");
+    assert!(
+        ignored.lines().any(|l| l.trim_end_matches('/') == "target"),
+        "the build context leaves target out"
+    );
 }
 
 #[test]
