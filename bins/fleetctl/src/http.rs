@@ -173,10 +173,6 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// How many times the head reader's loop has turned (at least once a second): what the
-/// watchdog sees move while the server is not hung.
-pub(crate) static TURNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// What the head reader hands an answering thread.
 type Job = (TcpStream, Result<String, Head>);
 
@@ -227,13 +223,11 @@ impl Heads {
     fn run(mut self, listener: &TcpListener, queue: &SyncSender<Job>) -> io::Error {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         loop {
-            TURNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let now = Instant::now();
             let wait = self
                 .pending
                 .front()
-                .map_or(CLIENT_TIMEOUT, |p| (p.since + CLIENT_TIMEOUT).saturating_duration_since(now))
-                .min(crate::notify::turn_every());
+                .map_or(CLIENT_TIMEOUT, |p| (p.since + CLIENT_TIMEOUT).saturating_duration_since(now));
             let timeout = PollTimeout::try_from(wait + Duration::from_millis(1)).unwrap_or(PollTimeout::MAX);
             let ready: Vec<bool> = {
                 let mut fds = Vec::with_capacity(self.pending.len() + 1);

@@ -1,12 +1,13 @@
 //! systemd's service notification protocol (`sd_notify(3)`), for `fleetctl serve` under
 //! `Type=notify`: `READY=1` once the port is bound, and, when the unit sets
-//! `WatchdogSec=`, `WATCHDOG=1` at half that interval for as long as the server's loop
-//! keeps turning (a hung server stops pinging and systemd restarts it). Outside systemd
-//! (`NOTIFY_SOCKET` unset) nothing is sent.
+//! `WatchdogSec=`, `WATCHDOG=1` at half that interval for as long as requests are
+//! answered through the registry (a server whose answering path hangs stops pinging and
+//! systemd restarts it). Outside systemd (`NOTIFY_SOCKET` unset) nothing is sent.
 
+use std::io::{Read as _, Write as _};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sends `state` to the service manager, if there is one.
 pub(crate) fn send(state: &str) {
@@ -36,28 +37,55 @@ fn watchdog() -> Option<Duration> {
         .map(Duration::from_micros)
 }
 
-/// How long the server's loop may wait before it turns again: a second, or a quarter of
-/// the watchdog's interval where that is shorter, so that every ping (at half the
-/// interval) finds the loop turned since the last.
-pub(crate) fn turn_every() -> Duration {
-    watchdog()
-        .map_or(Duration::from_secs(1), |w| (w / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)))
-}
-
-/// Pings the watchdog at half the interval systemd asks for (`WATCHDOG_USEC`), while
-/// `turns` keeps moving between two pings; does nothing without a watchdog.
-pub(crate) fn watch(turns: &'static AtomicU64) {
+/// Pings the watchdog at half the interval systemd asks for (`WATCHDOG_USEC`) when a
+/// request was answered through the registry since the last ping (`answered` moved);
+/// when none was, it asks one itself: `GET /readyz` of `addr`, which takes the path every
+/// request takes (the request loop, an answering thread, the server's session over the
+/// registry) and must answer within a quarter of the interval. A registry that refuses
+/// is an answer (a 503): the server is not hung, a restart would not help. One that
+/// stops answering, or answering threads all stuck, is no answer: the pings stop and
+/// systemd restarts the server. Does nothing without a watchdog.
+pub(crate) fn watch(addr: SocketAddr, answered: impl Fn() -> u64 + Send + 'static) {
     let Some(interval) = watchdog() else { return };
     let period = (interval / 2).max(Duration::from_millis(20));
     let _ = std::thread::Builder::new().name("fleetctl-watchdog".into()).spawn(move || {
-        let mut last = turns.load(Ordering::Relaxed);
+        let mut pinged = answered();
         loop {
-            std::thread::sleep(period);
-            let now = turns.load(Ordering::Relaxed);
-            if now != last {
-                send("WATCHDOG=1");
+            let started = Instant::now();
+            if answered() == pinged {
+                self_check(addr, period / 2);
             }
-            last = now;
+            let now = answered();
+            if now != pinged {
+                send("WATCHDOG=1");
+                pinged = now;
+            }
+            std::thread::sleep(period.saturating_sub(started.elapsed()));
         }
     });
+}
+
+/// Asks the server at `addr` for `/readyz`; whether its answer began within `within`.
+fn self_check(addr: SocketAddr, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, within) else { return false };
+    let sent = stream
+        .set_write_timeout(Some(within))
+        .and_then(|()| stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: watchdog\r\n\r\n"));
+    let left = deadline.saturating_duration_since(Instant::now());
+    if sent.is_err() || left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+        return false;
+    }
+    let mut status = [0u8; 9];
+    stream.read_exact(&mut status).is_ok() && &status == b"HTTP/1.1 "
+}
+
+/// Where the server answers itself: the address it is bound to, or loopback where it
+/// is bound to every address.
+pub(crate) fn own_address(bound: SocketAddr) -> SocketAddr {
+    match bound.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from((Ipv4Addr::LOCALHOST, bound.port())),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, bound.port())),
+        _ => bound,
+    }
 }

@@ -8,6 +8,7 @@
 //! Every render (and every scrape that reads the rows) adds the fleet's counts to the
 //! page's history, and a sample is taken every [`SAMPLE_EVERY`] while no one asks.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,9 @@ pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 /// The fleet as `serve` sees it, shared by every request.
 pub(crate) struct Observer {
     state: Mutex<State>,
+    /// How many requests were answered through the session (the registry answering or
+    /// refusing): what the watchdog sees move while the answering path is not hung.
+    answered: AtomicU64,
 }
 
 struct State {
@@ -107,14 +111,32 @@ impl Observer {
             derived: None,
             history: History::default(),
         };
-        Self { state: Mutex::new(state) }
+        Self { state: Mutex::new(state), answered: AtomicU64::new(0) }
+    }
+
+    /// How many requests were answered through the session so far.
+    pub(crate) fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Counts an answer through the session, whatever it was.
+    fn answer<T>(&self, result: T) -> T {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// Whether the registry answers (its change marker read through the session).
+    pub(crate) fn ready(&self) -> Result<(), StoreError> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = state.fleet.change_marker().map(drop);
+        self.answer(result)
     }
 
     /// The exposition as it stands now: the rows as the session last read them when
     /// the store has not moved since, the ages and counters as of this call.
     pub(crate) fn metrics(&self, schema_version: i64) -> Result<String, StoreError> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.render_metrics(schema_version)
+        self.answer(state.render_metrics(schema_version))
     }
 
     /// Samples the fleet's counts for the page's history: renders the page if what it
@@ -131,7 +153,7 @@ impl Observer {
             // Nothing read before a failure is trusted: the next call renders afresh.
             state.page = None;
         }
-        result
+        self.answer(result)
     }
 }
 

@@ -29,7 +29,8 @@ pub(crate) struct ServeArgs {
 
 /// Serves `/metrics`, the page at `/` and its `/events` until killed, all through one
 /// [`Observer`]; a registry that cannot be read answers 503 (the reason goes to the log, not to the network), so an
-/// alert can fire on it. `/healthz` answers 200 while the server runs. Only `GET` and
+/// alert can fire on it. `/healthz` answers 200 while the server runs; `/readyz` 200 while
+/// the registry answers through the server's session (503 when it refuses). Only `GET` and
 /// `HEAD` are answered (405 otherwise). A server that can no longer accept connections
 /// exits 3, so a supervisor restarts it.
 pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<ExitCode, Failure> {
@@ -59,11 +60,14 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
     fleet_runtime::keeper::reap_orphans_as_init();
     fleet_cli::notice(format_args!("fleetctl: serving metrics at http://{}/metrics", args.listen));
     crate::notify::send("READY=1");
-    crate::notify::watch(&crate::http::TURNS);
     let schema_version = location.schema_version();
     // Without a repository the page leaves retirement out.
     let ctx = fleet_runtime::retirement_context(args.repository.as_deref()).ok();
     let observer = std::sync::Arc::new(Observer::new(location, ctx, args.metrics.series()));
+    if let Ok(bound) = listener.local_addr() {
+        let answers = std::sync::Arc::clone(&observer);
+        crate::notify::watch(crate::notify::own_address(bound), move || answers.answered());
+    }
     // The page's history is kept while no one looks.
     let sampler = std::sync::Arc::clone(&observer);
     std::thread::Builder::new()
@@ -92,6 +96,13 @@ pub(crate) fn serve(location: &RegistryLocation, args: ServeArgs) -> Result<Exit
                 }
             },
             "/healthz" => Response::text(200, "ok\n"),
+            "/readyz" => match observer.ready() {
+                Ok(()) => Response::text(200, "ready\n"),
+                Err(e) => {
+                    fleet_cli::warn(format_args!("fleetctl: serve: the registry is unavailable: {e}"));
+                    Response::text(503, "registry unavailable\n")
+                }
+            },
             "/page.js" => Response {
                 content_type: "text/javascript; charset=utf-8",
                 ..Response::text(200, crate::status_page::PAGE_SCRIPT)

@@ -413,7 +413,7 @@ impl Drop for Served {
 
 /// Under systemd's `Type=notify` (sd_notify(3): a datagram to `NOTIFY_SOCKET`), `serve`
 /// says `READY=1` once its port is bound and pings `WATCHDOG=1` at half `WATCHDOG_USEC`
-/// while its loop turns. The test plays the service manager's socket.
+/// while requests are answered through the registry (an idle server asks itself). The test plays the service manager's socket.
 #[test]
 fn serve_tells_systemd_it_is_ready_and_pings_its_watchdog() {
     let fleet = Fleet::new();
@@ -478,6 +478,64 @@ fn serve_pings_a_one_second_watchdog_in_time() {
         pings += 1;
     }
     assert!(pings >= 5, "{pings} pings in 4 s");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// The watchdog is fed by answers through the registry, not by the request loop alone: a
+/// registry that stops answering (PostgreSQL behind a relay that stalls every byte, as a
+/// network that drops packets without a reset does) stops the pings, so systemd restarts
+/// the server (systemd.service(5): no ping within `WatchdogSec=` is a failure); when the
+/// registry answers again the pings come back. The test plays the service manager's
+/// socket. Needs `FLEET_TEST_POSTGRES_URL`.
+#[test]
+fn serve_stops_pinging_its_watchdog_while_the_registry_hangs() {
+    let Some(base) = common::base_url() else {
+        eprintln!("skipped: FLEET_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let schema = common::Schema::new(&base);
+    let fleet = Fleet::new();
+    let direct = schema.url();
+    let init = fleet.fleetctl().env("FLEET_REGISTRY", &direct).args(["registry", "init"]).output().unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let relay = common::StallingProxy::to("127.0.0.1:5432");
+    let socket_path = fleet.dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    let mut server = fleet
+        .fleetctl()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("FLEET_REGISTRY", relay.url(&direct))
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "2000000")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every ping up to `until`, with when it came.
+    let pings_until = |until: std::time::Instant| {
+        let mut at = Vec::new();
+        let mut buf = [0u8; 64];
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            socket.set_read_timeout(Some(left.max(Duration::from_millis(1)))).unwrap();
+            match socket.recv(&mut buf) {
+                Ok(n) if &buf[..n] == b"WATCHDOG=1" => at.push(std::time::Instant::now()),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        at
+    };
+    let start = std::time::Instant::now();
+    assert!(pings_until(start + Duration::from_secs(3)).len() >= 2, "a healthy server pings");
+    relay.stall_for(Duration::from_secs(6));
+    let stalled = std::time::Instant::now();
+    let during = pings_until(stalled + Duration::from_secs(5));
+    // A self-check begun just before the stall may still have been answered.
+    let late: Vec<_> =
+        during.iter().map(|t| *t - stalled).filter(|d| *d > Duration::from_millis(1500)).collect();
+    assert!(late.is_empty(), "pinged {late:?} into a 2 s watchdog with the registry hung");
+    let after = pings_until(stalled + Duration::from_secs(14));
+    assert!(!after.is_empty(), "the pings come back once the registry answers");
     let _ = server.kill();
     let _ = server.wait();
 }
