@@ -2,7 +2,8 @@
 # The pure crates read what the binaries write: a real registry (a finished worker, a
 # running one, a workflow lease) is exported by `fleetctl registry export`, and the
 # pure crates' examples alone classify it (`fleet-snapshot`'s classify_export) and plan
-# its retirement (`fleet-retirement`'s plan_export). Run by CI after `cargo test`, which
+# its retirement (`fleet-retirement`'s plan_export), and so do the previous release's
+# (fixtures/exports/previous-release.json). Run by CI after `cargo test`, which
 # builds the binaries and the examples.
 #
 #   scripts/pure-path.sh            # uses target/debug (built by `cargo test`)
@@ -45,4 +46,10 @@ cat "$work/classified"
 grep -q "1 live of 1 active workers in 1 instances" "$work/classified"
 "$bin/examples/plan_export" "$work/fleet.json" --repository /srv/repo | tee "$work/planned"
 grep -q "of 2 rows" "$work/planned"
-echo "pure-path: the pure crates classified and planned a real export"
+# A backup outlives a release: the previous release's export reads the same way.
+previous="$root/fixtures/exports/previous-release.json"
+verdict=0
+"$bin/examples/classify_export" "$previous" >"$work/classified-previous" || verdict=$?
+[ "$verdict" -le 1 ] || { echo "pure-path: classify_export exited $verdict on $previous" >&2; exit 1; }
+"$bin/examples/plan_export" "$previous" --repository /srv/repo | grep -q "of 2 rows"
+echo "pure-path: the pure crates classified and planned a real export, and the previous release's"

@@ -18,6 +18,11 @@ noise is the goal. Not part of CI.
   cargo build --release -p fleetctl -p fleet-launch -p fleet-mcp
   scripts/soak.py --duration 1800                      # SQLite, a file of its own
   scripts/soak.py --duration 1800 --registry postgres://postgres@127.0.0.1:5432/fleet_soak
+
+With --restart CMD, CMD (a shell command) runs once halfway: a server restart, such as
+`runuser -u postgres -- pg_ctl -D DATA -m fast -w restart` for a server of the soak's own.
+The report then says how long the fleet took to read as before (the snapshot's live
+count back to the constant fleet's) and counts the failed calls and scrapes.
 """
 import argparse
 import json
@@ -135,9 +140,19 @@ class Soak:
 
     def mcp_caller(self, server):
         while not self.stopping.is_set():
-            took = server.call("gitea_snapshot_instance_fleet", {})
-            self.record("fleet-mcp snapshot call ms", took * 1000)
+            try:
+                took = server.call("gitea_snapshot_instance_fleet", {})
+                self.record("fleet-mcp snapshot call ms", took * 1000)
+            except Exception:  # a call refused while the server restarts is counted
+                self.record("fleet-mcp failed calls", 1)
             self.stopping.wait(0.5)
+
+    def live_workers(self):
+        out = self.ctl("snapshot", "--json", check=False)
+        try:
+            return json.loads(out.stdout)["counts"]["live_worker_count"]
+        except (ValueError, KeyError):
+            return None
 
     def events(self, port):
         with socket.create_connection(("127.0.0.1", port)) as s:
@@ -151,8 +166,11 @@ class Soak:
                     pass
 
     def scrape(self, port):
-        took, _, _ = get(port, "/metrics")
-        self.record("serve /metrics ms", took * 1000)
+        try:
+            took, _, _ = get(port, "/metrics")
+            self.record("serve /metrics ms", took * 1000)
+        except OSError:
+            self.record("serve failed scrapes", 1)
 
 
 def tenth_medians(points, duration):
@@ -170,6 +188,7 @@ def main():
     ap.add_argument("--churn", type=float, default=30)
     ap.add_argument("--registry", help="a PostgreSQL URL (an empty database); default a new SQLite file")
     ap.add_argument("--bin", default=os.path.realpath("target/release"))
+    ap.add_argument("--restart", help="a shell command run once halfway (a server restart)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         soak = Soak(args, os.path.realpath(workdir))
@@ -189,6 +208,7 @@ def main():
         soak.start = time.monotonic()
         next_churn = next_scrape = 0.0
         churns = retired = 0
+        restarted = None  # (seconds into the run, seconds until the fleet read as before)
         try:
             while (elapsed := time.monotonic() - soak.start) < args.duration:
                 if elapsed >= next_scrape:
@@ -211,6 +231,13 @@ def main():
                     next_churn += args.churn
                 elif next_churn == 0:
                     next_churn = args.churn
+                if args.restart and restarted is None and elapsed >= args.duration / 2:
+                    before = soak.live_workers()
+                    subprocess.run(args.restart, shell=True, check=True)
+                    at = time.monotonic()
+                    while soak.live_workers() != before and time.monotonic() - at < 120:
+                        time.sleep(0.5)
+                    restarted = (elapsed, time.monotonic() - at, soak.live_workers() == before)
                 time.sleep(0.5)
         finally:
             soak.stopping.set()
@@ -226,6 +253,11 @@ def main():
         backend = "PostgreSQL" if args.registry else "SQLite"
         print(f"{backend}, {args.duration:.0f} s: {args.launches} live launches, {churns} crashed and "
               f"replaced, {retired} rows retired; medians of the first and the last tenth")
+        if restarted:
+            print(f"  restarted at {restarted[0]:.0f} s: the fleet read {'as before' if restarted[2] else 'otherwise'}"
+                  f" {restarted[1]:.1f} s later")
+        for name in ("fleet-mcp failed calls", "serve failed scrapes"):
+            print(f"  {name}: {len(soak.figures.pop(name, []))}")
         print(f"  {'figure':<32} {'first':>9} {'last':>9}")
         for name in sorted(soak.figures):
             medians = tenth_medians(soak.figures[name], args.duration)

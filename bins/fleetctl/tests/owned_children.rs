@@ -378,6 +378,36 @@ fn a_worker_whose_row_is_retired_behind_its_back_stops_its_command() {
     wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
 }
 
+/// A worker whose registry's schema an upgrade moves on (docs/UPGRADING.md): while the
+/// newer schema says builds of this one's version may use it (a step that only adds,
+/// `oldest_build` unmoved) the worker runs on; once it says they may not (a contracting
+/// step raised `oldest_build`), the worker is refused for good, and within one TTL
+/// `worker run` ends its command's tree, names the versions and exits 1. Written here
+/// as such upgrades leave the file: a later `user_version` and its compatibility row.
+#[test]
+fn a_worker_runs_on_through_an_upgrade_it_may_use_and_stops_at_one_it_may_not() {
+    let fleet = Fleet::new();
+    let (mut owner, command) = sleeping_worker(&fleet);
+    let conn = rusqlite::Connection::open(&fleet.registry).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let ours: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let upgrade = |oldest_build: i64| {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; DELETE FROM fleet_schema_compatibility;              INSERT INTO fleet_schema_compatibility VALUES ({oldest_build});              PRAGMA user_version = {}; COMMIT;",
+            ours + 1
+        ))
+        .unwrap();
+    };
+    upgrade(ours);
+    // Three TTLs of 1 s: three schema checks, each saying this build may go on.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(owner.try_wait().unwrap().is_none() && alive(command), "the worker runs on");
+    upgrade(ours + 1);
+    let stderr = ended_refused(&mut owner);
+    assert!(stderr.contains(&format!("registry schema version {} is newer", ours + 1)), "{stderr}");
+    wait_for(Duration::from_secs(5), || (!alive(command)).then_some(()));
+}
+
 /// A worker whose registry is removed under it (the file and its log deleted) is
 /// refused for good, not merely cut off: it must not go on heartbeating into the
 /// deleted file, unseen by everyone. Within a heartbeat or two `worker run` ends its

@@ -58,6 +58,12 @@ impl<S: Store> Registry<S> {
         &mut self.store
     }
 
+    /// Whether this build may still use the registry's schema (see
+    /// [`Store::check_schema`]).
+    pub fn check_schema(&mut self) -> Result<(), StoreError> {
+        self.store.check_schema()
+    }
+
     /// The store's change marker (see [`Store::change_marker`]).
     pub fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
         self.store.change_marker()

@@ -498,6 +498,15 @@ pub trait Store {
         E: From<StoreError>,
         F: FnOnce(&mut dyn Tx) -> Result<T, E>;
 
+    /// Whether this build may still use the registry's schema, as at open: fails with
+    /// [`StoreErrorKind::NewerSchema`] once an upgrade moved it past what this build
+    /// may use (and `OlderSchema` where it went back). A session kept open for long (a
+    /// worker's) asks now and then, so that it does not run on unseen. The default says
+    /// yes: a store whose schema never moves under an open session.
+    fn check_schema(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// A value that moves whenever any connection commits a change to the store, read
     /// without reading a row: a long-lived reader keeps what it read while the marker
     /// stands still, and reads again once it moves. Read it *before* the rows it guards,

@@ -292,6 +292,14 @@ impl Store for AnyStore {
         }
     }
 
+    fn check_schema(&mut self) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Sqlite(s) => s.check_schema(),
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) => s.check_schema(),
+        }
+    }
+
     fn touch_heartbeat(
         &mut self,
         who: &WorkerCredential,

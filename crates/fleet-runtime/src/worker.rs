@@ -238,6 +238,10 @@ impl Drop for WorkerSession {
     }
 }
 
+/// A worker asks whether its build may still use the registry's schema on every this
+/// many beats: once per TTL (it beats every third of it).
+const SCHEMA_CHECK_EVERY: u64 = 3;
+
 /// How many workers, fleet-wide, sweep on each tick period on average.
 const SWEEPERS_PER_TICK: u32 = 8;
 
@@ -279,6 +283,7 @@ impl Beats {
         let mut registry = Some(registry);
         // The fleet's size as of this worker's last sweep; every worker sweeps until it knows.
         let mut active_workers = 0;
+        let mut beats: u64 = 0;
         // Beats keep their cadence: the next is due one interval after the last was due,
         // however long the last took, so a slow beat never stretches the gap between two.
         let mut next_beat = Instant::now() + self.interval;
@@ -291,7 +296,11 @@ impl Beats {
                 Ok(Ask::Beat(reply)) => Some(reply),
                 Ok(Ask::Stop) | Err(RecvTimeoutError::Disconnected) => break,
             };
-            let beat = self.beat(&mut registry, &mut active_workers, lost);
+            // Once per TTL (every third beat) the schema is asked after: an upgrade that
+            // moved it past this build ends the worker as a lost registration.
+            let schema_due = beats.is_multiple_of(SCHEMA_CHECK_EVERY);
+            beats += 1;
+            let beat = self.beat(&mut registry, &mut active_workers, schema_due, lost);
             if let Some(reply) = reply {
                 let _ = reply.send(beat);
             }
@@ -309,6 +318,7 @@ impl Beats {
         &self,
         registry: &mut Option<Registry>,
         active_workers: &mut usize,
+        schema_due: bool,
         lost: &std::sync::OnceLock<String>,
     ) -> Result<(), StoreError> {
         if registry.is_none() {
@@ -332,7 +342,9 @@ impl Beats {
             return Err(StoreError::new(StoreErrorKind::Unavailable, "no registry"));
         };
         // A worker whose launch's client died says so on every beat: orphaned.
-        match reg.heartbeat_claiming(&self.credential, now(), crate::claim_of(self.launch)) {
+        let beat = if schema_due { reg.check_schema() } else { Ok(()) }
+            .and_then(|()| reg.heartbeat_claiming(&self.credential, now(), crate::claim_of(self.launch)));
+        match beat {
             // The fleet keeps itself honest: every live worker, on its own tick, marks the
             // rows whose heartbeat lapsed stale, so retirement needs no operator.
             Ok(()) => {

@@ -449,3 +449,29 @@ fn the_binaries_open_no_store_and_reach_past_no_use_case() {
         }
     }
 }
+
+/// The names of the `fn`s declared in `text` between `start` and the first line that is
+/// exactly `}` after it.
+fn fns_in_block(text: &str, start: &str) -> std::collections::BTreeSet<String> {
+    let from = text.find(start).unwrap_or_else(|| panic!("no {start}"));
+    let block = &text[from..];
+    let end = block.find("\n}\n").unwrap_or(block.len());
+    block[..end]
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("fn "))
+        .map(|rest| rest.split(['(', '<']).next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The runtime's store, which is either backend, answers every `Store` method as the
+/// backend does: a method it leaves to the trait's default would answer for no backend
+/// (a worker asking whether it may still use the schema would always hear yes).
+#[test]
+fn the_runtimes_store_forwards_every_store_method_to_its_backend() {
+    let read = |path: &str| std::fs::read_to_string(root().join(path)).unwrap();
+    let declared = fns_in_block(&read("crates/fleet-registry/src/store.rs"), "pub trait Store {");
+    let forwarded = fns_in_block(&read("crates/fleet-runtime/src/location.rs"), "impl Store for AnyStore {");
+    assert!(declared.len() > 5, "{declared:?}");
+    let missing: Vec<_> = declared.difference(&forwarded).collect();
+    assert!(missing.is_empty(), "AnyStore leaves {missing:?} to the trait's default");
+}

@@ -765,6 +765,18 @@ impl Store for PostgresStore {
             .map_err(map_error)
     }
 
+    /// The recorded version (`fleet_schema_version`), judged as at open: one simple
+    /// query, nothing kept on the session (a pooler may run it on another).
+    fn check_schema(&mut self) -> Result<(), StoreError> {
+        let rows = self.client.simple_query("SELECT version FROM fleet_schema_version").map_err(map_error)?;
+        let version = session::text_rows(rows)
+            .pop()
+            .and_then(|row| row.into_iter().next().flatten())
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        schema::check_version(&mut self.client, version)
+    }
+
     fn change_marker(&mut self) -> Result<Option<u128>, StoreError> {
         let digest: String = self
             .client

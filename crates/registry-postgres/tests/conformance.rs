@@ -373,7 +373,8 @@ fn an_older_schema_is_refused_until_upgraded() {
 }
 
 /// A newer schema that says builds of this one's version may still use it is used;
-/// one that says otherwise is refused naming both versions.
+/// one that says otherwise is refused naming both versions, at open and to a session
+/// opened before that asks.
 #[test]
 fn a_newer_schema_is_used_only_where_it_says_this_build_may() {
     if url().is_none() {
@@ -391,10 +392,14 @@ fn a_newer_schema_is_used_only_where_it_says_this_build_may() {
     .unwrap();
     let mut registry = fleet_registry::Registry::new(scratch.connect_again().unwrap());
     assert!(registry.workers().unwrap().is_empty());
+    registry.check_schema().expect("an open session may use it");
     side.batch_execute(&format!("UPDATE fleet_schema_compatibility SET oldest_build = {next}")).unwrap();
     let err = scratch.connect_again().unwrap_err();
     assert_eq!(err.kind(), fleet_registry::StoreErrorKind::NewerSchema, "{err}");
     assert!(err.to_string().contains(&format!("version {next}")), "{err}");
+    // A session opened before is told so when it asks (a worker asks once per TTL).
+    let err = registry.check_schema().unwrap_err();
+    assert_eq!(err.kind(), fleet_registry::StoreErrorKind::NewerSchema, "{err}");
 }
 
 /// An import leaves the planner statistics of what it loaded (`ANALYZE`): a server whose

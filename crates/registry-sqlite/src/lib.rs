@@ -667,6 +667,16 @@ impl Store for SqliteStore {
         let _ = self.conn.busy_timeout(bound);
     }
 
+    /// The file's `user_version`, judged as at open.
+    fn check_schema(&mut self) -> Result<(), StoreError> {
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(map_error)?;
+        match version {
+            v if v == SCHEMA_VERSION => Ok(()),
+            v if v > SCHEMA_VERSION => migrations::usable_newer(&self.conn, v),
+            v => Err(migrations::older(&self.conn, v)),
+        }
+    }
+
     /// SQLite's `data_version` (which moves when another connection, in any process,
     /// commits) with this connection's own change count. A registry path that no longer
     /// names the file this connection opened is an error: the open file is no longer the
