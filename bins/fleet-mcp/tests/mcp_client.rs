@@ -1864,7 +1864,9 @@ async fn an_agent_retires_ten_thousand_candidates_with_answers_under_100_kb() {
     let fleet = Fleet::new();
     let id = fleet.mint();
     let profiles = fleet.profiles("retire.json", true);
-    let client = fleet.connect("reconciler", Some(&id), Some(&profiles)).await;
+    // A TTL the import of 10,000 rows (which holds the write lock) cannot outlast on a
+    // loaded machine: the server's own row must stay live for its gate to open.
+    let client = fleet.connect_with_ttl("reconciler", Some(&id), Some(&profiles), 30).await;
     import_candidates(&fleet.registry, 10_000);
     let size = |r: &CallToolResult| {
         r.structured_content.as_ref().unwrap().to_string().len() + body(r).to_string().len()
