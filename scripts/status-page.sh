@@ -95,7 +95,7 @@ history = p.found["history"]
 assert (history["data-live"], history["data-stale"]) == ("3", "1"), history
 assert len(p.meters) == 3, f"a gauge per worker with a heartbeat: {p.meters}"
 for m in p.meters:
-    assert m["max"] == m["data-ttl-s"] and 0 <= int(m["data-age-s"]) < int(m["max"]), m
+    assert 0 <= int(m["value"]) < int(m["max"]) and f"TTL {m['max']} s" in m["title"], m
 assert sum(p.bands.values()) == 3 and p.found["beat-ages"]["data-total"] == "3", p.bands
 assert p.tenures == [(1, "alpha", "false"), (2, "beta", "true")], p.tenures
 print(f"status-page: pictures drawn from the data put in: history live 3 stale 1, {len(p.meters)} heartbeat "

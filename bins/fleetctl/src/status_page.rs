@@ -178,7 +178,7 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
          .SAFE{{color:#075e07}}.UNSAFE{{color:#a40000}}.live{{background:#e3f6e3}}\
          .stale{{background:#fde2e2}}.historical{{color:#777}}\
          figure{{margin:0.5rem 0 1.5rem;max-width:40rem}}figure.small{{max-width:24rem}}svg{{width:100%;height:auto;font-size:11px}}\
-         .wide{{overflow-x:auto}}meter{{width:3.5rem;vertical-align:middle}}.age{{font-size:0.75rem;color:#555}}\
+         .wide{{overflow-x:auto}}meter{{width:3.5rem;vertical-align:middle}}td small{{color:#555;margin-left:0.2rem}}\
          </style></head><body>\n\
          <h1 id=\"verdict\" class=\"{verdict}\">Fleet {verdict}</h1>\n\
          <p>at {at}: {instances}, {live}, {stale} stale, {historical} historical, {blockers}. \

@@ -279,17 +279,16 @@ fn beat(w: &WorkerView<'_>, at: Timestamp) -> Option<(i64, u32)> {
 pub(crate) fn beat_gauge(html: &mut String, w: &WorkerView<'_>, at: Timestamp) {
     let Some((age_ms, ttl)) = beat(w, at) else { return };
     let age = age_ms.max(0) / 1000;
+    // A gauge stops at its maximum: a lapsed heartbeat's age is the title's and the
+    // label's (a page lists up to 2,500 gauges, so each is kept short).
     let shown = age.min(i64::from(ttl));
     let lapsed = if age >= i64::from(ttl) { ", lapsed" } else { "" };
     let _ = write!(
         html,
-        " <meter min=\"0\" max=\"{ttl}\" low=\"{low}\" high=\"{high}\" optimum=\"0\" value=\"{shown}\" \
-         data-worker=\"{id}\" data-age-s=\"{age}\" data-ttl-s=\"{ttl}\" \
-         title=\"heartbeat {age} s ago of a {ttl} s TTL{lapsed}\">{age} s of {ttl} s</meter>\
-         <span class=\"age\">{age}s</span>",
+        " <meter max={ttl} low={low} high={high} optimum=0 value={shown} \
+         title=\"heartbeat {age} s ago, TTL {ttl} s{lapsed}\"></meter><small>{age}s</small>",
         low = ttl / 2,
         high = ttl * 3 / 4,
-        id = escape(w.row.worker_identity.as_str()),
     );
 }
 
