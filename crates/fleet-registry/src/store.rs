@@ -499,7 +499,7 @@ pub trait Store {
         F: FnOnce(&mut dyn Tx) -> Result<T, E>;
 
     /// Whether this build may still use the registry's schema, as at open: fails with
-    /// [`StoreErrorKind::NewerSchema`] once an upgrade moved it past what this build
+    /// [`NewerSchema`](crate::StoreErrorKind::NewerSchema) once an upgrade moved it past what this build
     /// may use (and `OlderSchema` where it went back). A session kept open for long (a
     /// worker's) asks now and then, so that it does not run on unseen. The default says
     /// yes: a store whose schema never moves under an open session.
