@@ -47,4 +47,4 @@ pub use fingerprint::{
     CandidateFingerprint, FINGERPRINT_FIELDS, NotAFingerprint, RegistryFingerprint, candidate_fingerprint,
     canonical_row, registry_fingerprint,
 };
-pub use plan::{Assessment, Plan, RowEvidence, plan};
+pub use plan::{Assessment, Plan, PlanOutcome, RowEvidence, plan};

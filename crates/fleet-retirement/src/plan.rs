@@ -53,12 +53,22 @@ pub struct RowEvidence {
     pub liveness: Option<ProcessVerdict>,
 }
 
+fleet_identity::outward_codes! {
+    /// What a plan is: its `outcome` field.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum PlanOutcome ("plan outcome") {
+        /// A dry run: nothing was changed.
+        Planned = "planned",
+    }
+}
+
 /// The plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Plan {
-    /// Always `planned`.
-    pub outcome: &'static str,
+    /// Always [`PlanOutcome::Planned`].
+    pub outcome: PlanOutcome,
     /// Stable token over every row.
     pub registry_fingerprint: RegistryFingerprint,
     /// Stable token over the candidates.
@@ -69,8 +79,8 @@ pub struct Plan {
     pub candidates: Vec<Assessment>,
     /// Each preserved row with its reason.
     pub preserved: Vec<Assessment>,
-    /// How many rows each reason preserved.
-    pub preserved_reason_counts: BTreeMap<&'static str, usize>,
+    /// How many rows each reason preserved (in the conjunction's order).
+    pub preserved_reason_counts: BTreeMap<PreserveReason, usize>,
     /// Rows assessed.
     pub assessed_count: usize,
     /// Candidates.
@@ -148,7 +158,7 @@ fn eligible_after(
 pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     let mut candidates = Vec::new();
     let mut preserved = Vec::new();
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<PreserveReason, usize> = BTreeMap::new();
     let rows = ev.ordered();
     // Each row's hash is computed once and serves both fingerprints.
     let hashes = row_hashes(rows.iter().map(|(row, _)| *row));
@@ -174,7 +184,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
                 });
             }
             Verdict::Preserve(reason) => {
-                *counts.entry(reason.as_str()).or_default() += 1;
+                *counts.entry(reason).or_default() += 1;
                 preserved.push(Assessment {
                     worker_identity: row.worker_identity.clone(),
                     reason_code: Verdict::Preserve(reason),
@@ -190,7 +200,7 @@ pub fn plan(ev: &Evidence<'_>, ctx: &RetirementContext) -> Plan {
     }
     let next_eligible_after = preserved.iter().filter_map(|a| a.eligible_after).min();
     Plan {
-        outcome: "planned",
+        outcome: PlanOutcome::Planned,
         registry_fingerprint: RegistryFingerprint::from_digest(digest(hashes)),
         candidate_fingerprint: CandidateFingerprint::from_digest(digest(candidate_hashes)),
         candidate_worker_identities: candidates.iter().map(|c| c.worker_identity.clone()).collect(),

@@ -239,7 +239,7 @@ fn the_plan_is_deterministic_and_counts_its_reasons() {
     let ev = Evidence::new(&world.rows, &world.ledger, &world.owners, &world.probes);
     let p = plan(&ev, &world.ctx);
     assert_eq!(p.candidate_count, 1);
-    assert_eq!(p.preserved_reason_counts.get("worker_live"), Some(&1));
+    assert_eq!(p.preserved_reason_counts.get(&PreserveReason::WorkerLive), Some(&1));
     assert!(p.read_only && !p.mutation_performed);
     let again = plan(&ev, &world.ctx);
     assert_eq!(p, again);
