@@ -24,6 +24,11 @@ impl crate::BeforeWrite for TouchBeforeWrite {
     }
 }
 
+/// A registration bound to the plan's repository.
+fn bound(namespace: Namespace, process: ProcessIdentity, generation: &str) -> Registration {
+    Registration { repository: Some(repository()), ..registration(namespace, process, generation) }
+}
+
 /// Apply retires only on matching tokens and a fresh proof of death, replays as
 /// `already_retired`, retires nothing without a probe, and rolls back whole when the
 /// lease fence moves.
@@ -32,10 +37,6 @@ pub fn apply_retires_only_what_the_plan_and_the_probe_prove<S: Store>(store: S) 
     let mut registry = Registry::new(store);
     registry.record_instance(&ledger_entry()).expect("record");
     let probe = ScriptedProbe::default();
-    let bound = |namespace, process, generation| Registration {
-        repository: Some(repository()),
-        ..registration(namespace, process, generation)
-    };
     let dead = registry
         .register(&bound(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
         .expect("register");
@@ -124,10 +125,6 @@ fn crashed_author<S: Store>(store: S) -> CrashedAuthor<S> {
     let mut registry = Registry::new(store);
     registry.record_instance(&ledger_entry()).expect("record");
     let probe = ScriptedProbe::default();
-    let bound = |namespace, process, generation| Registration {
-        repository: Some(repository()),
-        ..registration(namespace, process, generation)
-    };
     let dead = registry
         .register(&bound(Namespace::Author, process(100, 5000), "gen-a"), &token(1), at(0), &probe)
         .expect("register");
