@@ -139,10 +139,18 @@ impl Observer {
         self.answer(state.render_metrics(schema_version))
     }
 
-    /// Samples the fleet's counts for the page's history: renders the page if what it
-    /// shows moved (which samples), and costs a check of the change marker otherwise.
+    /// Samples the fleet's counts for the page's history: a classification when the
+    /// fleet moved since the session's last snapshot (no page, no plan), and otherwise
+    /// nothing but the check that it stands (the history's last counts still hold).
     pub(crate) fn sample(&self) {
-        let _ = self.page();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = now();
+        if let Ok(fleet_runtime::Taken::Fresh(_, snap)) =
+            state.fleet.json_snapshot_or_unchanged(None, &Policy::default(), at)
+        {
+            let sample = Sample::of(at, &snap.snapshot.counts);
+            state.history.record(sample);
+        }
     }
 
     /// The page as it stands (at most [`FRESH`] old).
@@ -241,11 +249,11 @@ impl State {
         } else {
             start
         };
-        let tenures = (crate::status_page::tenures(&lately, &leases.0, start, at), start);
+        let holdings = (crate::status_page::holdings(&lately, &leases.0, start, at), start);
         let (number, snap) = self.fleet.numbered_json_snapshot(None, &Policy::default(), at)?;
         self.history.record(Sample::of(at, &snap.snapshot.counts));
         let history = self.history.samples();
-        let extras = Extras { leases, decisions, plan, hosts, history, tenures };
+        let extras = Extras { leases, decisions, plan, hosts, history, holdings };
         let page = Arc::new(crate::status_page::render(&snap.snapshot, &extras));
         let rendered = Instant::now();
         self.page =

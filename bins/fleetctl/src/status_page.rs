@@ -18,7 +18,7 @@ use fleet_snapshot::{FleetSnapshot, WorkerState, WorkerView};
 
 mod pictures;
 
-pub(crate) use pictures::{History, SPAN_MS, Sample, tenures};
+pub(crate) use pictures::{History, SPAN_MS, Sample, holdings};
 
 /// What the page shows besides the snapshot.
 pub(crate) struct Extras {
@@ -33,7 +33,7 @@ pub(crate) struct Extras {
     /// The fleet's counts over the last hour, oldest first.
     pub(crate) history: Vec<Sample>,
     /// Who held which lease over the time line, and when the time line starts.
-    pub(crate) tenures: (Vec<pictures::Tenure>, Timestamp),
+    pub(crate) holdings: (Vec<pictures::Holding>, Timestamp),
 }
 
 /// The page as it stands now, and a digest of what it shows (times as they read aside):
@@ -263,7 +263,7 @@ fn page(snap: &FleetSnapshot<'_>, extras: &Extras, digest: &str) -> String {
         );
     }
     leases_section(&mut html, &extras.leases.0, extras.leases.1);
-    pictures::lease_timeline(&mut html, &extras.tenures.0, extras.tenures.1, snap.snapshot_at);
+    pictures::lease_timeline(&mut html, &extras.holdings.0, extras.holdings.1, snap.snapshot_at);
     hosts_section(&mut html, &extras.hosts);
     decisions_section(&mut html, &extras.decisions);
     if let Some(plan) = &extras.plan {

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 use fleet_identity::Timestamp;
-use fleet_lease::{LeaseRecord, LeaseState};
+use fleet_lease::{LeaseOutcome, LeaseRecord, LeaseState};
 use fleet_registry::{AuditEntry, HostList, HostState};
 use fleet_snapshot::{Counts, FleetSnapshot, WorkerState, WorkerView};
 
@@ -110,7 +110,7 @@ impl History {
 
 /// A lease held by one holder at one epoch, from one time to another.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Tenure {
+pub(crate) struct Holding {
     pub(crate) key: String,
     pub(crate) holder: String,
     pub(crate) epoch: u64,
@@ -125,17 +125,17 @@ pub(crate) struct Tenure {
 /// ends the one before, a release ends it, and a renewal or release with no grant seen
 /// tells of one begun before `start`. A lease that stands held ends its holding at its
 /// expiry, or at `now` while live.
-pub(crate) fn tenures(
+pub(crate) fn holdings(
     decisions: &[AuditEntry],
     leases: &[LeaseRecord],
     start: Timestamp,
     now: Timestamp,
-) -> Vec<Tenure> {
-    let mut open: BTreeMap<&str, Tenure> = BTreeMap::new();
+) -> Vec<Holding> {
+    let mut open: BTreeMap<&str, Holding> = BTreeMap::new();
     let mut done = Vec::new();
     for d in decisions {
         let (Some(holder), Some(epoch)) = (d.identity.as_deref(), d.fencing_epoch) else { continue };
-        let begun = |from| Tenure {
+        let begun = |from| Holding {
             key: d.lease_key.clone(),
             holder: holder.to_owned(),
             epoch,
@@ -143,18 +143,20 @@ pub(crate) fn tenures(
             to: d.at,
             held: false,
         };
-        match d.outcome.as_str() {
-            "acquired" | "taken_over" => {
+        // Denials and codes this build does not know change no holding.
+        let Ok(outcome) = d.outcome.parse::<LeaseOutcome>() else { continue };
+        match outcome {
+            LeaseOutcome::Acquired | LeaseOutcome::TakenOver => {
                 if let Some(mut before) = open.remove(d.lease_key.as_str()) {
                     before.to = d.at;
                     done.push(before);
                 }
                 open.insert(&d.lease_key, begun(d.at));
             }
-            "renewed" => {
+            LeaseOutcome::Renewed => {
                 open.entry(&d.lease_key).or_insert_with(|| begun(start));
             }
-            "released" => {
+            LeaseOutcome::Released => {
                 let mut ended = open.remove(d.lease_key.as_str()).unwrap_or_else(|| begun(start));
                 ended.to = d.at;
                 done.push(ended);
@@ -173,7 +175,7 @@ pub(crate) fn tenures(
                 tenure.held = held && tenure.epoch == epoch && lease.is_live(now);
                 done.push(tenure);
             }
-            None if held && lease.expires_at > start => done.push(Tenure {
+            None if held && lease.expires_at > start => done.push(Holding {
                 key: key.to_owned(),
                 holder: lease.owner.clone(),
                 epoch,
@@ -375,22 +377,22 @@ pub(crate) fn host_states(html: &mut String, hosts: &HostList) {
 
 /// Each lease's holders over the last hour, one lane per lease, one bar per holding
 /// labelled with its epoch.
-pub(crate) fn lease_timeline(html: &mut String, tenures: &[Tenure], start: Timestamp, now: Timestamp) {
-    if tenures.is_empty() {
+pub(crate) fn lease_timeline(html: &mut String, holdings: &[Holding], start: Timestamp, now: Timestamp) {
+    if holdings.is_empty() {
         return;
     }
-    let mut lanes: BTreeMap<&str, Vec<&Tenure>> = BTreeMap::new();
-    for t in tenures {
+    let mut lanes: BTreeMap<&str, Vec<&Holding>> = BTreeMap::new();
+    for t in holdings {
         lanes.entry(&t.key).or_default().push(t);
     }
-    let mut order: Vec<(&str, Vec<&Tenure>)> = lanes.into_iter().collect();
+    let mut order: Vec<(&str, Vec<&Holding>)> = lanes.into_iter().collect();
     // The leases that changed last first.
     order.sort_by_key(|(key, ts)| (std::cmp::Reverse(ts.iter().map(|t| t.from).max()), *key));
     let more = order.len().saturating_sub(MOST_LANES);
     order.truncate(MOST_LANES);
     const LEFT: f64 = 150.0;
     const RIGHT: f64 = 590.0;
-    let first = tenures.iter().map(|t| t.from).min().unwrap_or(start).max(start);
+    let first = holdings.iter().map(|t| t.from).min().unwrap_or(start).max(start);
     let start = span_start(first, now);
     let span = (now.unix_millis() - start).max(1) as f64;
     let x = |at: Timestamp| LEFT + scaled((at.unix_millis().max(start) - start) as f64, span, RIGHT - LEFT);
@@ -521,7 +523,7 @@ mod tests {
             decision(3, 30, "released", "b", 2),
             decision(4, 40, "acquired", "c", 3),
         ];
-        let got: Vec<_> = tenures(&decisions, &[], at(0), at(50))
+        let got: Vec<_> = holdings(&decisions, &[], at(0), at(50))
             .into_iter()
             .map(|t| (t.holder, t.epoch, t.from, t.to))
             .collect();
