@@ -51,5 +51,6 @@ previous="$root/fixtures/exports/previous-release.json"
 verdict=0
 "$bin/examples/classify_export" "$previous" >"$work/classified-previous" || verdict=$?
 [ "$verdict" -le 1 ] || { echo "pure-path: classify_export exited $verdict on $previous" >&2; exit 1; }
-"$bin/examples/plan_export" "$previous" --repository /srv/repo | grep -q "of 2 rows"
+"$bin/examples/plan_export" "$previous" --repository /srv/repo >"$work/planned-previous"
+grep -q "of 2 rows" "$work/planned-previous"
 echo "pure-path: the pure crates classified and planned a real export, and the previous release's"
